@@ -1,0 +1,334 @@
+package recipe
+
+import (
+	"bytes"
+	"crypto/sha256"
+	_ "embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+//go:embed defaults.toml
+var defaultsTOML []byte
+
+const defaultsFile = "(defaults)"
+
+// maxIncludeDepth stops runaway include chains early with a readable error.
+const maxIncludeDepth = 16
+
+// atomicTables are replaced whole by an override instead of merged key by key: a
+// source given as a URL must not inherit a "deb" key from the layer below.
+var atomicTables = map[string]bool{
+	"kernel.source": true, "driver.source": true, "outputs.efi_stub": true,
+}
+
+// Resolved is a loaded recipe with defaults and includes applied, plus where each key came from.
+type Resolved struct {
+	Recipe
+	Path   string   // the recipe file asked for
+	Files  []string // every file merged, lowest layer first
+	Digest string   // sha256 of Canonical()
+
+	origin map[string]string    // key path -> file that set it
+	lines  map[string]lineIndex // file -> its key lines
+}
+
+// Error is one problem in a recipe, located at file:line and a key path.
+type Error struct {
+	File string
+	Line int
+	Key  string
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	loc := e.File
+	if e.Line > 0 {
+		loc = fmt.Sprintf("%s:%d", e.File, e.Line)
+	}
+	if e.Key == "" {
+		return loc + ": " + e.Msg
+	}
+	return loc + ": " + e.Key + ": " + e.Msg
+}
+
+// Errors is every problem found, sorted by file and line.
+type Errors []*Error
+
+func (es Errors) Error() string {
+	lines := make([]string, len(es))
+	for i, e := range es {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+type layer struct {
+	file  string
+	data  map[string]any
+	lines lineIndex
+}
+
+// Load reads a recipe, merges its includes over the defaults, validates it and
+// computes its digest. Problems come back as Errors naming file:line and key.
+func Load(path string) (*Resolved, error) {
+	layers := []layer{}
+	defaults, err := parseLayer(defaultsFile, defaultsTOML)
+	if err != nil {
+		return nil, fmt.Errorf("built-in defaults: %w", err)
+	}
+	layers = append(layers, defaults)
+	if err := collect(path, nil, &layers); err != nil {
+		return nil, err
+	}
+	r := &Resolved{Path: path, origin: map[string]string{}, lines: map[string]lineIndex{}}
+	merged := map[string]any{}
+	for _, l := range layers {
+		r.Files = append(r.Files, l.file)
+		r.lines[l.file] = l.lines
+		mergeInto(merged, l.data, "", l.file, r.origin)
+	}
+	delete(merged, "include")
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(merged); err != nil {
+		return nil, fmt.Errorf("%s: re-encoding merged recipe: %w", path, err)
+	}
+	if _, err := toml.Decode(buf.String(), &r.Recipe); err != nil {
+		return nil, fmt.Errorf("%s: decoding merged recipe: %w", path, err)
+	}
+	if r.Name == "" {
+		r.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	for i := range r.Repos {
+		if r.Repos[i].Name == "" {
+			r.Repos[i].Name = r.Repos[i].Suite
+		}
+		if r.Repos[i].Architecture == "" {
+			r.Repos[i].Architecture = "amd64"
+		}
+	}
+	if errs := validate(&r.Recipe); len(errs) > 0 {
+		return nil, r.locate(errs)
+	}
+	sum := sha256.Sum256(r.Canonical())
+	r.Digest = "sha256:" + hex.EncodeToString(sum[:])
+	return r, nil
+}
+
+// collect appends path's includes (depth first, in order) and then path itself.
+func collect(path string, stack []string, layers *[]layer) error {
+	for _, p := range stack {
+		if p == path {
+			return &Error{File: stack[len(stack)-1], Key: "include", Msg: "include cycle: " + strings.Join(append(stack, path), " -> ")}
+		}
+	}
+	if len(stack) >= maxIncludeDepth {
+		return &Error{File: path, Key: "include", Msg: fmt.Sprintf("includes nested deeper than %d", maxIncludeDepth)}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if len(stack) > 0 {
+			return &Error{File: stack[len(stack)-1], Key: "include", Msg: fmt.Sprintf("cannot read %s: %v", path, errors.Unwrap(err))}
+		}
+		return fmt.Errorf("reading recipe: %w", err)
+	}
+	l, err := parseLayer(path, data)
+	if err != nil {
+		return err
+	}
+	includes, err := includeList(l)
+	if err != nil {
+		return err
+	}
+	for _, inc := range includes {
+		if filepath.IsAbs(inc) {
+			return &Error{File: path, Line: l.lines.line("include"), Key: "include", Msg: fmt.Sprintf("want a path relative to the recipe, got %q", inc)}
+		}
+		if err := collect(filepath.Join(filepath.Dir(path), inc), append(stack, path), layers); err != nil {
+			return err
+		}
+	}
+	*layers = append(*layers, l)
+	return nil
+}
+
+func includeList(l layer) ([]string, error) {
+	raw, ok := l.data["include"]
+	if !ok {
+		return nil, nil
+	}
+	list, _ := raw.([]any)
+	var out []string
+	for _, v := range list {
+		s, ok := v.(string)
+		if !ok || s == "" {
+			return nil, &Error{File: l.file, Line: l.lines.line("include"), Key: "include", Msg: "want a list of file names"}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// parseLayer decodes one file twice: into the Recipe type, to catch wrong types and
+// unknown keys with their positions, and into a map for merging.
+func parseLayer(file string, data []byte) (layer, error) {
+	l := layer{file: file, lines: indexLines(data)}
+	var typed Recipe
+	md, err := toml.Decode(string(data), &typed)
+	if err != nil {
+		return l, tomlError(file, l.lines, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		var errs Errors
+		for _, k := range und {
+			path := keyPath(k)
+			errs = append(errs, &Error{File: file, Line: l.lines.line(path), Key: path, Msg: "unknown key" + suggestion(path)})
+		}
+		sortErrors(errs)
+		return l, errs
+	}
+	if _, err := toml.Decode(string(data), &l.data); err != nil {
+		return l, tomlError(file, l.lines, err)
+	}
+	return l, nil
+}
+
+// keyPath renders a toml.Key as our path syntax. Array-of-table indexes are not in
+// toml.Key, so such paths point at the array; lines fall back to it.
+func keyPath(k toml.Key) string { return strings.Join(k, ".") }
+
+var (
+	libErrRe  = regexp.MustCompile(`^toml: (?:line (\d+) )?\(last key "([^"]*)"\): (.*)$`)
+	badTypeRe = regexp.MustCompile(`incompatible types: TOML value has type (\S+); destination has type (\S+)`)
+)
+
+func tomlError(file string, lines lineIndex, err error) error {
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		return &Error{File: file, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message}
+	}
+	if m := libErrRe.FindStringSubmatch(err.Error()); m != nil {
+		line, _ := strconv.Atoi(m[1])
+		if line == 0 {
+			line = lines.line(m[2])
+		}
+		msg := m[3]
+		// The library words type errors in Go terms; say what the recipe wants instead.
+		if t := badTypeRe.FindStringSubmatch(msg); t != nil {
+			msg = fmt.Sprintf("wrong type: want %s, got %s", tomlTypeName(t[2]), tomlTypeName(t[1]))
+		}
+		return &Error{File: file, Line: line, Key: m[2], Msg: msg}
+	}
+	return &Error{File: file, Msg: err.Error()}
+}
+
+func tomlTypeName(t string) string {
+	switch t {
+	case "slice", "Array":
+		return "an array"
+	case "map", "struct", "Hash":
+		return "a table"
+	case "String", "string":
+		return "a string"
+	case "Integer", "integer", "int", "int64":
+		return "an integer"
+	case "Float", "float", "float64":
+		return "a number"
+	case "Boolean", "bool":
+		return "true or false"
+	}
+	return t
+}
+
+// mergeInto lays src over dst: tables merge key by key, everything else (scalars,
+// arrays, arrays of tables, atomic tables) is replaced whole.
+func mergeInto(dst, src map[string]any, prefix, file string, origin map[string]string) {
+	keys := make([]string, 0, len(src))
+	for k := range src {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		v := src[k]
+		path := join(prefix, k)
+		sub, isTable := v.(map[string]any)
+		old, oldIsTable := dst[k].(map[string]any)
+		if isTable && oldIsTable && !atomicTables[path] {
+			mergeInto(old, sub, path, file, origin)
+			continue
+		}
+		for p := range origin {
+			if strings.HasPrefix(p, path+".") || strings.HasPrefix(p, path+"[") {
+				delete(origin, p)
+			}
+		}
+		dst[k] = v
+		origin[path] = file
+	}
+}
+
+// locate fills File and Line of validation errors from where each key was set.
+func (r *Resolved) locate(errs Errors) Errors {
+	for _, e := range errs {
+		// A key set somewhere is reported where it was set; a missing key is reported
+		// in the recipe asked for, at its nearest enclosing table.
+		file := r.Path
+		if f, ok := r.origin[e.Key]; ok {
+			file = f
+		} else {
+			for p := parent(e.Key); p != ""; p = parent(p) {
+				if f, ok := r.origin[p]; ok && strings.Contains(p, "[") {
+					file = f // inside an array of tables: the file that set the array
+					break
+				}
+			}
+		}
+		e.File = file
+		e.Line = r.lines[file].line(e.Key)
+	}
+	sortErrors(errs)
+	return errs
+}
+
+func sortErrors(errs Errors) {
+	sort.SliceStable(errs, func(i, j int) bool {
+		if errs[i].File != errs[j].File {
+			return errs[i].File < errs[j].File
+		}
+		if errs[i].Line != errs[j].Line {
+			return errs[i].Line < errs[j].Line
+		}
+		return errs[i].Key < errs[j].Key
+	})
+}
+
+// Canonical is the resolved recipe as TOML with sorted keys: the input of its digest
+// and what golden files and `peerboot recipe show` print.
+func (r *Resolved) Canonical() []byte {
+	c := r.Recipe
+	c.Include = nil
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(c); err != nil {
+		// Encoding a decoded struct of plain types cannot fail; a panic here is a bug.
+		panic(fmt.Sprintf("encoding resolved recipe: %v", err))
+	}
+	return buf.Bytes()
+}
+
+// KeyLocation is where a key path was set, "file:line", for messages by later stages.
+func (r *Resolved) KeyLocation(path string) string {
+	e := r.locate(Errors{{Key: path}})[0]
+	if e.Line == 0 {
+		return e.File
+	}
+	return fmt.Sprintf("%s:%d", e.File, e.Line)
+}

@@ -1,0 +1,440 @@
+package recipe
+
+import (
+	"fmt"
+	"net/url"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// Limits that no real box exceeds; values beyond them are typos.
+const (
+	maxGPUs    = 16
+	maxSockets = 8
+	maxNUMA    = 64
+	maxBAR1    = Size(2 << 40) // 2 TiB: the largest BAR a PCIe resizable BAR capability encodes for these parts
+	maxVRAM    = Size(1 << 40)
+)
+
+var (
+	nameRe      = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+	debNameRe   = regexp.MustCompile(`^[a-z0-9][a-z0-9.+-]+$`)
+	debVerRe    = regexp.MustCompile(`^([0-9]+:)?[0-9][A-Za-z0-9.+~:-]*$`)
+	hex40       = regexp.MustCompile(`^[0-9a-f]{40}$`)
+	hex64       = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	driverVerRe = regexp.MustCompile(`^[0-9]+\.[0-9]+(\.[0-9]+)?$`)
+	envKeyRe    = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+	paramRe     = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	keyRefRe    = regexp.MustCompile(`^(file:.+|env:[A-Za-z_][A-Za-z0-9_]*)$`)
+)
+
+// KnownModules are the kernel modules nvidia-open builds, in a valid load order.
+var KnownModules = []string{"nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem"}
+
+// TopologyClasses are nvidia-smi's PCIe path classes, nearest first.
+var TopologyClasses = []string{"PIX", "PXB", "PHB", "NODE", "SYS"}
+
+type checker struct{ errs Errors }
+
+func (c *checker) add(key, format string, args ...any) {
+	c.errs = append(c.errs, &Error{Key: key, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (c *checker) oneOf(key, got string, allowed ...string) {
+	for _, a := range allowed {
+		if got == a {
+			return
+		}
+	}
+	c.add(key, "want one of %s, got %q", strings.Join(allowed, ", "), got)
+}
+
+func (c *checker) intRange(key string, got, lo, hi int) {
+	if got < lo || got > hi {
+		c.add(key, "want %d..%d, got %d", lo, hi, got)
+	}
+}
+
+func (c *checker) sizeRange(key string, got, lo, hi Size) {
+	if got < lo || got > hi {
+		c.add(key, "want %s..%s, got %s", lo, hi, got)
+	}
+}
+
+func (c *checker) unique(key string, list []string) {
+	seen := map[string]int{}
+	for i, v := range list {
+		if j, ok := seen[v]; ok {
+			c.add(fmt.Sprintf("%s[%d]", key, i), "duplicate %q (also at index %d)", v, j)
+		}
+		seen[v] = i
+	}
+}
+
+func validate(r *Recipe) Errors {
+	c := &checker{}
+	if !nameRe.MatchString(r.Name) {
+		c.add("name", "want lower-case letters, digits, '.', '_', '-', got %q", r.Name)
+	}
+	c.platform(&r.Platform)
+	c.repos(r.Repos)
+	c.source("kernel.source", r.Kernel.Source, len(r.Repos) > 0)
+	c.oneOf("kernel.base", r.Kernel.Base, "tinyconfig", "x86_64_defconfig")
+	c.fileList("kernel.fragments", r.Kernel.Fragments, true)
+	c.fileList("kernel.patches", r.Kernel.Patches, false)
+	if strings.ContainsAny(r.Kernel.Cmdline, "\n\r") {
+		c.add("kernel.cmdline", "want one line")
+	}
+	c.driver(&r.Driver, len(r.Repos) > 0)
+	c.userspace(&r.Userspace)
+	if len(r.Userspace.Packages) > 0 && len(r.Repos) == 0 {
+		c.add("userspace.packages", "packages need at least one [[repo]] to resolve from")
+	}
+	c.selftest(&r.Selftest)
+	c.oneOf("boot.on_pass", r.Boot.OnPass, "shell", "poweroff", "reboot", "halt")
+	c.oneOf("boot.on_fail", r.Boot.OnFail, "shell", "poweroff", "reboot", "halt")
+	if r.Boot.ReportURL != "" {
+		c.httpURL("boot.report_url", r.Boot.ReportURL)
+	}
+	for _, k := range sortedKeys(r.Env) {
+		if !envKeyRe.MatchString(k) {
+			c.add("env."+k, "want an environment variable name like NCCL_P2P_LEVEL")
+		}
+		if strings.ContainsAny(r.Env[k], "\n\r\x00") {
+			c.add("env."+k, "want a one-line value")
+		}
+	}
+	if len(r.Outputs.Formats) == 0 {
+		c.add("outputs.formats", "want at least one of uki, disk, pxe")
+	}
+	for i, f := range r.Outputs.Formats {
+		c.oneOf(fmt.Sprintf("outputs.formats[%d]", i), f, "uki", "disk", "pxe")
+	}
+	c.unique("outputs.formats", r.Outputs.Formats)
+	c.sizeRange("outputs.disk_size", r.Outputs.DiskSize, 64<<20, 64<<30)
+	c.source("outputs.efi_stub", r.Outputs.EFIStub, len(r.Repos) > 0)
+	for _, k := range []struct{ key, v string }{
+		{"sign.db_key", r.Sign.DBKey}, {"sign.db_cert", r.Sign.DBCert},
+		{"sign.module_key", r.Sign.ModuleKey}, {"sign.module_cert", r.Sign.ModuleCert},
+		{"sign.artifact_key", r.Sign.ArtifactKey},
+	} {
+		if k.v != "" && !keyRefRe.MatchString(k.v) {
+			c.add(k.key, `want "file:PATH" or "env:VARIABLE", got %q`, k.v)
+		}
+	}
+	return c.errs
+}
+
+func (c *checker) platform(p *Platform) {
+	c.oneOf("platform.cpu_vendor", p.CPUVendor, "intel", "amd", "any")
+	c.intRange("platform.sockets", p.Sockets, 1, maxSockets)
+	c.intRange("platform.gpus", p.GPUs, 0, maxGPUs)
+	c.intRange("platform.numa_nodes", p.NUMANodes, 1, maxNUMA)
+	if p.GPUs > 0 {
+		if p.GPUModel == "" {
+			c.add("platform.gpu_model", "required when platform.gpus > 0")
+		}
+		c.sizeRange("platform.vram", p.VRAM, 1<<30, maxVRAM)
+		c.sizeRange("platform.bar1", p.BAR1, 256<<20, maxBAR1)
+	} else if p.BAR1 > maxBAR1 {
+		c.sizeRange("platform.bar1", p.BAR1, 0, maxBAR1)
+	}
+	if len(p.GPUNUMA) > 0 && len(p.GPUNUMA) != p.GPUs {
+		c.add("platform.gpu_numa", "want one NUMA node per GPU (%d), got %d", p.GPUs, len(p.GPUNUMA))
+	}
+	for i, n := range p.GPUNUMA {
+		if n < 0 || n >= p.NUMANodes {
+			c.add(fmt.Sprintf("platform.gpu_numa[%d]", i), "want a node in 0..%d (platform.numa_nodes = %d), got %d", p.NUMANodes-1, p.NUMANodes, n)
+		}
+	}
+}
+
+func (c *checker) repos(repos []Repo) {
+	names := make([]string, len(repos))
+	for i, r := range repos {
+		key := fmt.Sprintf("repo[%d]", i)
+		names[i] = r.Name
+		if !nameRe.MatchString(r.Name) {
+			c.add(key+".name", "want lower-case letters, digits, '.', '_', '-', got %q", r.Name)
+		}
+		if !nameRe.MatchString(r.Suite) {
+			c.add(key+".suite", "want a suite like \"bookworm\", got %q", r.Suite)
+		}
+		if len(r.Components) == 0 {
+			c.add(key+".components", "want at least one component, e.g. [\"main\"]")
+		}
+		for j, comp := range r.Components {
+			if !nameRe.MatchString(comp) {
+				c.add(fmt.Sprintf("%s.components[%d]", key, j), "want a component like \"non-free\", got %q", comp)
+			}
+		}
+		c.unique(key+".components", r.Components)
+		c.oneOf(key+".architecture", r.Architecture, "amd64")
+		if r.Keyring == "" {
+			c.add(key+".keyring", "required: the OpenPGP keyring that signs this repository's InRelease")
+		}
+		switch {
+		case r.Mirror != "" && r.URL != "":
+			c.add(key+".url", "give either mirror or url, not both")
+		case r.Mirror == "" && r.URL == "":
+			c.add(key+".mirror", `want "system" (this machine's apt sources) or a url`)
+		case r.Mirror != "":
+			c.oneOf(key+".mirror", r.Mirror, "system")
+		default:
+			c.archiveURL(key+".url", r.URL)
+		}
+	}
+	c.unique("repo", names)
+}
+
+func (c *checker) source(key string, s Source, haveRepos bool) {
+	set := []string{}
+	for _, f := range []struct{ name, v string }{{"deb", s.Deb}, {"url", s.URL}, {"git", s.Git}} {
+		if f.v != "" {
+			set = append(set, f.name)
+		}
+	}
+	if len(set) != 1 {
+		if len(set) == 0 {
+			c.add(key, "missing: want exactly one of deb, url, git")
+		} else {
+			c.add(key, "want exactly one of deb, url, git; got %s", strings.Join(set, " and "))
+		}
+		return
+	}
+	switch set[0] {
+	case "deb":
+		if !debNameRe.MatchString(s.Deb) {
+			c.add(key+".deb", "want a Debian package name, got %q", s.Deb)
+		}
+		if s.Version != "" && !debVerRe.MatchString(s.Version) {
+			c.add(key+".version", "want a Debian version like 535.261.03-1, got %q", s.Version)
+		}
+		if !haveRepos {
+			c.add(key+".deb", "a Debian package source needs at least one [[repo]]")
+		}
+		if s.SHA256 != "" || s.Commit != "" {
+			c.add(key, "a deb source is pinned by the lock file; remove sha256/commit")
+		}
+	case "url":
+		c.archiveURL(key+".url", s.URL)
+		if !hex64.MatchString(s.SHA256) {
+			c.add(key+".sha256", "missing pin: want 64 lower-case hex digits, got %q", s.SHA256)
+		}
+	case "git":
+		if !hex40.MatchString(s.Commit) {
+			c.add(key+".commit", "want 40 hex digits, got %q", s.Commit)
+		}
+	}
+	if s.Version != "" && s.Deb == "" {
+		c.add(key+".version", "only a deb source takes a version")
+	}
+}
+
+func (c *checker) archiveURL(key, raw string) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http" && u.Scheme != "file") || (u.Scheme != "file" && u.Host == "") {
+		c.add(key, "want an https://, http:// or file:// URL, got %q", raw)
+	}
+}
+
+func (c *checker) httpURL(key, raw string) {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+		c.add(key, "want an http:// or https:// URL, got %q", raw)
+	}
+}
+
+// fileList checks names of data files: a bare name found beside the stage, or ./path.
+func (c *checker) fileList(key string, list []string, required bool) {
+	if required && len(list) == 0 {
+		c.add(key, "want at least one file")
+	}
+	for i, f := range list {
+		if f == "" || strings.HasPrefix(f, "/") || (strings.Contains(f, "/") && !strings.HasPrefix(f, "./") && !strings.HasPrefix(f, "../")) {
+			c.add(fmt.Sprintf("%s[%d]", key, i), `want a file name (from the stage's data directory) or a "./relative/path", got %q`, f)
+		}
+	}
+	c.unique(key, list)
+}
+
+func (c *checker) driver(d *Driver, haveRepos bool) {
+	if !driverVerRe.MatchString(d.Version) {
+		c.add("driver.version", "want an NVIDIA version like 535.261.03, got %q", d.Version)
+	}
+	c.source("driver.source", d.Source, haveRepos)
+	c.fileList("driver.patches", d.Patches, false)
+	if len(d.Modules) == 0 {
+		c.add("driver.modules", "want at least \"nvidia\"")
+	}
+	for i, m := range d.Modules {
+		c.oneOf(fmt.Sprintf("driver.modules[%d]", i), m, KnownModules...)
+	}
+	c.unique("driver.modules", d.Modules)
+	if len(d.Modules) > 0 && d.Modules[0] != "nvidia" {
+		c.add("driver.modules[0]", "want \"nvidia\" first: the other modules depend on it, got %q", d.Modules[0])
+	}
+	for _, m := range sortedKeys(d.Params) {
+		if !contains(d.Modules, m) {
+			c.add("driver.params."+m, "parameters for a module not in driver.modules (%s)", strings.Join(d.Modules, ", "))
+		}
+		for _, p := range sortedKeys(d.Params[m]) {
+			key := "driver.params." + m + "." + p
+			if !paramRe.MatchString(p) {
+				c.add(key, "want a module parameter name like NVreg_EnableResizableBar")
+			}
+			if v := d.Params[m][p]; v == "" || strings.ContainsAny(v, " \t\n\r\"'") {
+				c.add(key, "want a value without spaces or quotes, got %q", v)
+			}
+		}
+	}
+}
+
+func (c *checker) userspace(u *Userspace) {
+	names := make([]string, len(u.Packages))
+	for i, p := range u.Packages {
+		key := fmt.Sprintf("userspace.packages[%d]", i)
+		name, ver, hasVer := strings.Cut(p, "=")
+		names[i] = name
+		if !debNameRe.MatchString(name) {
+			c.add(key, "want \"name\" or \"name=version\", got %q", p)
+		}
+		if hasVer && !debVerRe.MatchString(ver) {
+			c.add(key, "want a Debian version after '=', got %q", ver)
+		}
+	}
+	c.unique("userspace.packages", names)
+	for i, e := range u.Exclude {
+		key := fmt.Sprintf("userspace.exclude[%d]", i)
+		if !debNameRe.MatchString(e.Package) {
+			c.add(key+".package", "want a Debian package name, got %q", e.Package)
+		}
+		if strings.TrimSpace(e.Reason) == "" {
+			c.add(key+".reason", "say why %q is left out of the image", e.Package)
+		}
+		if contains(names, e.Package) {
+			c.add(key+".package", "%q is both requested in userspace.packages and excluded", e.Package)
+		}
+	}
+}
+
+func (c *checker) selftest(s *Selftest) {
+	c.sizeRange("selftest.copy_size", s.CopySize, 1<<20, 16<<30)
+	c.sizeRange("selftest.nccl_min", s.NCCLMin, 4, 16<<30)
+	c.sizeRange("selftest.nccl_max", s.NCCLMax, 4, 16<<30)
+	if s.NCCLMin > s.NCCLMax {
+		c.add("selftest.nccl_min", "want at most selftest.nccl_max (%s), got %s", s.NCCLMax, s.NCCLMin)
+	}
+	if s.MinBusbwGBps < 0 || s.MinBusbwGBps > 10000 {
+		c.add("selftest.min_busbw_gbps", "want 0..10000, got %g", s.MinBusbwGBps)
+	}
+	d := s.Deadlines
+	if d.Total <= 0 {
+		c.add("selftest.deadlines.total", "want a positive duration, got %s", d.Total.Std())
+	}
+	for _, ph := range []struct {
+		key string
+		v   Duration
+	}{{"precheck", d.Precheck}, {"driver", d.Driver}, {"cuda", d.CUDA}, {"nccl", d.NCCL}} {
+		key := "selftest.deadlines." + ph.key
+		if ph.v <= 0 {
+			c.add(key, "want a positive duration, got %s", ph.v.Std())
+		} else if ph.v > d.Total {
+			c.add(key, "want at most selftest.deadlines.total (%s), got %s", d.Total.Std(), ph.v.Std())
+		}
+	}
+	for _, class := range sortedKeys(s.Thresholds) {
+		key := "selftest.thresholds." + class
+		c.oneOf(key, class, TopologyClasses...)
+		t := s.Thresholds[class]
+		if t.UnidirGBps < 0 || t.UnidirGBps > 1000 {
+			c.add(key+".min_unidir_gbps", "want 0..1000 GB/s, got %g", t.UnidirGBps)
+		}
+		if t.BidirGBps < 0 || t.BidirGBps > 2000 {
+			c.add(key+".min_bidir_gbps", "want 0..2000 GB/s, got %g", t.BidirGBps)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// knownKeys lists every key path the Recipe type accepts, for "did you mean".
+func knownKeys() []string {
+	var out []string
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name := strings.Split(f.Tag.Get("toml"), ",")[0]
+			if name == "" || name == "-" {
+				continue
+			}
+			path := join(prefix, name)
+			out = append(out, path)
+			ft := f.Type
+			if ft.Kind() == reflect.Slice {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				walk(ft, path)
+			}
+		}
+	}
+	walk(reflect.TypeOf(Recipe{}), "")
+	return out
+}
+
+// suggestion names a known key one or two edits away from an unknown one.
+func suggestion(path string) string {
+	best, bestDist := "", 3
+	for _, k := range knownKeys() {
+		if parent(k) != parent(path) {
+			continue
+		}
+		if d := editDistance(k, path); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %s?)", best)
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}

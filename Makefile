@@ -1,0 +1,34 @@
+# peerboot: the two commands a new machine needs are `make image` and `make test`.
+GO      ?= go
+BIN     := bin/peerboot
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+RECIPE  ?= recipes/default.toml
+
+.PHONY: all deps image test fuzz clean FORCE
+
+all: $(BIN)
+
+$(BIN): FORCE
+	$(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" -o $@ ./cmd/peerboot
+
+# Host packages every stage needs; the list lives in `peerboot doctor`.
+deps: $(BIN)
+	scripts/deps.sh "$$($(BIN) doctor --packages)"
+
+# The main job: pin-checked fetch of every input, then the build plan.
+# (Later stages extend this target; see README "Status".)
+image: deps
+	$(BIN) fetch $(RECIPE)
+	$(BIN) plan $(RECIPE)
+
+test: deps
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+
+# Short fuzz runs of every parser of outside bytes.
+fuzz:
+	$(GO) test -run=^$$ -fuzz=FuzzLoad -fuzztime=30s ./recipe/
+	$(GO) test -run=^$$ -fuzz=FuzzParsePackages -fuzztime=30s ./apt/
+
+clean:
+	rm -rf bin

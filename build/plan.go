@@ -1,0 +1,200 @@
+// Package build runs the pipeline: stages in order, each asked of the store first.
+// This file defines the stages' action keys, which `peerboot plan` prints.
+package build
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/peerboot/peerboot/driver"
+	"github.com/peerboot/peerboot/kernel"
+	"github.com/peerboot/peerboot/lock"
+	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/store"
+)
+
+// Stage versions: bump one when the stage's code changes what it writes, so old
+// store entries are not reused.
+var stageVersions = map[string]int{
+	"kernel": 1, "driver": 1, "rootfs": 1, "initramfs": 1, "image": 1, "sign": 1,
+}
+
+// StageNames in pipeline order.
+var StageNames = []string{"kernel", "driver", "rootfs", "initramfs", "image", "sign"}
+
+// Item is one line of a stage's key: an input digest or a recipe field.
+type Item struct {
+	Kind  string // "input", "stage" or "field"
+	Name  string
+	Value string
+}
+
+// Stage is one planned stage.
+type Stage struct {
+	Name       string
+	Items      []Item
+	Key        string   // "<name>-<sha256>"; "" when an input is unresolved
+	Cached     bool     // the store holds the output
+	Unresolved []string // why Key is unknown
+}
+
+// Plan is every stage of a recipe's build.
+type Plan struct {
+	Recipe *recipe.Resolved
+	Stages []*Stage
+}
+
+// Stage returns the planned stage by name.
+func (p *Plan) Stage(name string) *Stage {
+	for _, s := range p.Stages {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+// MakePlan computes every stage's key from pinned inputs, data files and recipe
+// fields, and asks the store which outputs it has. It reads no network.
+func MakePlan(r *recipe.Resolved, ins []lock.Input, un []lock.Unresolved, st *store.Store) (*Plan, error) {
+	p := &Plan{Recipe: r}
+	byRole := map[string][]lock.Input{}
+	for _, in := range ins {
+		byRole[in.Role] = append(byRole[in.Role], in)
+	}
+	missing := map[string][]string{}
+	for _, u := range un {
+		missing[u.Role] = append(missing[u.Role], u.String())
+	}
+	field := func(name string, v any) Item { return Item{"field", name, fmt.Sprintf("%q", fmt.Sprint(v))} }
+	inputs := func(s *Stage, role string) {
+		for _, in := range byRole[role] {
+			s.Items = append(s.Items, Item{"input", role + " " + in.Name, in.Digest()})
+		}
+		s.Unresolved = append(s.Unresolved, missing[role]...)
+	}
+	dep := func(s *Stage, name string) {
+		d := p.Stage(name)
+		if d.Key == "" {
+			s.Unresolved = append(s.Unresolved, "needs stage "+name+", whose key is unknown")
+			return
+		}
+		s.Items = append(s.Items, Item{"stage", name, d.Key})
+	}
+
+	epoch := strconv.FormatInt(r.SourceDateEpoch, 10)
+
+	k := &Stage{Name: "kernel"}
+	inputs(k, lock.RoleKernelSource)
+	for _, f := range r.Kernel.Fragments {
+		b, _, err := r.ReadData(f, kernel.Configs, kernel.ConfigsDir)
+		if err != nil {
+			return nil, fmt.Errorf("kernel.fragments: %w", err)
+		}
+		k.Items = append(k.Items, Item{"input", "fragment " + f, digest(b)})
+	}
+	for _, f := range r.Kernel.Patches {
+		b, _, err := r.ReadData(f, kernel.Configs, "patches")
+		if err != nil {
+			return nil, fmt.Errorf("kernel.patches: %w", err)
+		}
+		k.Items = append(k.Items, Item{"input", "patch " + f, digest(b)})
+	}
+	k.Items = append(k.Items, field("kernel.base", r.Kernel.Base), field("source_date_epoch", epoch))
+	p.add(k, st)
+
+	d := &Stage{Name: "driver"}
+	dep(d, "kernel")
+	inputs(d, lock.RoleDriverSource)
+	for _, f := range r.Driver.Patches {
+		b, _, err := r.ReadData(f, driver.Patches, driver.PatchDir(r.Driver.Version))
+		if err != nil {
+			return nil, fmt.Errorf("driver.patches: %w", err)
+		}
+		d.Items = append(d.Items, Item{"input", "patch " + f, digest(b)})
+	}
+	d.Items = append(d.Items, field("driver.version", r.Driver.Version),
+		field("driver.modules", strings.Join(r.Driver.Modules, ",")), field("source_date_epoch", epoch))
+	p.add(d, st)
+
+	rf := &Stage{Name: "rootfs"}
+	dep(rf, "kernel")
+	dep(rf, "driver")
+	inputs(rf, lock.RoleUserspace)
+	rf.Items = append(rf.Items,
+		field("platform", r.Platform), field("driver.params", r.Driver.Params), field("env", r.Env),
+		field("selftest", r.Selftest), field("boot", r.Boot), field("name", r.Name), field("source_date_epoch", epoch))
+	p.add(rf, st)
+
+	ir := &Stage{Name: "initramfs"}
+	dep(ir, "rootfs")
+	p.add(ir, st)
+
+	im := &Stage{Name: "image"}
+	dep(im, "kernel")
+	dep(im, "initramfs")
+	inputs(im, lock.RoleEFIStub)
+	im.Items = append(im.Items, field("kernel.cmdline", r.Kernel.Cmdline), field("outputs", r.Outputs), field("source_date_epoch", epoch))
+	p.add(im, st)
+
+	sg := &Stage{Name: "sign"}
+	dep(sg, "image")
+	sg.Items = append(sg.Items, field("sign", r.Sign))
+	p.add(sg, st)
+	return p, nil
+}
+
+func (p *Plan) add(s *Stage, st *store.Store) {
+	if len(s.Unresolved) == 0 {
+		h := sha256.New()
+		fmt.Fprintf(h, "stage %s\nversion %d\n", s.Name, stageVersions[s.Name])
+		for _, it := range s.Items {
+			fmt.Fprintf(h, "%s %s %s\n", it.Kind, it.Name, it.Value)
+		}
+		s.Key = s.Name + "-" + hex.EncodeToString(h.Sum(nil))
+		s.Cached = st != nil && st.HasOutput(s.Key)
+	}
+	p.Stages = append(p.Stages, s)
+}
+
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Print writes the plan for people: each stage, whether it would run, its key and inputs.
+func (p *Plan) Print(w io.Writer, verbose bool) {
+	fmt.Fprintf(w, "recipe %s  %s\n", p.Recipe.Name, p.Recipe.Digest)
+	fmt.Fprintf(w, "  files: %s\n\n", strings.Join(p.Recipe.Files, " <- "))
+	for i, s := range p.Stages {
+		status := "run: not in store"
+		switch {
+		case s.Key == "":
+			status = "blocked: unresolved inputs"
+		case s.Cached:
+			status = "cached"
+		}
+		key := s.Key
+		if key == "" {
+			key = "(unknown)"
+		}
+		fmt.Fprintf(w, "%d. %-9s %-26s %s\n", i+1, s.Name, status, key)
+		for _, u := range s.Unresolved {
+			fmt.Fprintf(w, "     unresolved: %s\n", u)
+		}
+		for _, it := range s.Items {
+			if it.Kind == "field" && !verbose {
+				continue
+			}
+			v := it.Value
+			if !verbose && len(v) > 80 {
+				v = v[:77] + "..."
+			}
+			fmt.Fprintf(w, "     %-5s %-48s %s\n", it.Kind, it.Name, v)
+		}
+	}
+}

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/peerboot/peerboot/apt"
+	"github.com/peerboot/peerboot/exitcode"
+	"github.com/peerboot/peerboot/lock"
+	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/store"
+)
+
+const defaultRecipe = "recipes/default.toml"
+
+func recipeArg(args []string) string {
+	if len(args) == 0 {
+		return defaultRecipe
+	}
+	return args[0]
+}
+
+func loadRecipe(path string) (*recipe.Resolved, error) {
+	r, err := recipe.Load(path)
+	if err != nil {
+		return nil, exitcode.Tag(exitcode.Recipe, err)
+	}
+	return r, nil
+}
+
+func (g *globals) openStore() (*store.Store, error) {
+	root := g.cache
+	if root == "" {
+		root = store.DefaultRoot()
+	}
+	return store.Open(root)
+}
+
+func httpClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		ResponseHeaderTimeout: 60 * time.Second,
+		IdleConnTimeout:       90 * time.Second,
+		MaxIdleConnsPerHost:   8,
+	}}
+}
+
+// pinnedInputs reads the recipe's lock (if any) and lists its inputs with download URLs.
+func (g *globals) pinnedInputs(r *recipe.Resolved, requireLock bool) ([]lock.Input, []lock.Unresolved, error) {
+	f, err := lock.Read(lock.PathFor(r.Path))
+	switch {
+	case errors.Is(err, lock.ErrMissing):
+		if requireLock && needsLock(r) {
+			return nil, nil, exitcode.Tag(exitcode.Stale, err)
+		}
+		f = nil
+	case err != nil:
+		return nil, nil, exitcode.Tag(exitcode.Recipe, err)
+	default:
+		if err := lock.Check(r, f); err != nil {
+			if requireLock {
+				return nil, nil, exitcode.Tag(exitcode.Stale, err)
+			}
+			f = nil
+		}
+	}
+	baseURL := func(name string) (string, error) {
+		for _, rr := range r.Repos {
+			if rr.Name == name {
+				repo, err := lock.AptRepo(rr, g.aptDir)
+				return repo.BaseURL, err
+			}
+		}
+		return "", exitcode.Tag(exitcode.Stale, fmt.Errorf("lock names repository %q, which the recipe no longer has: run `peerboot lock`", name))
+	}
+	return lock.Inputs(r, f, baseURL)
+}
+
+func needsLock(r *recipe.Resolved) bool {
+	return r.Kernel.Source.Deb != "" || r.Driver.Source.Deb != "" || r.Outputs.EFIStub.Deb != "" || len(r.Userspace.Packages) > 0
+}
+
+func aptClient(st *store.Store) *apt.Client {
+	return &apt.Client{HTTP: httpClient(), Cache: st}
+}
+
+func exactArgs(max int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) > max {
+			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: want at most %d argument(s), got %d", cmd.CommandPath(), max, len(args)))
+		}
+		return nil
+	}
+}

@@ -1,0 +1,156 @@
+package lock
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"pault.ag/go/debian/version"
+
+	"github.com/peerboot/peerboot/apt"
+	"github.com/peerboot/peerboot/recipe"
+)
+
+// Resolver turns recipes into lock files.
+type Resolver struct {
+	Client *apt.Client
+	AptDir string // where the machine's apt sources live, for mirror = "system"
+	// Log, if set, receives one line per repository loaded.
+	Log func(format string, args ...any)
+}
+
+// AptRepo turns a recipe repository into one apt can load, finding the mirror.
+func AptRepo(r recipe.Repo, aptDir string) (apt.Repo, error) {
+	base := r.URL
+	if r.Mirror == "system" {
+		m, err := apt.SystemMirror(aptDir, r.Suite)
+		if err != nil {
+			return apt.Repo{}, fmt.Errorf("repo %s: finding this machine's mirror: %w", r.Name, err)
+		}
+		base = m
+	}
+	return apt.Repo{Name: r.Name, BaseURL: strings.TrimSuffix(base, "/"), Suite: r.Suite,
+		Components: r.Components, Arch: r.Architecture, Keyring: r.Keyring}, nil
+}
+
+// Resolve loads every repository's verified index and pins the recipe's packages.
+func (rs *Resolver) Resolve(ctx context.Context, r *recipe.Resolved) (*File, error) {
+	var indexes []*apt.Index
+	for _, rr := range r.Repos {
+		repo, err := AptRepo(rr, rs.AptDir)
+		if err != nil {
+			return nil, err
+		}
+		idx, err := rs.Client.LoadIndex(ctx, repo)
+		if err != nil {
+			return nil, fmt.Errorf("repo %s: %w", rr.Name, err)
+		}
+		if rs.Log != nil {
+			rs.Log("repo %s: %d packages, InRelease %s (%s)", rr.Name, len(idx.Packages), idx.InReleaseSHA256[:12], idx.Date.UTC().Format("2006-01-02"))
+		}
+		indexes = append(indexes, idx)
+	}
+	return Pin(r, indexes)
+}
+
+// Pin resolves the recipe against loaded indexes; it does no I/O, so tests drive it
+// with fixture indexes.
+func Pin(r *recipe.Resolved, indexes []*apt.Index) (*File, error) {
+	f := &File{Recipe: r.Name, InputsDigest: InputsDigest(&r.Recipe)}
+	for _, s := range []struct {
+		role string
+		src  recipe.Source
+	}{{RoleKernelSource, r.Kernel.Source}, {RoleDriverSource, r.Driver.Source}, {RoleEFIStub, r.Outputs.EFIStub}} {
+		if s.src.Deb == "" {
+			continue
+		}
+		p, err := Find(indexes, apt.Request{Name: s.src.Deb, Version: s.src.Version}, r.Repos[0].Architecture)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", s.role, err)
+		}
+		f.Debs = append(f.Debs, debOf(p, s.role, nil))
+	}
+	var reqs []apt.Request
+	for _, p := range r.Userspace.Packages {
+		name, ver, _ := strings.Cut(p, "=")
+		reqs = append(reqs, apt.Request{Name: name, Version: ver})
+	}
+	exclude := map[string]bool{}
+	for _, e := range r.Userspace.Exclude {
+		exclude[e.Package] = true
+	}
+	if len(reqs) > 0 {
+		closure, err := apt.Resolve(indexes, reqs, exclude, r.Repos[0].Architecture)
+		if err != nil {
+			return nil, fmt.Errorf("userspace: %w", err)
+		}
+		for _, p := range closure {
+			f.Debs = append(f.Debs, debOf(p.Package, RoleUserspace, p.RequiredBy))
+		}
+	}
+	sort.SliceStable(f.Debs, func(i, j int) bool {
+		if f.Debs[i].Role != f.Debs[j].Role {
+			return roleOrder(f.Debs[i].Role) < roleOrder(f.Debs[j].Role)
+		}
+		return f.Debs[i].Package < f.Debs[j].Package
+	})
+	return f, nil
+}
+
+func roleOrder(role string) int {
+	return map[string]int{RoleKernelSource: 0, RoleDriverSource: 1, RoleEFIStub: 2, RoleUserspace: 3}[role]
+}
+
+func debOf(p apt.Package, role string, requiredBy []string) Deb {
+	return Deb{Package: p.Name, Version: p.Version, Architecture: p.Architecture, Role: role,
+		Repo: p.Repo, Filename: p.Filename, Size: p.Size, SHA256: p.SHA256, RequiredBy: requiredBy}
+}
+
+// Find picks one package without its dependencies (a source package such as
+// linux-source is an input, not something installed): the requested version, or the
+// newest; ties go to the earlier repository.
+func Find(indexes []*apt.Index, req apt.Request, arch string) (apt.Package, error) {
+	var best *apt.Package
+	var have []string
+	seen := map[string]bool{}
+	for _, idx := range indexes {
+		for i := range idx.Packages {
+			p := &idx.Packages[i]
+			if p.Name != req.Name || (p.Architecture != arch && p.Architecture != "all") {
+				continue
+			}
+			if !seen[p.Version] {
+				seen[p.Version] = true
+				have = append(have, p.Version)
+			}
+			if req.Version != "" && p.Version != req.Version {
+				continue
+			}
+			if best == nil || compareVersions(p.Version, best.Version) > 0 {
+				best = p
+			}
+		}
+	}
+	if best != nil {
+		return *best, nil
+	}
+	var repos []string
+	for _, idx := range indexes {
+		repos = append(repos, idx.Repo.Name)
+	}
+	if len(have) == 0 {
+		return apt.Package{}, fmt.Errorf("package %s not found in %s", req.Name, strings.Join(repos, ", "))
+	}
+	sort.Slice(have, func(i, j int) bool { return compareVersions(have[i], have[j]) > 0 })
+	return apt.Package{}, fmt.Errorf("%s: version %s not found in %s; available: %s", req.Name, req.Version, strings.Join(repos, ", "), strings.Join(have, ", "))
+}
+
+func compareVersions(a, b string) int {
+	va, errA := version.Parse(a)
+	vb, errB := version.Parse(b)
+	if errA != nil || errB != nil {
+		return strings.Compare(a, b)
+	}
+	return version.Compare(va, vb)
+}

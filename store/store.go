@@ -1,0 +1,330 @@
+// Package store is peerboot's content-addressed cache: inputs by sha256, stage outputs
+// by action key. Every write is atomic (temp file, fsync, rename), so a killed process
+// never leaves an entry that looks complete, and concurrent processes are safe.
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+)
+
+var sumRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// Store is a cache directory.
+//
+//	blobs/sha256/ab/abcd...   inputs, named by their sha256
+//	out/<key>/                stage outputs, named by action key, with a MANIFEST
+//	git/<name>.git            bare git repositories for git inputs
+//	tmp/                      partial downloads and scratch directories
+//	locks/                    flock files
+type Store struct {
+	Root string
+}
+
+// DefaultRoot is $PEERBOOT_CACHE, else ~/.cache/peerboot.
+func DefaultRoot() string {
+	if d := os.Getenv("PEERBOOT_CACHE"); d != "" {
+		return d
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "peerboot")
+	}
+	return filepath.Join(os.TempDir(), "peerboot-cache")
+}
+
+// Open creates the store's directories if needed.
+func Open(root string) (*Store, error) {
+	for _, d := range []string{"blobs/sha256", "out", "git", "tmp", "locks"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return nil, fmt.Errorf("opening store %s: %w", root, err)
+		}
+	}
+	return &Store{Root: root}, nil
+}
+
+// MismatchError is a hash check that failed.
+type MismatchError struct {
+	What      string
+	Want, Got string
+}
+
+func (e *MismatchError) Error() string {
+	return fmt.Sprintf("%s: sha256 mismatch: expected %s, got %s", e.What, e.Want, e.Got)
+}
+
+func checkSum(sum string) error {
+	if !sumRe.MatchString(sum) {
+		return fmt.Errorf("not a sha256 (64 lower-case hex digits): %q", sum)
+	}
+	return nil
+}
+
+// BlobPath is where the input with that sha256 lives (whether or not it exists).
+func (s *Store) BlobPath(sum string) string {
+	return filepath.Join(s.Root, "blobs", "sha256", sum[:2], sum)
+}
+
+// HasBlob says whether an entry exists; CheckBlob also re-hashes it.
+func (s *Store) HasBlob(sum string) bool {
+	if checkSum(sum) != nil {
+		return false
+	}
+	_, err := os.Stat(s.BlobPath(sum))
+	return err == nil
+}
+
+// CheckBlob re-hashes the entry: nil if present and intact, fs.ErrNotExist if absent,
+// a *MismatchError if corrupt.
+func (s *Store) CheckBlob(sum string) error {
+	if err := checkSum(sum); err != nil {
+		return err
+	}
+	got, err := HashFile(s.BlobPath(sum))
+	if err != nil {
+		return err
+	}
+	if got != sum {
+		return &MismatchError{What: s.BlobPath(sum), Want: sum, Got: got}
+	}
+	return nil
+}
+
+// Open returns the entry's bytes (implements apt.Cache).
+func (s *Store) Open(sum string) (io.ReadCloser, error) {
+	if err := checkSum(sum); err != nil {
+		return nil, err
+	}
+	return os.Open(s.BlobPath(sum))
+}
+
+// Put copies r into the store if its sha256 is want (implements apt.Cache).
+func (s *Store) Put(ctx context.Context, r io.Reader, want string) error {
+	p, err := s.NewPartial(want, false)
+	if err != nil {
+		return err
+	}
+	defer p.Abort()
+	if _, err := io.Copy(p, ctxReader{ctx, r}); err != nil {
+		return err
+	}
+	return p.Commit()
+}
+
+// Import adds a local file whose sha256 must be want.
+func (s *Store) Import(ctx context.Context, path, want string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return s.Put(ctx, f, want)
+}
+
+// Remove deletes an entry (used to replace a corrupt one).
+func (s *Store) Remove(sum string) error {
+	if err := checkSum(sum); err != nil {
+		return err
+	}
+	err := os.Remove(s.BlobPath(sum))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// Partial is an entry being written. Bytes go to tmp/<sum>.partial; Commit checks the
+// hash, fsyncs and renames into place. A resumable Partial keeps earlier bytes, so an
+// interrupted download continues where it stopped.
+type Partial struct {
+	store  *Store
+	sum    string
+	f      *os.File
+	hash   hashWriter
+	size   int64
+	unlock func()
+	done   bool
+}
+
+// NewPartial opens the temp file for sum, holding an exclusive lock on it until Commit
+// or Abort. With resume, existing partial bytes are kept and re-hashed.
+func (s *Store) NewPartial(sum string, resume bool) (*Partial, error) {
+	if err := checkSum(sum); err != nil {
+		return nil, err
+	}
+	unlock, err := s.Lock("blob-" + sum)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(s.Root, "tmp", sum+".partial")
+	flags := os.O_RDWR | os.O_CREATE
+	if !resume {
+		flags |= os.O_TRUNC
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
+	if err != nil {
+		unlock()
+		return nil, err
+	}
+	p := &Partial{store: s, sum: sum, f: f, hash: newHashWriter(), unlock: unlock}
+	if resume {
+		n, err := io.Copy(p.hash, f)
+		if err != nil {
+			p.Abort()
+			return nil, err
+		}
+		p.size = n
+	}
+	return p, nil
+}
+
+// Size is how many bytes are already written (the offset to resume from).
+func (p *Partial) Size() int64 { return p.size }
+
+// Reset drops the bytes written so far (a server that ignored a range request).
+func (p *Partial) Reset() error {
+	if err := p.f.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := p.f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	p.hash = newHashWriter()
+	p.size = 0
+	return nil
+}
+
+func (p *Partial) Write(b []byte) (int, error) {
+	n, err := p.f.Write(b)
+	p.hash.Write(b[:n])
+	p.size += int64(n)
+	return n, err
+}
+
+// Commit verifies the hash and publishes the entry. On mismatch the temp file is
+// removed and a *MismatchError returned.
+func (p *Partial) Commit() error {
+	if p.done {
+		return errors.New("store: partial already finished")
+	}
+	got := p.hash.Sum()
+	if got != p.sum {
+		p.Abort()
+		return &MismatchError{What: "download", Want: p.sum, Got: got}
+	}
+	if err := p.f.Sync(); err != nil {
+		p.Abort()
+		return err
+	}
+	if err := p.f.Close(); err != nil {
+		p.Abort()
+		return err
+	}
+	dst := p.store.BlobPath(p.sum)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		p.Abort()
+		return err
+	}
+	if err := os.Rename(p.f.Name(), dst); err != nil {
+		p.Abort()
+		return err
+	}
+	p.done = true
+	syncDir(filepath.Dir(dst))
+	p.unlock()
+	return nil
+}
+
+// Abort drops the temp file; safe to call after Commit.
+func (p *Partial) Abort() {
+	if p.done {
+		return
+	}
+	p.done = true
+	p.f.Close()
+	os.Remove(p.f.Name())
+	p.unlock()
+}
+
+// Keep closes the partial but leaves its bytes for a later resume.
+func (p *Partial) Keep() {
+	if p.done {
+		return
+	}
+	p.done = true
+	p.f.Sync()
+	p.f.Close()
+	p.unlock()
+}
+
+// Lock takes an exclusive advisory lock named name, waiting for other processes.
+func (s *Store) Lock(name string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(s.Root, "locks", name+".lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", f.Name(), err)
+	}
+	return func() {
+		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// HashFile returns the hex sha256 of a file.
+func HashFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+type hashWriter struct {
+	h interface {
+		io.Writer
+		Sum([]byte) []byte
+	}
+}
+
+func newHashWriter() hashWriter                  { return hashWriter{sha256.New()} }
+func (w hashWriter) Write(b []byte) (int, error) { return w.h.Write(b) }
+func (w hashWriter) Sum() string                 { return hex.EncodeToString(w.h.Sum(nil)) }
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(b []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(b)
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+// isBlobName reports whether a file name under blobs/ is a well-formed entry.
+func isBlobName(name string) bool { return sumRe.MatchString(name) && !strings.Contains(name, ".") }

@@ -123,7 +123,10 @@ func (c *Client) LoadIndex(ctx context.Context, r Repo) (*Index, error) {
 	}
 	idx := &Index{Repo: r, InReleaseSHA256: hex.EncodeToString(sum[:]), Date: rel.Date}
 	for _, comp := range r.Components {
-		if len(rel.Components) > 0 && !contains(rel.Components, comp) {
+		// The security archive lists its components as "updates/main" while its
+		// index files stay under main/; accept the plain name as apt does.
+		listed := contains(rel.Components, comp) || contains(rel.Components, "updates/"+comp)
+		if len(rel.Components) > 0 && !listed {
 			return nil, fmt.Errorf("repository %q: component %q is not in %s; it has: %s",
 				r.Name, comp, irURL, strings.Join(rel.Components, ", "))
 		}
@@ -147,8 +150,26 @@ func (c *Client) now() time.Time {
 // preferring the smallest compression that InRelease lists.
 func (c *Client) loadComponent(ctx context.Context, r Repo, distURL string, rel *release, comp string) ([]Package, error) {
 	dir := comp + "/binary-" + r.Arch + "/"
+	forms := []string{"Packages.xz", "Packages.gz", "Packages"}
+	if c.Cache != nil {
+		// Any cached form will do; look before downloading anything, so a
+		// form the mirror lacks is not asked for again on every load.
+		for _, name := range forms {
+			ref, ok := rel.Files[dir+name]
+			if !ok {
+				continue
+			}
+			data, err := c.fromCache(ref)
+			if err == nil {
+				return parseCompressed(data, name, r.Name, comp, rel.Files[dir+"Packages"])
+			}
+			if !errors.Is(err, fs.ErrNotExist) {
+				return nil, err
+			}
+		}
+	}
 	var tried []string
-	for _, name := range []string{"Packages.xz", "Packages.gz", "Packages"} {
+	for _, name := range forms {
 		ref, ok := rel.Files[dir+name]
 		if !ok {
 			continue
@@ -174,20 +195,14 @@ func (c *Client) loadComponent(ctx context.Context, r Repo, distURL string, rel 
 	return nil, fmt.Errorf("component %q: InRelease lists no Packages index for architecture %q", comp, r.Arch)
 }
 
-var errNotFound = errors.New("not found on the server")
+var (
+	errNotFound = errors.New("not found on the server")
+	errTooLarge = errors.New("response larger than expected")
+)
 
-// fetchIndexFile returns the verified bytes of one index file, from Cache
-// when it has them.
+// fetchIndexFile downloads one index file, verifies it against InRelease
+// and stores it in Cache.
 func (c *Client) fetchIndexFile(ctx context.Context, distURL, dir, name string, ref fileRef, byHash bool) ([]byte, error) {
-	if c.Cache != nil {
-		data, err := c.fromCache(ref)
-		if err == nil {
-			return data, nil
-		}
-		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, err
-		}
-	}
 	url := distURL + "/" + dir + name
 	if byHash {
 		// by-hash names stay valid while the mirror swaps in a newer index,
@@ -195,6 +210,9 @@ func (c *Client) fetchIndexFile(ctx context.Context, distURL, dir, name string, 
 		url = distURL + "/" + dir + "by-hash/SHA256/" + ref.SHA256
 	}
 	data, err := c.get(ctx, url, ref.Size)
+	if errors.Is(err, errTooLarge) {
+		return nil, fmt.Errorf("%s does not match InRelease: expected sha256 %s (%d bytes), got a larger file", url, ref.SHA256, ref.Size)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -254,7 +272,7 @@ func (c *Client) get(ctx context.Context, url string, limit int64) ([]byte, erro
 		return nil, fmt.Errorf("fetching %s: %w", url, err)
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("fetching %s: response larger than the expected %d bytes", url, limit)
+		return nil, fmt.Errorf("fetching %s: %w (limit %d bytes)", url, errTooLarge, limit)
 	}
 	return data, nil
 }

@@ -1,0 +1,159 @@
+package lock
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/peerboot/peerboot/apt"
+	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/store"
+)
+
+const testRecipe = `
+name = "t"
+[[repo]]
+suite = "bookworm"
+components = ["main"]
+keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+mirror = "system"
+[kernel]
+source = { deb = "linux-source-6.1" }
+[driver]
+version = "535.261.03"
+source = { deb = "nvidia-open-kernel-source", version = "535.261.03-1" }
+[userspace]
+packages = ["libcuda1=535.261.03-1"]
+exclude = [{ package = "nvidia-alternative", reason = "glue" }]
+`
+
+func loadRecipe(t *testing.T, text string) *recipe.Resolved {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "t.toml")
+	os.WriteFile(p, []byte(text), 0o644)
+	r, err := recipe.Load(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func pkg(name, ver, deps string) apt.Package {
+	return apt.Package{Name: name, Version: ver, Architecture: "amd64", Repo: "bookworm", Component: "main",
+		Filename: "pool/main/" + name + "_" + ver + ".deb", Size: 100, SHA256: strings.Repeat("a", 63) + string('0'+rune(len(name)%10)), Depends: deps}
+}
+
+func fixture() []*apt.Index {
+	return []*apt.Index{{Repo: apt.Repo{Name: "bookworm"}, Packages: []apt.Package{
+		pkg("linux-source-6.1", "6.1.170-3", ""),
+		pkg("linux-source-6.1", "6.1.192-3", ""),
+		pkg("nvidia-open-kernel-source", "535.261.03-1", "debhelper"),
+		pkg("systemd-boot-efi", "252.39-1", ""),
+		pkg("libcuda1", "535.261.03-1", "nvidia-alternative (= 535.261.03-1), libc6 (>= 2.34)"),
+		pkg("libcuda1", "535.247.01-1", "libc6"),
+		pkg("nvidia-alternative", "535.261.03-1", "dpkg"),
+		pkg("libc6", "2.36-9", ""),
+	}}}
+}
+
+func TestPinIsDeterministicAndFollowsTheRecipe(t *testing.T) {
+	r := loadRecipe(t, testRecipe)
+	a, err := Pin(r, fixture())
+	if err != nil {
+		t.Fatal(err)
+	}
+	shuffled := fixture()
+	p := shuffled[0].Packages
+	for i, j := 0, len(p)-1; i < j; i, j = i+1, j-1 {
+		p[i], p[j] = p[j], p[i]
+	}
+	b, err := Pin(r, shuffled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Encode(), b.Encode()) {
+		t.Fatalf("index order changed the lock:\n%s\n---\n%s", a.Encode(), b.Encode())
+	}
+	var got []string
+	for _, d := range a.Debs {
+		got = append(got, d.Role+":"+d.Package+"="+d.Version)
+	}
+	want := "kernel-source:linux-source-6.1=6.1.192-3 driver-source:nvidia-open-kernel-source=535.261.03-1 efi-stub:systemd-boot-efi=252.39-1 userspace:libc6=2.36-9 userspace:libcuda1=535.261.03-1"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("pins:\n got %s\nwant %s", strings.Join(got, " "), want)
+	}
+	// A source package is pinned alone: debhelper (absent from the index) is not pulled in.
+	if err := Check(r, a); err != nil {
+		t.Fatal(err)
+	}
+	r2 := loadRecipe(t, strings.Replace(testRecipe, `"libcuda1=535.261.03-1"`, `"libcuda1=535.247.01-1"`, 1))
+	if err := Check(r2, a); err == nil {
+		t.Fatal("a changed userspace request did not make the lock stale")
+	}
+}
+
+func TestMissingVersionNamesWhatExists(t *testing.T) {
+	_, err := Find(fixture(), apt.Request{Name: "linux-source-6.1", Version: "6.1.999-1"}, "amd64")
+	if err == nil || !strings.Contains(err.Error(), "available: 6.1.192-3, 6.1.170-3") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestReadRejectsBadPins(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"short-sum": "recipe = \"x\"\n[[deb]]\npackage = \"a\"\nfilename = \"pool/a.deb\"\nsha256 = \"abc\"\n",
+		"escape":    "recipe = \"x\"\n[[deb]]\npackage = \"a\"\nfilename = \"../../etc/passwd\"\nsha256 = \"" + strings.Repeat("a", 64) + "\"\n",
+		"unknown":   "recipe = \"x\"\nsurprise = 1\n",
+	} {
+		p := filepath.Join(dir, name+".lock")
+		os.WriteFile(p, []byte(body), 0o644)
+		if _, err := Read(p); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestInputsNameUnresolved(t *testing.T) {
+	r := loadRecipe(t, testRecipe)
+	ins, un, err := Inputs(r, nil, func(string) (string, error) { return "http://mirror.invalid/debian", nil })
+	if err != nil || len(ins) != 0 || len(un) != 4 {
+		t.Fatalf("without a lock: inputs %v, unresolved %v, err %v", ins, un, err)
+	}
+	f, _ := Pin(r, fixture())
+	ins, un, err = Inputs(r, f, func(string) (string, error) { return "http://mirror.invalid/debian/", nil })
+	if err != nil || len(un) != 0 || len(ins) != 5 || ins[0].URL != "http://mirror.invalid/debian/pool/main/linux-source-6.1_6.1.192-3.deb" {
+		t.Fatalf("with a lock: inputs %+v, unresolved %v, err %v", ins, un, err)
+	}
+}
+
+// Locking the real default recipe twice against the live archive gives the same bytes.
+func TestLockDefaultRecipeTwice(t *testing.T) {
+	if testing.Short() {
+		t.Skip("network test; runs in `make test`")
+	}
+	r, err := recipe.Load("../recipes/default.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := store.Open(t.TempDir())
+	rs := &Resolver{Client: &apt.Client{HTTP: http.DefaultClient, Cache: st}, AptDir: "/etc/apt"}
+	a, err := rs.Resolve(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rs.Resolve(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Encode(), b.Encode()) {
+		t.Fatal("two locks of the same recipe differ")
+	}
+	if len(a.Debs) < 8 {
+		t.Fatalf("suspiciously small closure: %d packages", len(a.Debs))
+	}
+}

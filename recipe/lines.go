@@ -3,13 +3,16 @@ package recipe
 import (
 	"bufio"
 	"bytes"
+	"sort"
 	"strconv"
 	"strings"
 )
 
 // lineIndex maps key paths ("repo[1].suite") to the line that defines them. The TOML
 // library keeps positions private, so we scan the text ourselves; it only has to be
-// right for error messages, and falls back to the nearest enclosing key.
+// right for error messages, and falls back to the nearest enclosing key. Elements of
+// arrays get their own entries ("driver.modules[2]", "userspace.exclude[1].reason")
+// when they start on a line of their own or inside a one-line array.
 type lineIndex map[string]int
 
 func indexLines(data []byte) lineIndex {
@@ -17,7 +20,7 @@ func indexLines(data []byte) lineIndex {
 	arrays := map[string]int{} // array-of-tables path -> count so far
 	table := ""
 	inMultiString := ""
-	depth := 0 // bracket depth of a multi-line value
+	var val valueScan // the value being read while it spans lines
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 64*1024), len(data)+1)
 	for n := 1; sc.Scan(); n++ {
@@ -28,8 +31,8 @@ func indexLines(data []byte) lineIndex {
 			}
 			continue
 		}
-		if depth > 0 {
-			depth += bracketDelta(line)
+		if val.depth > 0 {
+			val.scan(idx, line, n)
 			continue
 		}
 		switch {
@@ -46,7 +49,7 @@ func indexLines(data []byte) lineIndex {
 			table = withIndexes(name, arrays)
 			idx[table] = n
 		default:
-			key, value, ok := strings.Cut(line, "=")
+			key, value, ok := cutKey(line)
 			if !ok {
 				continue
 			}
@@ -58,22 +61,132 @@ func indexLines(data []byte) lineIndex {
 					inMultiString = q
 				}
 			}
-			if strings.HasPrefix(value, "{") {
-				indexInline(idx, path, value, n)
+			if inMultiString != "" {
+				continue
 			}
-			depth = bracketDelta(value)
+			val = valueScan{path: path}
+			val.scan(idx, value, n)
 		}
 	}
 	return idx
 }
 
-// indexInline records the keys of a one-line inline table, e.g. source = { deb = "x" }.
-func indexInline(idx lineIndex, path, value string, n int) {
-	body := strings.TrimSuffix(strings.TrimPrefix(stripComment(value), "{"), "}")
-	for _, part := range strings.Split(body, ",") {
-		if k, _, ok := strings.Cut(part, "="); ok {
-			idx[join(path, cleanKey(k))] = n
+// cutKey splits "key = value" at the first '=' outside a quoted key.
+func cutKey(line string) (key, value string, ok bool) {
+	inQuote := byte(0)
+	for i := 0; i < len(line); i++ {
+		c := line[i]
+		switch {
+		case inQuote != 0 && c == '\\' && inQuote == '"':
+			i++
+		case inQuote != 0 && c == inQuote:
+			inQuote = 0
+		case inQuote == 0 && (c == '"' || c == '\''):
+			inQuote = c
+		case inQuote == 0 && c == '=':
+			return line[:i], line[i+1:], true
 		}
+	}
+	return "", "", false
+}
+
+// valueScan follows one value over its lines: it counts brackets to find where the
+// value ends, and records the line of each array element ("path[i]") and the keys of
+// inline tables ("path.key", "path[i].key").
+type valueScan struct {
+	path    string
+	depth   int  // bracket depth after the text read so far
+	isArray bool // the value is an array, not an inline table
+	count   int  // array elements seen
+	expect  bool // the next value character at depth 1 starts an element
+}
+
+func (v *valueScan) scan(idx lineIndex, text string, n int) {
+	s := stripComment(text)
+	inQuote := byte(0)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if inQuote != 0 {
+			switch {
+			case c == '\\' && inQuote == '"':
+				i++
+			case c == inQuote:
+				inQuote = 0
+			}
+			continue
+		}
+		if v.isArray && v.depth == 1 && v.expect && c != ' ' && c != '\t' && c != ',' && c != ']' {
+			elem := v.path + "[" + strconv.Itoa(v.count) + "]"
+			v.count++
+			v.expect = false
+			idx[elem] = n
+			if c == '{' {
+				indexInline(idx, elem, s[i:], n)
+			}
+		}
+		switch c {
+		case '"', '\'':
+			inQuote = c
+		case '[', '{':
+			if v.depth == 0 {
+				v.isArray = c == '['
+				v.expect = v.isArray
+				if c == '{' {
+					indexInline(idx, v.path, s[i:], n)
+				}
+			}
+			v.depth++
+		case ']', '}':
+			if v.depth > 0 {
+				v.depth--
+			}
+		case ',':
+			if v.depth == 1 {
+				v.expect = true
+			}
+		}
+	}
+}
+
+// indexInline records the top-level keys of a one-line inline table, e.g.
+// source = { deb = "x" }; value starts at its '{'.
+func indexInline(idx lineIndex, path, value string, n int) {
+	depth, inQuote, start := 0, byte(0), 1
+	for i := 0; i < len(value); i++ {
+		c := value[i]
+		if inQuote != 0 {
+			switch {
+			case c == '\\' && inQuote == '"':
+				i++
+			case c == inQuote:
+				inQuote = 0
+			}
+			continue
+		}
+		switch c {
+		case '"', '\'':
+			inQuote = c
+		case '[', '{':
+			depth++
+		case ']', '}':
+			depth--
+			if depth == 0 {
+				indexInlinePart(idx, path, value[start:i], n)
+				return
+			}
+		case ',':
+			if depth == 1 {
+				indexInlinePart(idx, path, value[start:i], n)
+				start = i + 1
+			}
+		}
+	}
+	indexInlinePart(idx, path, value[start:], n)
+}
+
+func indexInlinePart(idx lineIndex, path, part string, n int) {
+	if k, _, ok := cutKey(part); ok && strings.TrimSpace(k) != "" {
+		idx[join(path, cleanKey(k))] = n
 	}
 }
 
@@ -103,12 +216,33 @@ func lastSegment(path string) string {
 	return path
 }
 
+// cleanKey turns a TOML key as written (`a . "b.c"`) into a key path (`a.b.c`): the
+// segments unquoted and joined with dots, as toml.Key's String does.
 func cleanKey(k string) string {
-	parts := strings.Split(strings.TrimSpace(k), ".")
-	for i, p := range parts {
-		parts[i] = strings.Trim(strings.TrimSpace(p), `"'`)
+	var parts []string
+	var cur strings.Builder
+	inQuote := byte(0)
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch {
+		case inQuote == '"' && c == '\\' && i+1 < len(k):
+			i++
+			cur.WriteByte(k[i])
+		case inQuote != 0 && c == inQuote:
+			inQuote = 0
+		case inQuote != 0:
+			cur.WriteByte(c)
+		case c == '"' || c == '\'':
+			inQuote = c
+		case c == '.':
+			parts = append(parts, cur.String())
+			cur.Reset()
+		case c == ' ' || c == '\t':
+		default:
+			cur.WriteByte(c)
+		}
 	}
-	return strings.Join(parts, ".")
+	return strings.Join(append(parts, cur.String()), ".")
 }
 
 func stripComment(s string) string {
@@ -127,31 +261,6 @@ func stripComment(s string) string {
 		}
 	}
 	return s
-}
-
-func bracketDelta(s string) int {
-	s = stripComment(s)
-	d := 0
-	inQuote := byte(0)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case inQuote != 0 && c == '\\' && inQuote == '"':
-			i++
-		case inQuote != 0 && c == inQuote:
-			inQuote = 0
-		case inQuote == 0 && (c == '"' || c == '\''):
-			inQuote = c
-		case inQuote == 0 && (c == '[' || c == '{'):
-			d++
-		case inQuote == 0 && (c == ']' || c == '}'):
-			d--
-		}
-	}
-	if d < 0 {
-		return 0
-	}
-	return d
 }
 
 func join(a, b string) string {
@@ -180,4 +289,61 @@ func (idx lineIndex) line(path string) int {
 		}
 	}
 	return 0
+}
+
+// lineUnindexed finds a path written without array indexes ("repo.foo", as toml.Key
+// has it) among the array-of-tables elements: the nth match in file order. It returns
+// the line and the path with its indexes ("repo[1].foo") where it found one.
+func (idx lineIndex) lineUnindexed(path string, nth int) (int, string) {
+	if n, ok := idx[path]; ok {
+		return n, path
+	}
+	var matches []string
+	for k := range idx {
+		if stripIndexes(k) == path {
+			matches = append(matches, k)
+		}
+	}
+	sort.Slice(matches, func(i, j int) bool {
+		if idx[matches[i]] != idx[matches[j]] {
+			return idx[matches[i]] < idx[matches[j]]
+		}
+		return matches[i] < matches[j]
+	})
+	if nth < len(matches) {
+		return idx[matches[nth]], matches[nth]
+	}
+	return idx.line(path), path
+}
+
+// stripIndexes turns "repo[1].suite" into "repo.suite".
+func stripIndexes(path string) string {
+	if !strings.Contains(path, "[") {
+		return path
+	}
+	var b strings.Builder
+	depth := 0
+	for i := 0; i < len(path); i++ {
+		switch c := path[i]; {
+		case c == '[':
+			depth++
+		case c == ']':
+			depth--
+		case depth == 0:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
+}
+
+// lineText is line n (from 1) of data, or "".
+func lineText(data []byte, n int) string {
+	for i := 1; len(data) > 0; i++ {
+		line, rest, _ := bytes.Cut(data, []byte("\n"))
+		if i == n {
+			return string(line)
+		}
+		data = rest
+	}
+	return ""
 }

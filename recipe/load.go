@@ -80,6 +80,24 @@ type layer struct {
 
 // Load reads a recipe, merges its includes over the defaults, validates it and
 // computes its digest. Problems come back as Errors naming file:line and key.
+//
+// Override rules. The layers, lowest first, are the built-in defaults, then each
+// file in include (in the order listed, each preceded by its own includes, paths
+// relative to the including file), then the recipe itself; Files lists them in
+// that order. A higher layer wins over a lower one, so:
+//   - the including file wins over everything it includes;
+//   - a later include wins over an earlier one;
+//   - tables merge key by key (a layer that sets platform.gpus keeps the lower
+//     layers' platform.sockets), maps such as env and driver.params included;
+//   - arrays, arrays of tables ([[repo]], userspace.exclude) and scalars are
+//     replaced whole: a recipe that lists one [[repo]] has exactly that one;
+//   - kernel.source, driver.source and outputs.efi_stub are replaced whole: a url
+//     source laid over a deb source does not keep its deb or version keys.
+//
+// An include cycle, or an include that cannot be read, is an error at the include
+// line. A syntax, type or unknown-key error is reported at the file and line it is
+// in, included or not; a validation error is reported where the offending key was
+// last set, or, for a key no layer sets, in the recipe asked for.
 func Load(path string) (*Resolved, error) {
 	layers := []layer{}
 	defaults, err := parseLayer(defaultsFile, defaultsTOML)
@@ -87,7 +105,7 @@ func Load(path string) (*Resolved, error) {
 		return nil, fmt.Errorf("built-in defaults: %w", err)
 	}
 	layers = append(layers, defaults)
-	if err := collect(path, nil, &layers); err != nil {
+	if err := collect(path, nil, 0, &layers); err != nil {
 		return nil, err
 	}
 	r := &Resolved{Path: path, origin: map[string]string{}, lines: map[string]lineIndex{}}
@@ -125,19 +143,27 @@ func Load(path string) (*Resolved, error) {
 }
 
 // collect appends path's includes (depth first, in order) and then path itself.
-func collect(path string, stack []string, layers *[]layer) error {
+// stack holds the including files, the last one naming path at line incLine.
+func collect(path string, stack []string, incLine int, layers *[]layer) error {
+	incErr := func(format string, args ...any) error {
+		return &Error{File: stack[len(stack)-1], Line: incLine, Key: "include", Msg: fmt.Sprintf(format, args...)}
+	}
 	for _, p := range stack {
 		if p == path {
-			return &Error{File: stack[len(stack)-1], Key: "include", Msg: "include cycle: " + strings.Join(append(stack, path), " -> ")}
+			return incErr("include cycle: %s", strings.Join(append(stack, path), " -> "))
 		}
 	}
 	if len(stack) >= maxIncludeDepth {
-		return &Error{File: path, Key: "include", Msg: fmt.Sprintf("includes nested deeper than %d", maxIncludeDepth)}
+		return incErr("includes nested deeper than %d", maxIncludeDepth)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		if len(stack) > 0 {
-			return &Error{File: stack[len(stack)-1], Key: "include", Msg: fmt.Sprintf("cannot read %s: %v", path, errors.Unwrap(err))}
+			var pe *os.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return incErr("cannot read %s: %v", path, err)
 		}
 		return fmt.Errorf("reading recipe: %w", err)
 	}
@@ -149,11 +175,12 @@ func collect(path string, stack []string, layers *[]layer) error {
 	if err != nil {
 		return err
 	}
-	for _, inc := range includes {
+	for i, inc := range includes {
+		line := l.lines.line(fmt.Sprintf("include[%d]", i))
 		if filepath.IsAbs(inc) {
-			return &Error{File: path, Line: l.lines.line("include"), Key: "include", Msg: fmt.Sprintf("want a path relative to the recipe, got %q", inc)}
+			return &Error{File: path, Line: line, Key: "include", Msg: fmt.Sprintf("want a path relative to the recipe, got %q", inc)}
 		}
-		if err := collect(filepath.Join(filepath.Dir(path), inc), append(stack, path), layers); err != nil {
+		if err := collect(filepath.Join(filepath.Dir(path), inc), append(stack[:len(stack):len(stack)], path), line, layers); err != nil {
 			return err
 		}
 	}
@@ -185,19 +212,22 @@ func parseLayer(file string, data []byte) (layer, error) {
 	var typed Recipe
 	md, err := toml.Decode(string(data), &typed)
 	if err != nil {
-		return l, tomlError(file, l.lines, err)
+		return l, tomlError(file, data, l.lines, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		var errs Errors
+		seen := map[string]int{}
 		for _, k := range und {
 			path := keyPath(k)
-			errs = append(errs, &Error{File: file, Line: l.lines.line(path), Key: path, Msg: "unknown key" + suggestion(path)})
+			line, at := l.lines.lineUnindexed(path, seen[path])
+			seen[path]++
+			errs = append(errs, &Error{File: file, Line: line, Key: at, Msg: "unknown key" + suggestion(path)})
 		}
 		sortErrors(errs)
 		return l, errs
 	}
 	if _, err := toml.Decode(string(data), &l.data); err != nil {
-		return l, tomlError(file, l.lines, err)
+		return l, tomlError(file, data, l.lines, err)
 	}
 	return l, nil
 }
@@ -211,10 +241,22 @@ var (
 	badTypeRe = regexp.MustCompile(`incompatible types: TOML value has type (\S+); destination has type (\S+)`)
 )
 
-func tomlError(file string, lines lineIndex, err error) error {
+func tomlError(file string, data []byte, lines lineIndex, err error) error {
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
-		return &Error{File: file, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message}
+		// The library counts a newline that ends a bad line as part of the next line;
+		// the byte offset is exact.
+		line := pe.Position.Line
+		if s := pe.Position.Start; s >= 0 && s <= len(data) {
+			line = 1 + bytes.Count(data[:s], []byte("\n"))
+		}
+		// LastKey is the key parsed before the error. When the error is in a table
+		// header that key belongs to another table and would mislead.
+		key := pe.LastKey
+		if text := lineText(data, line); strings.HasPrefix(strings.TrimSpace(text), "[") {
+			key = ""
+		}
+		return &Error{File: file, Line: line, Key: key, Msg: pe.Message}
 	}
 	if m := libErrRe.FindStringSubmatch(err.Error()); m != nil {
 		line, _ := strconv.Atoi(m[1])

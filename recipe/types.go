@@ -5,9 +5,9 @@ package recipe
 // Recipe is one platform's image description. Field docs are the recipe reference;
 // README.md's "Recipe reference" mirrors them.
 type Recipe struct {
-	Name            string   `toml:"name"`        // image name; default: the file name without .toml
-	Description     string   `toml:"description"` // free text
-	Include         []string `toml:"include"`     // files merged underneath this one, relative to it
+	Name            string   `toml:"name"`              // image name; default: the file name without .toml
+	Description     string   `toml:"description"`       // free text
+	Include         []string `toml:"include"`           // files merged underneath this one, relative to it
 	SourceDateEpoch int64    `toml:"source_date_epoch"` // the build clock; 0: derived from the newest input
 
 	Platform  Platform          `toml:"platform"`
@@ -88,14 +88,14 @@ type Exclude struct {
 
 // Selftest sets what the boot-time P2P self-test measures and what counts as a pass.
 type Selftest struct {
-	Verify        bool                 `toml:"verify"`          // check copied data on the GPU
-	CopySize      Size                 `toml:"copy_size"`       // bytes per timed peer copy
-	NCCLMin       Size                 `toml:"nccl_min"`        // smallest all-reduce size
-	NCCLMax       Size                 `toml:"nccl_max"`        // largest all-reduce size
-	MinBusbwGBps  float64              `toml:"min_busbw_gbps"`  // NCCL bus bandwidth at nccl_max
-	RequireP2P    bool                 `toml:"require_p2p"`     // NCCL must use the P2P transport
-	Deadlines     Deadlines            `toml:"deadlines"`
-	Thresholds    map[string]Threshold `toml:"thresholds"` // by topology class: PIX PXB PHB NODE SYS
+	Verify       bool                 `toml:"verify"`         // check copied data on the GPU
+	CopySize     Size                 `toml:"copy_size"`      // bytes per timed peer copy
+	NCCLMin      Size                 `toml:"nccl_min"`       // smallest all-reduce size
+	NCCLMax      Size                 `toml:"nccl_max"`       // largest all-reduce size
+	MinBusbwGBps float64              `toml:"min_busbw_gbps"` // NCCL bus bandwidth at nccl_max
+	RequireP2P   bool                 `toml:"require_p2p"`    // NCCL must use the P2P transport
+	Deadlines    Deadlines            `toml:"deadlines"`
+	Thresholds   map[string]Threshold `toml:"thresholds"` // by topology class: PIX PXB PHB NODE SYS
 }
 
 // Deadlines bound every self-test phase so a hang becomes a verdict, not a frozen box.

@@ -78,6 +78,9 @@ func validate(r *Recipe) Errors {
 	if !nameRe.MatchString(r.Name) {
 		c.add("name", "want lower-case letters, digits, '.', '_', '-', got %q", r.Name)
 	}
+	if r.SourceDateEpoch < 0 {
+		c.add("source_date_epoch", "want seconds since 1970 (0: derived from the inputs), got %d", r.SourceDateEpoch)
+	}
 	c.platform(&r.Platform)
 	c.repos(r.Repos)
 	c.source("kernel.source", r.Kernel.Source, len(r.Repos) > 0)
@@ -327,7 +330,7 @@ func (c *checker) selftest(s *Selftest) {
 	if s.NCCLMin > s.NCCLMax {
 		c.add("selftest.nccl_min", "want at most selftest.nccl_max (%s), got %s", s.NCCLMax, s.NCCLMin)
 	}
-	if s.MinBusbwGBps < 0 || s.MinBusbwGBps > 10000 {
+	if !(s.MinBusbwGBps >= 0 && s.MinBusbwGBps <= 10000) { // NaN fails too
 		c.add("selftest.min_busbw_gbps", "want 0..10000, got %g", s.MinBusbwGBps)
 	}
 	d := s.Deadlines
@@ -349,10 +352,10 @@ func (c *checker) selftest(s *Selftest) {
 		key := "selftest.thresholds." + class
 		c.oneOf(key, class, TopologyClasses...)
 		t := s.Thresholds[class]
-		if t.UnidirGBps < 0 || t.UnidirGBps > 1000 {
+		if !(t.UnidirGBps >= 0 && t.UnidirGBps <= 1000) {
 			c.add(key+".min_unidir_gbps", "want 0..1000 GB/s, got %g", t.UnidirGBps)
 		}
-		if t.BidirGBps < 0 || t.BidirGBps > 2000 {
+		if !(t.BidirGBps >= 0 && t.BidirGBps <= 2000) {
 			c.add(key+".min_bidir_gbps", "want 0..2000 GB/s, got %g", t.BidirGBps)
 		}
 	}

@@ -1,0 +1,238 @@
+// Package patch applies git format-patch files to a source tree in pure Go. Hunks
+// may have moved (they are found at an offset, as `patch` and `git apply` do) but
+// must match exactly: no fuzz, so a patch never lands in the wrong place silently.
+package patch
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/bluekeyes/go-gitdiff/gitdiff"
+)
+
+// Header is a patch's mail header: what it does and why.
+type Header struct {
+	Subject string
+	Body    string
+}
+
+// Result says what a patch did.
+type Result struct {
+	Files   []string // paths touched, relative to the tree
+	Offsets []string // hunks applied away from their recorded line, for the log
+}
+
+// Error is a patch that does not apply, located at file and hunk.
+type Error struct {
+	Patch string
+	File  string
+	Hunk  int    // 1-based; 0 when the problem is not a hunk
+	Range string // the hunk's @@ header
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	if e.Hunk == 0 {
+		return fmt.Sprintf("patch %s: %s: %s", e.Patch, e.File, e.Msg)
+	}
+	return fmt.Sprintf("patch %s: %s: hunk %d (%s) %s", e.Patch, e.File, e.Hunk, e.Range, e.Msg)
+}
+
+// ParseHeader reads the Subject and body of a format-patch file.
+func ParseHeader(data []byte) (Header, error) {
+	_, preamble, err := gitdiff.Parse(bytes.NewReader(data))
+	if err != nil {
+		return Header{}, err
+	}
+	h, err := gitdiff.ParsePatchHeader(preamble)
+	if err != nil {
+		return Header{}, err
+	}
+	return Header{Subject: h.Title, Body: h.Body}, nil
+}
+
+// Check parses a patch without applying it (fuzzed: outside bytes).
+func Check(data []byte) error {
+	files, _, err := gitdiff.Parse(bytes.NewReader(data))
+	if err != nil {
+		return err
+	}
+	if len(files) == 0 {
+		return errors.New("no file changes in patch")
+	}
+	return nil
+}
+
+// Apply applies the patch named name (data) under dir. Every file is patched in
+// memory first; nothing is written unless every hunk of every file applies.
+func Apply(dir, name string, data []byte) (*Result, error) {
+	files, _, err := gitdiff.Parse(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("patch %s: %w", name, err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("patch %s: no file changes in it", name)
+	}
+	type write struct {
+		path   string
+		data   []byte
+		mode   os.FileMode
+		delete bool
+	}
+	var writes []write
+	res := &Result{}
+	for _, f := range files {
+		target := f.NewName
+		if f.IsDelete {
+			target = f.OldName
+		}
+		if f.IsBinary {
+			return nil, &Error{Patch: name, File: target, Msg: "binary patches are not supported"}
+		}
+		if !safePath(target) || (f.OldName != "" && !safePath(f.OldName)) {
+			return nil, &Error{Patch: name, File: target, Msg: "path leaves the source tree"}
+		}
+		var old []byte
+		mode := os.FileMode(0o644)
+		if !f.IsNew {
+			p := filepath.Join(dir, f.OldName)
+			info, err := os.Stat(p)
+			if err != nil {
+				return nil, &Error{Patch: name, File: f.OldName, Msg: "file to patch does not exist"}
+			}
+			mode = info.Mode().Perm()
+			if old, err = os.ReadFile(p); err != nil {
+				return nil, err
+			}
+		} else if _, err := os.Stat(filepath.Join(dir, f.NewName)); err == nil {
+			return nil, &Error{Patch: name, File: f.NewName, Msg: "patch creates a file that already exists"}
+		}
+		if f.NewMode != 0 {
+			mode = f.NewMode.Perm()
+		}
+		out, offsets, err := applyFile(old, f, name, target)
+		if err != nil {
+			return nil, err
+		}
+		res.Offsets = append(res.Offsets, offsets...)
+		res.Files = append(res.Files, target)
+		if f.IsRename && f.OldName != f.NewName {
+			writes = append(writes, write{path: f.OldName, delete: true})
+		}
+		writes = append(writes, write{path: target, data: out, mode: mode, delete: f.IsDelete})
+	}
+	for _, w := range writes {
+		p := filepath.Join(dir, w.path)
+		if w.delete {
+			if err := os.Remove(p); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(p, w.data, w.mode); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func safePath(p string) bool {
+	c := filepath.Clean(p)
+	return p != "" && !filepath.IsAbs(c) && c != ".." && !strings.HasPrefix(c, "../")
+}
+
+// applyFile applies every hunk of f to old, searching for each hunk's old lines at
+// its recorded position first, then at growing offsets after the previous hunk.
+func applyFile(old []byte, f *gitdiff.File, patchName, file string) ([]byte, []string, error) {
+	lines := splitLines(old)
+	var out []string
+	var offsets []string
+	pos := 0 // first line of lines not yet copied
+	for i, frag := range f.TextFragments {
+		var want, repl []string
+		for _, l := range frag.Lines {
+			switch l.Op {
+			case gitdiff.OpContext:
+				want = append(want, l.Line)
+				repl = append(repl, l.Line)
+			case gitdiff.OpDelete:
+				want = append(want, l.Line)
+			case gitdiff.OpAdd:
+				repl = append(repl, l.Line)
+			}
+		}
+		expected := int(frag.OldPosition) - 1
+		if frag.OldLines == 0 {
+			expected = int(frag.OldPosition) // pure insertion after line OldPosition
+		}
+		at := find(lines, want, expected, pos)
+		hunkErr := func(msg string) error {
+			return &Error{Patch: patchName, File: file, Hunk: i + 1,
+				Range: fmt.Sprintf("@@ -%d,%d +%d,%d @@", frag.OldPosition, frag.OldLines, frag.NewPosition, frag.NewLines), Msg: msg}
+		}
+		if at < 0 {
+			return nil, nil, hunkErr(fmt.Sprintf("does not apply: its %d old lines (first: %q) are not in the file", len(want), firstLine(want)))
+		}
+		if at != expected {
+			offsets = append(offsets, fmt.Sprintf("%s: hunk %d applied at offset %+d lines", file, i+1, at-expected))
+		}
+		out = append(out, lines[pos:at]...)
+		out = append(out, repl...)
+		pos = at + len(want)
+	}
+	out = append(out, lines[pos:]...)
+	return []byte(strings.Join(out, "")), offsets, nil
+}
+
+func firstLine(ls []string) string {
+	if len(ls) == 0 {
+		return ""
+	}
+	return strings.TrimRight(ls[0], "\n")
+}
+
+// find returns where want occurs in lines at or after min, nearest to expected.
+func find(lines, want []string, expected, min int) int {
+	matches := func(at int) bool {
+		if at < min || at+len(want) > len(lines) {
+			return false
+		}
+		for j, w := range want {
+			if lines[at+j] != w {
+				return false
+			}
+		}
+		return true
+	}
+	for d := 0; d <= len(lines); d++ {
+		if matches(expected + d) {
+			return expected + d
+		}
+		if d > 0 && matches(expected-d) {
+			return expected - d
+		}
+	}
+	return -1
+}
+
+// splitLines keeps each line's newline so the file's bytes round-trip exactly.
+func splitLines(b []byte) []string {
+	var out []string
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			out = append(out, string(b))
+			break
+		}
+		out = append(out, string(b[:i+1]))
+		b = b[i+1:]
+	}
+	return out
+}

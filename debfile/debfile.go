@@ -24,9 +24,10 @@ const maxMember = 64 << 30
 
 // Member is one file of the ar archive.
 type Member struct {
-	Name string
-	Size int64
-	r    io.Reader
+	Name    string
+	Size    int64
+	ModTime int64 // seconds since the epoch, from the ar header
+	r       io.Reader
 }
 
 // Reader walks a .deb's ar members.
@@ -71,8 +72,9 @@ func (d *Reader) Next() (*Member, error) {
 	if err != nil || size < 0 || size > maxMember {
 		return nil, fmt.Errorf("ar: member %q: bad size %q", name, strings.TrimSpace(string(hdr[48:58])))
 	}
+	mtime, _ := strconv.ParseInt(strings.TrimSpace(string(hdr[16:28])), 10, 64)
 	d.left, d.pad = size, size%2 == 1
-	return &Member{Name: name, Size: size, r: &memberReader{d}}, nil
+	return &Member{Name: name, Size: size, ModTime: mtime, r: &memberReader{d}}, nil
 }
 
 type memberReader struct{ d *Reader }
@@ -119,6 +121,27 @@ func Decompress(name string, r io.Reader) (io.ReadCloser, error) {
 		return io.NopCloser(r), nil
 	}
 	return nil, fmt.Errorf("%s: unsupported compression", name)
+}
+
+// DataTime is the modification time dpkg-deb gave the data.tar member: the
+// package's build date (clamped to its SOURCE_DATE_EPOCH), read from headers only.
+func DataTime(r io.Reader) (int64, error) {
+	d, err := NewReader(r)
+	if err != nil {
+		return 0, err
+	}
+	for {
+		m, err := d.Next()
+		if err != nil {
+			if err == io.EOF {
+				return 0, fmt.Errorf("no data.tar member in the .deb")
+			}
+			return 0, err
+		}
+		if strings.HasPrefix(m.Name, "data.tar") {
+			return m.ModTime, nil
+		}
+	}
 }
 
 // Data opens the package's data.tar.* and calls fn for each tar entry.

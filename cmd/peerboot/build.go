@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/peerboot/peerboot/build"
+	"github.com/peerboot/peerboot/exitcode"
+)
+
+func buildCmd(g *globals) *cobra.Command {
+	var until string
+	var jobs int
+	var keep bool
+	cmd := &cobra.Command{
+		Use:   "build [RECIPE]",
+		Short: "Build the recipe's stages in order, reusing every stage output the store has",
+		Long: `build runs the pipeline (kernel, driver, rootfs, initramfs, image, sign) from the
+lock file's pins; it reads no network (run ` + "`peerboot fetch`" + ` first). A stage whose action key
+the store already holds is skipped. --stage stops after the named stage.`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := loadRecipe(recipeArg(args))
+			if err != nil {
+				return err
+			}
+			ins, un, err := g.pinnedInputs(r, true)
+			if err != nil {
+				return err
+			}
+			st, err := g.openStore()
+			if err != nil {
+				return err
+			}
+			for _, in := range ins {
+				if in.Kind != "git" && !st.HasBlob(in.SHA256) {
+					return exitcode.Tag(exitcode.Stale, fmt.Errorf("input %s is not in the store: run `peerboot fetch %s`", in.Name, r.Path))
+				}
+			}
+			p, err := build.MakePlan(r, ins, un, st)
+			if err != nil {
+				return err
+			}
+			start := time.Now()
+			outs, err := build.Run(cmd.Context(), p, build.Options{Store: st, Inputs: ins, Until: until, Jobs: jobs, Log: cmd.ErrOrStderr(), Keep: keep})
+			for _, o := range outs {
+				state := "built"
+				if o.Cached {
+					state = "cached"
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%-9s %-6s %8s  %s\n", o.Stage, state, o.Duration.Round(100*time.Millisecond), o.Dir)
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "done in %s\n", time.Since(start).Round(100*time.Millisecond))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&until, "stage", "", "stop after this stage (default: the last implemented one)")
+	cmd.Flags().IntVarP(&jobs, "jobs", "j", runtime.NumCPU(), "parallel compile jobs")
+	cmd.Flags().BoolVar(&keep, "keep-scratch", false, "keep the scratch directory of each built stage")
+	return cmd
+}

@@ -1,0 +1,76 @@
+package kernel
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// CopyHeaders copies from a built kernel tree what out-of-tree modules need
+// (the content of a linux-headers package): the top Makefile, .config,
+// Module.symvers, System.map, include/, scripts/ (with its host tools), the x86
+// arch Makefiles and headers, objtool, and every Kconfig/Makefile/Kbuild file.
+func CopyHeaders(src, dst string) error {
+	whole := []string{"include", "scripts", "arch/x86/include", "tools/objtool/objtool",
+		"arch/x86/kernel/asm-offsets.s", "arch/x86/Makefile", "arch/x86/Makefile_32.cpu",
+		"Makefile", ".config", "Module.symvers", "System.map"}
+	for _, w := range whole {
+		p := filepath.Join(src, w)
+		if _, err := os.Lstat(p); err != nil {
+			continue // optional parts (objtool, Makefile_32.cpu) may be absent
+		}
+		if err := copyTree(p, filepath.Join(dst, w), func(string) bool { return true }); err != nil {
+			return err
+		}
+	}
+	// Build-system files everywhere, so `make M=...` finds every Kconfig it sources.
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		if d.IsDir() {
+			if rel == ".git" || rel == ".peerboot" || rel == "Documentation" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		name := d.Name()
+		if strings.HasPrefix(name, "Kconfig") || strings.HasPrefix(name, "Makefile") || name == "Kbuild" {
+			if _, err := os.Lstat(filepath.Join(dst, rel)); err == nil {
+				return nil
+			}
+			return copyFile(path, filepath.Join(dst, rel))
+		}
+		return nil
+	})
+}
+
+// copyTree copies files, directories and symlinks (as symlinks) from src to dst.
+func copyTree(src, dst string, keep func(rel string) bool) error {
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		target := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			link, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			os.MkdirAll(filepath.Dir(target), 0o755)
+			return os.Symlink(link, target)
+		case d.Type().IsRegular():
+			if !keep(rel) || strings.HasSuffix(rel, ".cmd") && strings.HasPrefix(filepath.Base(rel), ".") {
+				return nil // .*.cmd files record the scratch path of each build step
+			}
+			return copyFile(path, target)
+		}
+		return nil
+	})
+}

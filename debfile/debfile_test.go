@@ -3,43 +3,21 @@ package debfile
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"fmt"
 	"io"
 	"testing"
+
+	"github.com/peerboot/peerboot/debfile/debtest"
 )
 
-// buildDeb writes a minimal .deb in memory: the ar layout dpkg-deb produces.
 func buildDeb(t testing.TB, files map[string]string) []byte {
-	tarGz := func(fs map[string]string) []byte {
-		var buf bytes.Buffer
-		gz := gzip.NewWriter(&buf)
-		tw := tar.NewWriter(gz)
-		for _, name := range []string{"./control", "./usr/lib/libcuda.so.1", "./usr/share/doc/x"} {
-			body, ok := fs[name]
-			if !ok {
-				continue
-			}
-			tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg})
-			tw.Write([]byte(body))
-		}
-		tw.Close()
-		gz.Close()
-		return buf.Bytes()
-	}
-	var ar bytes.Buffer
-	ar.WriteString(arMagic)
-	add := func(name string, data []byte) {
-		fmt.Fprintf(&ar, "%-16s%-12d%-6d%-6d%-8s%-10d`\n", name, 0, 0, 0, "100644", len(data))
-		ar.Write(data)
-		if len(data)%2 == 1 {
-			ar.WriteByte('\n')
+	var entries []debtest.Entry
+	for _, name := range []string{"./usr/lib/libcuda.so.1", "./usr/share/doc/x"} {
+		if body, ok := files[name]; ok {
+			entries = append(entries, debtest.Entry{Name: name, Body: body})
 		}
 	}
-	add("debian-binary", []byte("2.0\n"))
-	add("control.tar.gz", tarGz(map[string]string{"./control": "Package: libcuda1\n"}))
-	add("data.tar.gz", tarGz(files))
-	return ar.Bytes()
+	return debtest.Build("libcuda1", entries)
 }
 
 func TestDataAndControl(t *testing.T) {

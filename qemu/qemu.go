@@ -1,0 +1,191 @@
+// Package qemu boots peerboot's outputs in QEMU (q35) the two ways nodes boot them:
+// UEFI from the GPT disk (OVMF) and PXE (iPXE over user-mode networking with QEMU's
+// built-in TFTP), streams the serial console, and hands back the console text.
+package qemu
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Mode is how the machine boots.
+type Mode string
+
+const (
+	UEFI Mode = "uefi"
+	PXE  Mode = "pxe"
+)
+
+// Firmware files from Debian's ovmf and ipxe-qemu packages.
+var (
+	OVMFCode = []string{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_CODE.fd"}
+	OVMFVars = map[string]string{
+		"/usr/share/OVMF/OVMF_CODE_4M.fd": "/usr/share/OVMF/OVMF_VARS_4M.fd",
+		"/usr/share/OVMF/OVMF_CODE.fd":    "/usr/share/OVMF/OVMF_VARS.fd",
+	}
+)
+
+// Options describe one boot.
+type Options struct {
+	Mode    Mode
+	Disk    string // raw GPT disk (UEFI); a private copy is booted, the file is untouched
+	PXEDir  string // directory served over TFTP, holding boot.ipxe (PXE)
+	Cmdline string // extra kernel arguments: for PXE only (UEFI's are in the UKI)
+	Memory  string // e.g. "2G"
+	Timeout time.Duration
+	WorkDir string    // private VARS and disk copy
+	Console io.Writer // every console byte, as it arrives
+	// Stop, if set, is called with each console line; returning true ends the boot
+	// early (the guest said all it has to say).
+	Stop func(line string) bool
+}
+
+// Result is what a boot produced.
+type Result struct {
+	Lines    []string
+	Duration time.Duration
+	TimedOut bool
+	DiskCopy string // the booted disk copy, with whatever the guest wrote to it
+}
+
+// Boot runs QEMU until the guest powers off, Stop says so, or the timeout.
+func Boot(ctx context.Context, opt Options) (*Result, error) {
+	args, diskCopy, err := commandLine(opt)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, opt.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = cmd.Stdout
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting qemu: %w", err)
+	}
+	res := &Result{DiskCopy: diskCopy}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64*1024), 16<<20)
+	stopped := false
+	for sc.Scan() {
+		line := strings.TrimRight(sc.Text(), "\r")
+		res.Lines = append(res.Lines, line)
+		if opt.Console != nil {
+			fmt.Fprintln(opt.Console, line)
+		}
+		if opt.Stop != nil && opt.Stop(line) {
+			stopped = true
+			cmd.Process.Kill()
+			break
+		}
+	}
+	io.Copy(io.Discard, out)
+	err = cmd.Wait()
+	res.Duration = time.Since(start)
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		res.TimedOut = true
+		return res, nil
+	}
+	if err != nil && !stopped {
+		return res, fmt.Errorf("qemu: %w (last lines: %s)", err, strings.Join(tail(res.Lines, 5), " | "))
+	}
+	return res, nil
+}
+
+func commandLine(opt Options) ([]string, string, error) {
+	if opt.Memory == "" {
+		opt.Memory = "2G"
+	}
+	args := []string{"-machine", "q35", "-m", opt.Memory, "-smp", "2", "-nographic", "-no-reboot",
+		"-serial", "stdio", "-monitor", "none"}
+	if kvmUsable() {
+		args = append(args, "-enable-kvm", "-cpu", "host")
+	} else {
+		args = append(args, "-cpu", "max")
+	}
+	diskCopy := ""
+	switch opt.Mode {
+	case UEFI:
+		code := firstExisting(OVMFCode)
+		if code == "" {
+			return nil, "", fmt.Errorf("OVMF firmware not found (%s): apt-get install ovmf", strings.Join(OVMFCode, ", "))
+		}
+		vars := filepath.Join(opt.WorkDir, "OVMF_VARS.fd")
+		if err := copyFile(OVMFVars[code], vars); err != nil {
+			return nil, "", fmt.Errorf("private OVMF VARS copy: %w", err)
+		}
+		diskCopy = filepath.Join(opt.WorkDir, "disk.img")
+		if err := copyFile(opt.Disk, diskCopy); err != nil {
+			return nil, "", fmt.Errorf("disk copy: %w", err)
+		}
+		args = append(args,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+code,
+			"-drive", "if=pflash,format=raw,unit=1,file="+vars,
+			"-drive", "if=virtio,format=raw,file="+diskCopy,
+			"-nic", "none")
+	case PXE:
+		if _, err := os.Stat(filepath.Join(opt.PXEDir, "boot.ipxe")); err != nil {
+			return nil, "", fmt.Errorf("no boot.ipxe in %s", opt.PXEDir)
+		}
+		// SeaBIOS runs the iPXE option ROM of the virtio NIC; slirp's DHCP names
+		// boot.ipxe and its TFTP serves the bundle.
+		args = append(args, "-boot", "n",
+			"-nic", "user,model=virtio-net-pci,tftp="+opt.PXEDir+",bootfile=boot.ipxe")
+	default:
+		return nil, "", fmt.Errorf("unknown boot mode %q (want uefi or pxe)", opt.Mode)
+	}
+	return args, diskCopy, nil
+}
+
+func kvmUsable() bool {
+	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
+func firstExisting(paths []string) string {
+	for _, p := range paths {
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func tail(lines []string, n int) []string {
+	if len(lines) > n {
+		return lines[len(lines)-n:]
+	}
+	return lines
+}

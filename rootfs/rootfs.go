@@ -1,0 +1,330 @@
+// Package rootfs is the rootfs stage: it lays the image's file tree out of the
+// pinned userspace .debs (no maintainer scripts), the kernel and driver modules,
+// the overlay, generated configuration, and peerboot's own init and self-test.
+package rootfs
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/peerboot/peerboot/debfile"
+)
+
+// Version is the rootfs stage's version: bump it when this code changes its output.
+const Version = 1
+
+// NVIDIALibDir is where Debian's NVIDIA packages put their libraries; the
+// alternatives that maintainer scripts would set up are replaced by a linker path
+// and soname links in the multiarch directory.
+const NVIDIALibDir = "usr/lib/x86_64-linux-gnu/nvidia/current"
+
+// Options is everything the rootfs stage reads.
+type Options struct {
+	Debs          []string          // userspace .deb files, in lock order
+	KernelModules string            // the kernel stage's lib/modules/<release> directory
+	Release       string            // kernel release
+	DriverModules []string          // nvidia .ko files
+	DriverVersion string            // libcuda must be this exact version
+	Overlay       fs.FS             // static files laid over everything (rooted at the image root)
+	Files         map[string][]byte // generated files (image path -> bytes), laid last
+	Executables   map[string]string // image path -> host file (init, p2pcheck), mode 0755
+}
+
+// Build writes the tree into root, which must be empty.
+func Build(ctx context.Context, opt Options, root string) error {
+	// 1. usr-merge: /bin, /sbin, /lib, /lib64 are links into /usr, as on Debian today.
+	for _, d := range []string{"usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "etc", "proc", "sys", "dev", "run", "tmp", "root", "var/tmp"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return err
+		}
+	}
+	for _, l := range []string{"bin", "sbin", "lib", "lib64"} {
+		if err := os.Symlink("usr/"+l, filepath.Join(root, l)); err != nil {
+			return err
+		}
+	}
+	// 2. Packages, in lock order.
+	for _, deb := range opt.Debs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := extractDeb(deb, root); err != nil {
+			return fmt.Errorf("%s: %w", filepath.Base(deb), err)
+		}
+	}
+	// 3. The NVIDIA libraries reach the linker without alternatives.
+	if err := linkNVIDIA(root); err != nil {
+		return err
+	}
+	if opt.DriverVersion != "" {
+		if err := checkLibcudaVersion(root, opt.DriverVersion); err != nil {
+			return err
+		}
+	}
+	// 4. Modules: the kernel's tree plus the driver's, and modules.dep.
+	modDir := filepath.Join(root, "usr/lib/modules", opt.Release)
+	if opt.KernelModules != "" {
+		if err := copyTree(opt.KernelModules, modDir); err != nil {
+			return fmt.Errorf("kernel modules: %w", err)
+		}
+	}
+	for _, ko := range opt.DriverModules {
+		if err := copyFile(ko, filepath.Join(modDir, "updates", filepath.Base(ko)), 0o644); err != nil {
+			return fmt.Errorf("driver modules: %w", err)
+		}
+	}
+	if opt.Release != "" {
+		if out, err := exec.CommandContext(ctx, "depmod", "-b", root, opt.Release).CombinedOutput(); err != nil {
+			return fmt.Errorf("depmod: %w: %s", err, out)
+		}
+	}
+	// 5. Overlay, generated files, executables.
+	if opt.Overlay != nil {
+		if err := fs.WalkDir(opt.Overlay, ".", func(p string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			data, err := fs.ReadFile(opt.Overlay, p)
+			if err != nil {
+				return err
+			}
+			return writeFile(root, p, data, 0o644)
+		}); err != nil {
+			return fmt.Errorf("overlay: %w", err)
+		}
+	}
+	for _, p := range sortedKeys(opt.Files) {
+		if err := writeFile(root, p, opt.Files[p], 0o644); err != nil {
+			return err
+		}
+	}
+	for _, p := range sortedKeys(opt.Executables) {
+		if err := copyFile(opt.Executables[p], filepath.Join(root, p), 0o755); err != nil {
+			return err
+		}
+	}
+	// 6. The dynamic linker cache, built by the host's ldconfig against the tree.
+	if err := writeFile(root, "etc/ld.so.conf", []byte("include /etc/ld.so.conf.d/*.conf\n"), 0o644); err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, "ldconfig", "-r", root, "-X").CombinedOutput(); err != nil {
+		return fmt.Errorf("ldconfig: %w: %s", err, out)
+	}
+	return CheckResolves(root, "libcuda.so.1", "libnvidia-ml.so.1")
+}
+
+// skipped are package paths that never help an appliance boot.
+var skipped = regexp.MustCompile(`^usr/share/(doc|man|info|lintian|bug|locale)(/|$)`)
+
+// imagePath maps a package path to the image, applying the usr-merge.
+func imagePath(name string) (string, bool) {
+	p := path.Clean(strings.TrimPrefix(name, "./"))
+	if p == "." || p == "" {
+		return "", false
+	}
+	if strings.HasPrefix(p, "../") || p == ".." || path.IsAbs(p) {
+		return "", false
+	}
+	for _, l := range []string{"bin", "sbin", "lib", "lib64"} {
+		if p == l || strings.HasPrefix(p, l+"/") {
+			p = "usr/" + p
+		}
+	}
+	return p, !skipped.MatchString(p)
+}
+
+func extractDeb(debPath, root string) error {
+	f, err := os.Open(debPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return debfile.Data(f, func(h *tar.Header, body io.Reader) error {
+		p, ok := imagePath(h.Name)
+		if !ok {
+			return nil
+		}
+		dst := filepath.Join(root, p)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			return os.MkdirAll(dst, 0o755)
+		case tar.TypeReg:
+			var buf bytes.Buffer
+			if _, err := io.Copy(&buf, body); err != nil {
+				return err
+			}
+			return writeFile(root, p, buf.Bytes(), os.FileMode(h.Mode).Perm())
+		case tar.TypeSymlink:
+			os.MkdirAll(filepath.Dir(dst), 0o755)
+			os.Remove(dst)
+			return os.Symlink(h.Linkname, dst)
+		case tar.TypeLink:
+			// A hardlink becomes a copy: the initramfs stores no hardlinks.
+			target, ok := imagePath(h.Linkname)
+			if !ok {
+				return fmt.Errorf("hardlink %s -> %s leaves the tree", h.Name, h.Linkname)
+			}
+			data, err := os.ReadFile(filepath.Join(root, target))
+			if err != nil {
+				return fmt.Errorf("hardlink %s: %w", h.Name, err)
+			}
+			info, _ := os.Stat(filepath.Join(root, target))
+			return writeFile(root, p, data, info.Mode().Perm())
+		}
+		return fmt.Errorf("%s: unsupported tar entry type %q", h.Name, h.Typeflag)
+	})
+}
+
+var libVersionRe = regexp.MustCompile(`^libcuda\.so\.(\d+\.\d+(\.\d+)?)$`)
+
+func linkNVIDIA(root string) error {
+	dir := filepath.Join(root, NVIDIALibDir)
+	entries, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil // an image without NVIDIA userspace
+	}
+	if err != nil {
+		return err
+	}
+	if err := writeFile(root, "etc/ld.so.conf.d/00-nvidia.conf", []byte("/"+NVIDIALibDir+"\n"), 0o644); err != nil {
+		return err
+	}
+	for _, e := range entries {
+		// soname links (libcuda.so.1 -> nvidia/current/libcuda.so.1), as the alternatives would.
+		if e.Type()&fs.ModeSymlink == 0 || !regexp.MustCompile(`\.so\.\d+$`).MatchString(e.Name()) {
+			continue
+		}
+		link := filepath.Join(root, "usr/lib/x86_64-linux-gnu", e.Name())
+		os.Remove(link)
+		if err := os.Symlink("nvidia/current/"+e.Name(), link); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkLibcudaVersion refuses an image whose libcuda differs from the kernel
+// driver: the two talk over a private ABI and must be the same release.
+func checkLibcudaVersion(root, want string) error {
+	entries, _ := os.ReadDir(filepath.Join(root, NVIDIALibDir))
+	for _, e := range entries {
+		if m := libVersionRe.FindStringSubmatch(e.Name()); m != nil {
+			if m[1] != want {
+				return fmt.Errorf("libcuda is %s but the driver is %s: the driver won't talk to it; pin libcuda1 to the driver's version", m[1], want)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("no libcuda.so.<version> in /%s: add libcuda1 to userspace.packages", NVIDIALibDir)
+}
+
+// CheckResolves proves each soname is in the image's linker cache and that its
+// link chain ends at a regular file inside the tree.
+func CheckResolves(root string, sonames ...string) error {
+	cache, err := os.ReadFile(filepath.Join(root, "etc/ld.so.cache"))
+	if err != nil {
+		return fmt.Errorf("no linker cache: %w", err)
+	}
+	for _, so := range sonames {
+		if _, err := os.Stat(filepath.Join(root, NVIDIALibDir)); os.IsNotExist(err) {
+			return nil
+		}
+		if !bytes.Contains(cache, []byte(so+"\x00")) {
+			return fmt.Errorf("%s is not in the image's linker cache", so)
+		}
+		p := filepath.Join("usr/lib/x86_64-linux-gnu", so)
+		for i := 0; ; i++ {
+			full := filepath.Join(root, p)
+			info, err := os.Lstat(full)
+			if err != nil {
+				return fmt.Errorf("%s does not resolve inside the image: %s is missing", so, "/"+p)
+			}
+			if info.Mode().IsRegular() {
+				break
+			}
+			if i > 16 {
+				return fmt.Errorf("%s: symlink loop", so)
+			}
+			t, _ := os.Readlink(full)
+			if path.IsAbs(t) {
+				p = strings.TrimPrefix(t, "/")
+			} else {
+				p = path.Join(path.Dir(p), t)
+			}
+		}
+	}
+	return nil
+}
+
+func writeFile(root, p string, data []byte, mode os.FileMode) error {
+	dst := filepath.Join(root, p)
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	os.Remove(dst) // replace a symlink rather than write through it
+	if err := os.WriteFile(dst, data, mode); err != nil {
+		return err
+	}
+	return os.Chmod(dst, mode) // umask must not change what lands in the image
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	os.Remove(dst)
+	if err := os.WriteFile(dst, data, mode); err != nil {
+		return err
+	}
+	return os.Chmod(dst, mode)
+}
+
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(target, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			l, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(l, target)
+		default:
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			return copyFile(p, target, info.Mode().Perm())
+		}
+	})
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

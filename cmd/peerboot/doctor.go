@@ -44,7 +44,9 @@ var hostNeeds = []hostNeed{
 	{what: "iPXE EFI binary", stage: "image (PXE)", pkg: "ipxe", files: []string{"/usr/lib/ipxe/ipxe.efi"}},
 	{what: "sbsigntool", stage: "sign", pkg: "sbsigntool", command: "sbsign"},
 	{what: "FAT tools", stage: "image checks", pkg: "dosfstools", command: "fsck.vfat"},
-	{what: "mtools", stage: "image", pkg: "mtools", command: "mcopy"},
+	{what: "mtools", stage: "image checks", pkg: "mtools", command: "mcopy"},
+	{what: "sgdisk", stage: "image checks", pkg: "gdisk", command: "sgdisk"},
+	{what: "objdump", stage: "image checks", pkg: "binutils", command: "objdump"},
 	{what: "Debian archive keyring", stage: "lock", pkg: "debian-archive-keyring", files: []string{"/usr/share/keyrings/debian-archive-keyring.gpg"}},
 }
 

@@ -1,0 +1,100 @@
+package image
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// PXE is the input of WritePXE.
+type PXE struct {
+	Kernel, Initrd []byte
+	Cmdline        string
+}
+
+// PXE bundle file names; boot.ipxe refers to them relative to its own URL.
+const (
+	pxeKernel = "vmlinuz"
+	pxeInitrd = "initrd.img"
+	pxeScript = "boot.ipxe"
+)
+
+// IPXEScript renders boot.ipxe. The digests are comments, there for humans
+// and for checking a served bundle against the build; iPXE itself ignores
+// them.
+func IPXEScript(p PXE) (string, error) {
+	// A newline would end the kernel line and let the rest run as iPXE
+	// commands.
+	if strings.ContainsAny(p.Cmdline, "\r\n") {
+		return "", errors.New("pxe: cmdline contains a line break")
+	}
+	var b strings.Builder
+	b.WriteString("#!ipxe\n")
+	b.WriteString("# peerboot PXE bundle\n")
+	fmt.Fprintf(&b, "# sha256 %x  %s\n", sha256.Sum256(p.Kernel), pxeKernel)
+	fmt.Fprintf(&b, "# sha256 %x  %s\n", sha256.Sum256(p.Initrd), pxeInitrd)
+	line := "kernel " + pxeKernel
+	if p.Cmdline != "" {
+		line += " " + p.Cmdline
+	}
+	b.WriteString(line + "\n")
+	b.WriteString("initrd " + pxeInitrd + "\n")
+	b.WriteString("boot\n")
+	return b.String(), nil
+}
+
+// WritePXE writes vmlinuz, initrd.img and boot.ipxe into dir (created if
+// missing). Each file is written to a temporary name and renamed, so a
+// server pointed at dir never hands out a half-written file.
+func WritePXE(dir string, p PXE) error {
+	if len(p.Kernel) == 0 {
+		return errors.New("pxe: kernel is empty")
+	}
+	if len(p.Initrd) == 0 {
+		return errors.New("pxe: initrd is empty")
+	}
+	script, err := IPXEScript(p)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("pxe: %w", err)
+	}
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{pxeKernel, p.Kernel}, {pxeInitrd, p.Initrd}, {pxeScript, []byte(script)}} {
+		if err := writeFileAtomic(filepath.Join(dir, f.name), f.data); err != nil {
+			return fmt.Errorf("pxe: %w", err)
+		}
+	}
+	return nil
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // no-op after a successful rename
+	if _, err := bytes.NewReader(data).WriteTo(tmp); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	// Fixed mode, not the umask-dependent default of CreateTemp (0600).
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return fmt.Errorf("chmod %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("rename %s: %w", path, err)
+	}
+	return nil
+}

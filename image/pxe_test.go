@@ -1,0 +1,62 @@
+package image
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+func TestWritePXE(t *testing.T) {
+	p := PXE{Kernel: []byte("kernel bytes"), Initrd: []byte("initrd bytes"), Cmdline: "console=ttyS0 peerboot.selftest=1"}
+	dir := filepath.Join(t.TempDir(), "pxe")
+	if err := WritePXE(dir, p); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string][]byte{"vmlinuz": p.Kernel, "initrd.img": p.Initrd} {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: %q %v", name, got, err)
+		}
+		if st, _ := os.Stat(filepath.Join(dir, name)); st.Mode().Perm() != 0o644 {
+			t.Errorf("%s mode %v", name, st.Mode())
+		}
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "boot.ipxe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "boot.ipxe.golden")
+	if *update {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./image -run TestWritePXE -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("boot.ipxe differs from %s:\n%s", golden, got)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 3 {
+		t.Errorf("left %d entries in the bundle dir (temp files?)", len(entries))
+	}
+}
+
+func TestWritePXERejects(t *testing.T) {
+	dir := t.TempDir()
+	for name, p := range map[string]PXE{
+		"newline":   {Kernel: []byte("k"), Initrd: []byte("i"), Cmdline: "quiet\nshell"},
+		"no kernel": {Initrd: []byte("i")},
+		"no initrd": {Kernel: []byte("k")},
+	} {
+		if err := WritePXE(dir, p); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -29,6 +29,9 @@ test: deps
 fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzLoad -fuzztime=30s ./recipe/
 	$(GO) test -run=^$$ -fuzz=FuzzParsePackages -fuzztime=30s ./apt/
+	$(GO) test -run=^$$ -fuzz=FuzzList -fuzztime=30s ./initramfs/
+	$(GO) test -run=^$$ -fuzz=FuzzData -fuzztime=30s ./debfile/
+	$(GO) test -run=^$$ -fuzz=FuzzCheck -fuzztime=30s ./patch/
 
 clean:
 	rm -rf bin

@@ -1,0 +1,179 @@
+package initramfs
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// zstdMagic starts every zstd frame (RFC 8878 §3.1.1).
+const zstdMagic = "\x28\xb5\x2f\xfd"
+
+// maxDecoderWindow bounds what a zstd stream handed to List may make us
+// allocate. Our own images use 8 MiB; 32 MiB covers `zstd -19` and below
+// (the kernel's 128 MiB would only matter for --ultra images).
+const maxDecoderWindow = 32 << 20
+
+// maxListing bounds the total size of List's result, since a small zstd
+// stream can expand into an enormous number of tiny entries.
+const maxListing = 64 << 20
+
+// NewReader returns r decompressed if it starts with the zstd magic, or r
+// itself (buffered) otherwise. Close releases the decoder.
+func NewReader(r io.Reader) (io.ReadCloser, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	magic, err := br.Peek(len(zstdMagic))
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("initramfs: reading magic: %w", err)
+	}
+	if string(magic) != zstdMagic {
+		return io.NopCloser(br), nil
+	}
+	// One decoder goroutine: List reads sequentially anyway, and no
+	// background goroutines means nothing to leak if the caller forgets
+	// Close.
+	dec, err := zstd.NewReader(br,
+		zstd.WithDecoderConcurrency(1),
+		zstd.WithDecoderMaxWindow(maxDecoderWindow),
+		zstd.WithDecoderLowmem(true),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("initramfs: zstd decoder: %w", err)
+	}
+	return decCloser{dec}, nil
+}
+
+type decCloser struct{ *zstd.Decoder }
+
+func (d decCloser) Close() error { d.Decoder.Close(); return nil }
+
+// ListFile is List on the file at path.
+func ListFile(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("initramfs: %w", err)
+	}
+	defer f.Close()
+	return List(f)
+}
+
+// List reads a (possibly zstd-compressed) newc cpio and returns one line per
+// entry, in archive order:
+//
+//	<mode octal> <uid>/<gid> <size> <path>[ -> <target>]
+//
+// Paths and targets containing control characters, backslashes, double
+// quotes or invalid UTF-8 are printed Go-quoted, so each entry stays one
+// unambiguous line. Reading stops at the trailer.
+func List(r io.Reader) ([]string, error) {
+	rc, err := NewReader(r)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	var lines []string
+	total := 0
+	err = readArchive(rc, func(h rawHeader) error {
+		line := fmt.Sprintf("%06o %d/%d %d %s", h.mode, h.uid, h.gid, h.size, listPath(h.name))
+		if h.mode&0o170000 == 0o120000 {
+			line += " -> " + listPath(h.target)
+		}
+		total += len(line)
+		if total > maxListing {
+			return fmt.Errorf("initramfs: listing exceeds %d bytes", maxListing)
+		}
+		lines = append(lines, line)
+		return nil
+	})
+	return lines, err
+}
+
+func listPath(s string) string {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || r == '\\' || r == '"' || r == 0xfffd {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// rawHeader is one parsed newc entry, as stored.
+type rawHeader struct {
+	ino, mode, uid, gid, nlink, mtime, size uint32
+	name, target                            string
+}
+
+// readArchive calls fn for each entry of a newc stream up to the trailer.
+// File data is skipped, never buffered, so memory stays bounded whatever
+// sizes the headers claim.
+func readArchive(r io.Reader, fn func(rawHeader) error) error {
+	var buf [newcHdrLen]byte
+	var off int64 // for error messages
+	for {
+		if _, err := io.ReadFull(r, buf[:]); err != nil {
+			return fmt.Errorf("initramfs: cpio header at offset %d: %w", off, noEOF(err))
+		}
+		if string(buf[:6]) != newcMagic {
+			return fmt.Errorf("initramfs: bad cpio magic %q at offset %d (want newc %s)", buf[:6], off, newcMagic)
+		}
+		var f [13]uint32
+		for i := range f {
+			v, err := strconv.ParseUint(string(buf[6+8*i:14+8*i]), 16, 32)
+			if err != nil {
+				return fmt.Errorf("initramfs: cpio header at offset %d, field %d: %w", off, i, err)
+			}
+			f[i] = uint32(v)
+		}
+		h := rawHeader{ino: f[0], mode: f[1], uid: f[2], gid: f[3], nlink: f[4], mtime: f[5], size: f[6]}
+		namesize := int64(f[11])
+		if namesize < 1 || namesize > maxName {
+			return fmt.Errorf("initramfs: cpio entry at offset %d: name size %d out of range 1..%d", off, namesize, maxName)
+		}
+		nameLen := namesize + int64(pad(newcHdrLen+namesize))
+		name := make([]byte, nameLen)
+		if _, err := io.ReadFull(r, name); err != nil {
+			return fmt.Errorf("initramfs: cpio name at offset %d: %w", off, noEOF(err))
+		}
+		name = name[:namesize]
+		if name[namesize-1] != 0 || bytes.IndexByte(name[:namesize-1], 0) >= 0 {
+			return fmt.Errorf("initramfs: cpio entry at offset %d: name is not a single NUL-terminated string", off)
+		}
+		h.name = string(name[:namesize-1])
+		off += newcHdrLen + nameLen
+		if h.name == trailerName {
+			return nil
+		}
+		dataLen := int64(h.size) + int64(pad(int64(h.size)))
+		if h.mode&0o170000 == 0o120000 {
+			if h.size >= maxName {
+				return fmt.Errorf("initramfs: %s: symlink target of %d bytes exceeds %d", h.name, h.size, maxName-1)
+			}
+			t := make([]byte, dataLen)
+			if _, err := io.ReadFull(r, t); err != nil {
+				return fmt.Errorf("initramfs: %s: symlink target: %w", h.name, noEOF(err))
+			}
+			h.target = string(t[:h.size])
+		} else if n, err := io.CopyN(io.Discard, r, dataLen); err != nil {
+			return fmt.Errorf("initramfs: %s: data (%d of %d bytes): %w", h.name, n, dataLen, noEOF(err))
+		}
+		off += dataLen
+		if err := fn(h); err != nil {
+			return err
+		}
+	}
+}
+
+// noEOF turns a bare EOF into ErrUnexpectedEOF: every EOF before the
+// trailer means a truncated archive.
+func noEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

@@ -8,8 +8,12 @@ RECIPE  ?= recipes/default.toml
 
 all: $(BIN)
 
+# peerboot itself, plus the two binaries that go into every image (static, no
+# version stamp: their bytes depend on the source alone, so images reproduce).
 $(BIN): FORCE
 	$(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" -o $@ ./cmd/peerboot
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-buildid=" -o bin/peerboot-init ./cmd/peerboot-init
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-buildid=" -o bin/p2pcheck ./cmd/p2pcheck
 
 # Host packages every stage needs; the list lives in `peerboot doctor`.
 deps: $(BIN)

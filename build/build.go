@@ -21,7 +21,7 @@ import (
 )
 
 // Implemented lists the stages Run can execute today, in order.
-var Implemented = []string{"kernel"}
+var Implemented = []string{"kernel", "driver", "rootfs", "initramfs", "image"}
 
 // Options tune a build.
 type Options struct {
@@ -30,7 +30,8 @@ type Options struct {
 	Until  string // last stage to run; "" = the last implemented one
 	Jobs   int
 	Log    io.Writer
-	Keep   bool // keep scratch directories (for debugging a failed stage)
+	Keep   bool   // keep scratch directories (for debugging a failed stage)
+	OutDir string // where the image stage's outputs are published (OutDir/<recipe>/)
 }
 
 // Outcome reports one stage of a run.
@@ -39,7 +40,7 @@ type Outcome struct {
 	Key      string
 	Cached   bool
 	Duration time.Duration
-	Dir      string // the stage output in the store
+	Dir      string // the stage output in the store (for "publish": the output directory)
 }
 
 // Run executes the plan's stages in order up to opt.Until, skipping every stage
@@ -82,12 +83,25 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 			break
 		}
 	}
+	if until == "image" && opt.OutDir != "" {
+		start := time.Now()
+		epoch, err := b.epoch(ctx)
+		if err != nil {
+			return outs, err
+		}
+		dir, err := Publish(ctx, p, opt.Store, opt.Inputs, epoch, opt.OutDir)
+		if err != nil {
+			return outs, exitcode.Tag(exitcode.Build, err)
+		}
+		outs = append(outs, Outcome{Stage: "publish", Duration: time.Since(start), Dir: dir})
+	}
 	return outs, nil
 }
 
 type runner struct {
-	plan *Plan
-	opt  Options
+	plan     *Plan
+	opt      Options
+	epochVal int64 // computed once
 }
 
 func (b *runner) stage(ctx context.Context, name string, s *Stage) error {
@@ -105,6 +119,14 @@ func (b *runner) stage(ctx context.Context, name string, s *Stage) error {
 	switch name {
 	case "kernel":
 		err = b.kernel(ctx, scratch, out)
+	case "driver":
+		err = b.driver(ctx, scratch, out)
+	case "rootfs":
+		err = b.rootfs(ctx, scratch, out)
+	case "initramfs":
+		err = b.initramfs(ctx, scratch, out)
+	case "image":
+		err = b.image(ctx, scratch, out)
 	default:
 		err = fmt.Errorf("stage %s is not implemented", name)
 	}
@@ -180,6 +202,15 @@ func (b *runner) unpack(ctx context.Context, role, dir string) (string, error) {
 // epoch is the build clock: the recipe's source_date_epoch, else the newest
 // input's own date (a .deb's data.tar time, a git commit's committer time).
 func (b *runner) epoch(ctx context.Context) (int64, error) {
+	if b.epochVal > 0 {
+		return b.epochVal, nil
+	}
+	e, err := b.deriveEpoch(ctx)
+	b.epochVal = e
+	return e, err
+}
+
+func (b *runner) deriveEpoch(ctx context.Context) (int64, error) {
 	if e := b.plan.Recipe.SourceDateEpoch; e > 0 {
 		return e, nil
 	}

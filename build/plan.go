@@ -7,12 +7,16 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
 	"github.com/peerboot/peerboot/driver"
 	"github.com/peerboot/peerboot/kernel"
 	"github.com/peerboot/peerboot/lock"
+	"github.com/peerboot/peerboot/overlay"
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/store"
 )
@@ -45,7 +49,21 @@ type Stage struct {
 // Plan is every stage of a recipe's build.
 type Plan struct {
 	Recipe *recipe.Resolved
+	Tools  Tools
 	Stages []*Stage
+}
+
+// Tools are peerboot's own binaries that go into the image.
+type Tools struct {
+	Init     string // static PID 1 (cmd/peerboot-init)
+	P2PCheck string // the self-test (cmd/p2pcheck)
+}
+
+// ToolsBeside finds the image binaries next to the running peerboot (make builds
+// all three into bin/).
+func ToolsBeside(exe string) Tools {
+	dir := filepath.Dir(exe)
+	return Tools{Init: filepath.Join(dir, "peerboot-init"), P2PCheck: filepath.Join(dir, "p2pcheck")}
 }
 
 // Stage returns the planned stage by name.
@@ -60,8 +78,8 @@ func (p *Plan) Stage(name string) *Stage {
 
 // MakePlan computes every stage's key from pinned inputs, data files and recipe
 // fields, and asks the store which outputs it has. It reads no network.
-func MakePlan(r *recipe.Resolved, ins []lock.Input, un []lock.Unresolved, st *store.Store) (*Plan, error) {
-	p := &Plan{Recipe: r}
+func MakePlan(r *recipe.Resolved, ins []lock.Input, un []lock.Unresolved, st *store.Store, tools Tools) (*Plan, error) {
+	p := &Plan{Recipe: r, Tools: tools}
 	byRole := map[string][]lock.Input{}
 	for _, in := range ins {
 		byRole[in.Role] = append(byRole[in.Role], in)
@@ -125,6 +143,19 @@ func MakePlan(r *recipe.Resolved, ins []lock.Input, un []lock.Unresolved, st *st
 	dep(rf, "kernel")
 	dep(rf, "driver")
 	inputs(rf, lock.RoleUserspace)
+	ov, err := fsDigest(overlay.FS())
+	if err != nil {
+		return nil, fmt.Errorf("overlay: %w", err)
+	}
+	rf.Items = append(rf.Items, Item{"input", "overlay", ov})
+	for _, t := range []struct{ name, path string }{{"peerboot-init", tools.Init}, {"p2pcheck", tools.P2PCheck}} {
+		b, err := os.ReadFile(t.path)
+		if err != nil {
+			rf.Unresolved = append(rf.Unresolved, fmt.Sprintf("image binary %s not found at %s: run make", t.name, t.path))
+			continue
+		}
+		rf.Items = append(rf.Items, Item{"input", "binary " + t.name, digest(b)})
+	}
 	rf.Items = append(rf.Items,
 		field("platform", r.Platform), field("driver.params", r.Driver.Params), field("env", r.Env),
 		field("selftest", r.Selftest), field("boot", r.Boot), field("name", r.Name), field("source_date_epoch", epoch))
@@ -159,6 +190,23 @@ func (p *Plan) add(s *Stage, st *store.Store) {
 		s.Cached = st != nil && st.HasOutput(s.Key)
 	}
 	p.Stages = append(p.Stages, s)
+}
+
+// fsDigest hashes every file of fsys with its path, in walk (lexical) order.
+func fsDigest(fsys fs.FS) (string, error) {
+	h := sha256.New()
+	err := fs.WalkDir(fsys, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(fsys, p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s %s\n", p, digest(b))
+		return nil
+	})
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), err
 }
 
 func digest(b []byte) string {

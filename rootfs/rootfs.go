@@ -80,7 +80,7 @@ func Build(ctx context.Context, opt Options, root string) error {
 		}
 	}
 	for _, ko := range opt.DriverModules {
-		if err := copyFile(ko, filepath.Join(modDir, "updates", filepath.Base(ko)), 0o644); err != nil {
+		if err := copyFile(ko, filepath.Join(modDir, "updates", "dkms", filepath.Base(ko)), 0o644); err != nil {
 			return fmt.Errorf("driver modules: %w", err)
 		}
 	}

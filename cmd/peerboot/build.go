@@ -15,6 +15,7 @@ func buildCmd(g *globals) *cobra.Command {
 	var until string
 	var jobs int
 	var keep bool
+	var outDir string
 	cmd := &cobra.Command{
 		Use:   "build [RECIPE]",
 		Short: "Build the recipe's stages in order, reusing every stage output the store has",
@@ -40,12 +41,12 @@ the store already holds is skipped. --stage stops after the named stage.`,
 					return exitcode.Tag(exitcode.Stale, fmt.Errorf("input %s is not in the store: run `peerboot fetch %s`", in.Name, r.Path))
 				}
 			}
-			p, err := build.MakePlan(r, ins, un, st)
+			p, err := build.MakePlan(r, ins, un, st, imageTools())
 			if err != nil {
 				return err
 			}
 			start := time.Now()
-			outs, err := build.Run(cmd.Context(), p, build.Options{Store: st, Inputs: ins, Until: until, Jobs: jobs, Log: cmd.ErrOrStderr(), Keep: keep})
+			outs, err := build.Run(cmd.Context(), p, build.Options{Store: st, Inputs: ins, Until: until, Jobs: jobs, Log: cmd.ErrOrStderr(), Keep: keep, OutDir: outDir})
 			for _, o := range outs {
 				state := "built"
 				if o.Cached {
@@ -62,6 +63,7 @@ the store already holds is skipped. --stage stops after the named stage.`,
 	}
 	cmd.Flags().StringVar(&until, "stage", "", "stop after this stage (default: the last implemented one)")
 	cmd.Flags().IntVarP(&jobs, "jobs", "j", runtime.NumCPU(), "parallel compile jobs")
+	cmd.Flags().StringVarP(&outDir, "out", "o", "out", "publish the images to OUT/<recipe>/")
 	cmd.Flags().BoolVar(&keep, "keep-scratch", false, "keep the scratch directory of each built stage")
 	return cmd
 }

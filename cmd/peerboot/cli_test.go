@@ -19,8 +19,12 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	peerboot = filepath.Join(dir, "peerboot")
-	if out, err := exec.Command("go", "build", "-o", peerboot, ".").CombinedOutput(); err != nil {
-		panic(string(out))
+	for pkg, out := range map[string]string{".": peerboot, "../peerboot-init": filepath.Join(dir, "peerboot-init"), "../p2pcheck": filepath.Join(dir, "p2pcheck")} {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			panic(string(b))
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

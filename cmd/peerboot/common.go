@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/peerboot/peerboot/apt"
+	"github.com/peerboot/peerboot/build"
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/recipe"
@@ -95,4 +98,17 @@ func exactArgs(max int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// imageTools locates peerboot-init and p2pcheck beside this binary
+// ($PEERBOOT_TOOLS_DIR overrides, for tests).
+func imageTools() build.Tools {
+	if d := os.Getenv("PEERBOOT_TOOLS_DIR"); d != "" {
+		return build.ToolsBeside(filepath.Join(d, "peerboot"))
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return build.Tools{}
+	}
+	return build.ToolsBeside(exe)
 }

@@ -29,7 +29,7 @@ lock file does not pin are named as unresolved. It reads no network.`,
 			if err != nil {
 				return err
 			}
-			p, err := build.MakePlan(r, ins, un, st)
+			p, err := build.MakePlan(r, ins, un, st, imageTools())
 			if err != nil {
 				return err
 			}

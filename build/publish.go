@@ -1,0 +1,202 @@
+package build
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/peerboot/peerboot/lock"
+	"github.com/peerboot/peerboot/store"
+)
+
+// Manifest describes one published build: what went in and what came out.
+type Manifest struct {
+	Recipe          string           `json:"recipe"`
+	RecipeDigest    string           `json:"recipe_digest"`
+	SourceDateEpoch int64            `json:"source_date_epoch"`
+	Inputs          []ManifestInput  `json:"inputs"`
+	Stages          []ManifestStage  `json:"stages"`
+	Outputs         []ManifestOutput `json:"outputs"`
+}
+
+type ManifestInput struct {
+	Role   string `json:"role"`
+	Name   string `json:"name"`
+	Digest string `json:"digest"`
+}
+
+type ManifestStage struct {
+	Name string `json:"name"`
+	Key  string `json:"key"`
+}
+
+type ManifestOutput struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Publish copies the image stage's output to outRoot/<recipe>/ with manifest.json
+// and SHA256SUMS. The directory is replaced atomically (renameat2 RENAME_EXCHANGE),
+// so a failed or killed build leaves the previous good output whole.
+func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, epoch int64, outRoot string) (string, error) {
+	img := p.Stage("image")
+	if img == nil || !st.HasOutput(img.Key) {
+		return "", errors.New("publish: the image stage has no output in the store")
+	}
+	if err := os.MkdirAll(outRoot, 0o755); err != nil {
+		return "", err
+	}
+	final := filepath.Join(outRoot, p.Recipe.Name)
+	tmp, err := os.MkdirTemp(outRoot, "."+p.Recipe.Name+".new-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	src := st.OutputDir(img.Key)
+	var outputs []ManifestOutput
+	err = filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		if rel == "MANIFEST" {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		size, err := copySparse(path, filepath.Join(tmp, rel))
+		if err != nil {
+			return err
+		}
+		sum, err := store.HashFile(filepath.Join(tmp, rel))
+		if err != nil {
+			return err
+		}
+		outputs = append(outputs, ManifestOutput{Path: rel, Size: size, SHA256: sum})
+		return nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("publish: %w", err)
+	}
+	sort.Slice(outputs, func(i, j int) bool { return outputs[i].Path < outputs[j].Path })
+	m := Manifest{Recipe: p.Recipe.Name, RecipeDigest: p.Recipe.Digest, SourceDateEpoch: epoch, Outputs: outputs}
+	for _, in := range ins {
+		m.Inputs = append(m.Inputs, ManifestInput{Role: in.Role, Name: in.Name, Digest: in.Digest()})
+	}
+	for _, s := range p.Stages {
+		if s.Key != "" && st.HasOutput(s.Key) {
+			m.Stages = append(m.Stages, ManifestStage{Name: s.Name, Key: s.Key})
+		}
+	}
+	mj, _ := json.MarshalIndent(m, "", "  ")
+	if err := os.WriteFile(filepath.Join(tmp, "manifest.json"), append(mj, '\n'), 0o644); err != nil {
+		return "", err
+	}
+	var sums bytes.Buffer
+	msum, _ := store.HashFile(filepath.Join(tmp, "manifest.json"))
+	all := append([]ManifestOutput{{Path: "manifest.json", SHA256: msum}}, outputs...)
+	sort.Slice(all, func(i, j int) bool { return all[i].Path < all[j].Path })
+	for _, o := range all {
+		fmt.Fprintf(&sums, "%s  %s\n", o.SHA256, o.Path)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "SHA256SUMS"), sums.Bytes(), 0o644); err != nil {
+		return "", err
+	}
+	if err := syncTree(tmp); err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(final); err == nil {
+		if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final, unix.RENAME_EXCHANGE); err != nil {
+			return "", fmt.Errorf("publish: swapping in %s: %w", final, err)
+		}
+		// tmp now holds the previous output; the deferred RemoveAll drops it.
+	} else if err := os.Rename(tmp, final); err != nil {
+		return "", err
+	}
+	return final, nil
+}
+
+// copySparse copies a file, leaving holes where the source has runs of zeros
+// (disk images are mostly empty).
+func copySparse(src, dst string) (int64, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return 0, err
+	}
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer out.Close()
+	buf := make([]byte, 1<<20)
+	var n int64
+	for {
+		k, err := io.ReadFull(in, buf)
+		if k > 0 {
+			chunk := buf[:k]
+			if isZero(chunk) {
+				if _, err := out.Seek(int64(k), io.SeekCurrent); err != nil {
+					return n, err
+				}
+			} else if _, err := out.Write(chunk); err != nil {
+				return n, err
+			}
+			n += int64(k)
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			break
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	if err := out.Truncate(n); err != nil {
+		return n, err
+	}
+	return n, out.Sync()
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func syncTree(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := f.Sync(); err != nil && !strings.Contains(err.Error(), "invalid argument") {
+			return err
+		}
+		return nil
+	})
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/selftest"
+)
+
+// The tests run the real binary: purego's dlopen path, exit codes and stdout are what
+// the init depends on, and they only exist in a built executable.
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "p2pcheck-test")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "p2pcheck")
+	cmd := exec.Command("go", "build", "-o", binary, ".")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.Stderr.Write(out)
+		panic(err)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// fakeDriver builds testdata/fakedriver.c, a FAKE libcuda/libnvidia-ml for CI.
+func fakeDriver(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not installed; the fake driver library cannot be built")
+	}
+	so := filepath.Join(t.TempDir(), "libfakedriver.so")
+	out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", so, filepath.Join("testdata", "fakedriver.c")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	return so
+}
+
+func runCheck(t *testing.T, env []string, args ...string) (*selftest.Report, int, string) {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"--json"}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	r, derr := selftest.Decode(stdout.Bytes())
+	if derr != nil {
+		t.Fatalf("stdout is not a report: %v\n%s\nstderr: %s", derr, stdout.Bytes(), stderr.Bytes())
+	}
+	return r, code, stderr.String()
+}
+
+// recipeFile writes a resolved recipe as the rootfs stage does (Canonical of the loaded
+// default recipe) with the given GPU count.
+func recipeFile(t *testing.T, gpus int) string {
+	t.Helper()
+	r, err := recipe.Load(filepath.Join("..", "..", "recipes", "default.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(r.Canonical())
+	if gpus != 0 {
+		text = strings.NewReplacer("gpus = 0", "gpus = 2", `gpu_model = ""`, `gpu_model = "RTX 4090"`,
+			`vram = "0"`, `vram = "24GiB"`, `bar1 = "0"`, `bar1 = "32GiB"`).Replace(text)
+	}
+	p := filepath.Join(t.TempDir(), "recipe.toml")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func modulesFile(t *testing.T, result string, errno int) string {
+	t.Helper()
+	rec := selftest.InitRecord{Modules: []selftest.Module{{Name: "nvidia", Result: result, Errno: errno, KernelLog: []string{}}}}
+	b, _ := json.Marshal(rec)
+	p := filepath.Join(t.TempDir(), "modules.json")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// This machine has no NVIDIA driver: libcuda.so.1 is absent and the report must say so
+// with dlopen's own words, and still be a complete, failing report.
+func TestOnThisMachine(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "report.json")
+	r, code, _ := runCheck(t, nil, "--out", out, "--cuda-lib", "libcuda-absent.so.1", "--nvml-lib", "libnvidia-ml-absent.so.1")
+	if code != exitFail || r.Verdict != selftest.Fail {
+		t.Errorf("exit %d verdict %s, want 9 fail", code, r.Verdict)
+	}
+	if r.Schema != 1 || r.StartedAt == "" || r.Kernel.Release == "" {
+		t.Errorf("report header incomplete: %+v", r)
+	}
+	if _, err := time.Parse(time.RFC3339, r.StartedAt); err != nil {
+		t.Errorf("started_at: %v", err)
+	}
+	if r.CUDA.Loaded || !strings.Contains(r.CUDA.Error, "libcuda-absent.so.1") || r.CUDA.CuInit != nil {
+		t.Errorf("cuda: %+v", r.CUDA)
+	}
+	if r.NVML.Loaded || r.NVML.Error == "" {
+		t.Errorf("nvml: %+v", r.NVML)
+	}
+	phases := []string{}
+	for _, d := range r.Durations {
+		phases = append(phases, d.Phase)
+	}
+	if strings.Join(phases, ",") != "precheck,cuda,nvml" {
+		t.Errorf("durations %v", phases)
+	}
+	if b, err := os.ReadFile(out); err != nil || !bytes.HasPrefix(b, []byte("{")) {
+		t.Errorf("--out file: %v", err)
+	}
+}
+
+// With the FAKE driver library (built from testdata, CI only) and the init's module
+// outcomes for a GPU-less VM, the whole no-GPU rule set passes.
+func TestFakeDriverVM(t *testing.T) {
+	so := fakeDriver(t)
+	r, code, stderr := runCheck(t, nil, "--cuda-lib", so, "--nvml-lib", so,
+		"--recipe", recipeFile(t, 0), "--modules-json", modulesFile(t, selftest.ModENODEV, 19))
+	if code != exitPass || r.Verdict != selftest.Pass {
+		t.Errorf("exit %d verdict %s, want 0 pass; findings %+v\n%s", code, r.Verdict, r.Findings, stderr)
+	}
+	if !r.CUDA.Loaded || r.CUDA.CuInit == nil || *r.CUDA.CuInit != (selftest.Status{Name: "CUDA_ERROR_NO_DEVICE", Code: 100}) {
+		t.Errorf("cuda: %+v init %+v", r.CUDA, r.CUDA.CuInit)
+	}
+	if r.CUDA.DriverVersion != 12020 {
+		t.Errorf("driver_version %d, want 12020", r.CUDA.DriverVersion)
+	}
+	if r.NVML.Init == nil || r.NVML.Init.Name != "NVML_ERROR_DRIVER_NOT_LOADED" {
+		t.Errorf("nvml: %+v", r.NVML)
+	}
+	if r.Recipe.Name != "default" || !strings.HasPrefix(r.Recipe.Digest, "sha256:") {
+		t.Errorf("recipe: %+v", r.Recipe)
+	}
+	if len(r.Modules) != 1 || r.Modules[0].Result != selftest.ModENODEV {
+		t.Errorf("modules not merged: %+v", r.Modules)
+	}
+}
+
+func TestFakeDriverGPUsExpected(t *testing.T) {
+	so := fakeDriver(t)
+	r, code, _ := runCheck(t, []string{"FAKE_CUDA_INIT=0"}, "--cuda-lib", so, "--nvml-lib", so,
+		"--recipe", recipeFile(t, 2), "--modules-json", modulesFile(t, selftest.ModLoaded, 0), "--root", t.TempDir())
+	if code != exitFail {
+		t.Errorf("exit %d, want 9", code)
+	}
+	if r.CUDA.CuInit == nil || r.CUDA.CuInit.Name != "CUDA_SUCCESS" {
+		t.Errorf("cu_init %+v", r.CUDA.CuInit)
+	}
+	var checks []string
+	for _, f := range r.Findings {
+		if f.Severity == selftest.SevFail {
+			checks = append(checks, f.Check+": "+f.Message)
+		}
+	}
+	if len(checks) != 1 || !strings.HasPrefix(checks[0], "gpus.count: found 0 NVIDIA GPU(s) in sysfs, recipe platform.gpus = 2") {
+		t.Errorf("fail findings %v, want gpus.count only", checks)
+	}
+}
+
+// A cuInit that never returns is a verdict, not a hung boot.
+func TestDeadline(t *testing.T) {
+	so := fakeDriver(t)
+	start := time.Now()
+	r, code, stderr := runCheck(t, []string{"FAKE_CUDA_HANG=1"}, "--cuda-lib", so, "--nvml-lib", so, "--deadline", "1500ms")
+	if took := time.Since(start); took > 20*time.Second {
+		t.Errorf("took %s", took)
+	}
+	if code != exitFail || r.DeadlineExceeded != selftest.PhaseCUDA {
+		t.Errorf("exit %d deadline_exceeded %q, want 9 cuda", code, r.DeadlineExceeded)
+	}
+	if !strings.Contains(stderr, "cuda did not finish") {
+		t.Errorf("stderr: %s", stderr)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	for _, args := range [][]string{{"--bogus"}, {"extra"}} {
+		if code := run(args, &bytes.Buffer{}, &bytes.Buffer{}); code != exitUsage {
+			t.Errorf("run(%v) = %d, want %d", args, code, exitUsage)
+		}
+	}
+}
+
+// purego without cgo still needs the dynamic loader: the image must carry Debian's
+// ld.so and libc. This pins what the rootfs stage has to provide.
+func TestLinkage(t *testing.T) {
+	f, err := elf.Open(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var interp string
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			if _, err := p.ReadAt(b, 0); err != nil {
+				t.Fatal(err)
+			}
+			interp = strings.TrimRight(string(b), "\x00")
+		}
+	}
+	if interp != "/lib64/ld-linux-x86-64.so.2" {
+		t.Errorf("interpreter %q", interp)
+	}
+	libs, err := f.ImportedLibraries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range libs {
+		switch l {
+		case "libc.so.6", "libdl.so.2", "libpthread.so.0":
+		default:
+			t.Errorf("unexpected DT_NEEDED %s", l)
+		}
+	}
+}

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/selftest"
+)
+
+// Paths inside the image.
+const (
+	recipePath   = "/etc/peerboot/recipe.toml"
+	p2pcheckPath = "/usr/bin/p2pcheck"
+	reportsDir   = "/run/peerboot/reports"
+	initRecord   = "/run/peerboot/init.json"
+	modulesRoot  = "/lib/modules"
+)
+
+// fallbackModules is what is loaded when the recipe cannot be read: the self-test is
+// still worth running, and this is every recipe's default list.
+func fallbackModules() []string {
+	return []string{"nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem"}
+}
+
+// machine is everything the boot sequence does to the outside world. The real one
+// makes system calls as PID 1; tests substitute recorders and run as a normal process.
+type machine struct {
+	root     string    // "/" for real; a temp tree in tests
+	console  io.Writer // /dev/console once it is open
+	mount    func(source, target, fstype string, flags uintptr, data string) error
+	ifup     func(name string) error
+	loader   moduleLoader
+	openKlog func() kernelLog
+	mknod    func(path string, mode uint32, dev int) error
+	now      func() time.Time
+	sleep    func(time.Duration)
+	post     func(url string, body []byte) error
+	// handOff takes the final action (shell, poweroff, reboot, halt). The real one
+	// never returns; a test's returns, and boot returns after it.
+	handOff func(action string)
+	// partitionWait bounds the search for the report partition.
+	partitionWait time.Duration
+}
+
+func (m *machine) path(p string) string { return filepath.Join(m.root, p) }
+
+func (m *machine) say(format string, args ...any) {
+	fmt.Fprintf(m.console, "peerboot: "+format+"\n", args...)
+}
+
+// bootState is what the boot has learned so far; the panic handler reads it to make
+// the best fail report it can and to follow the right on_fail.
+type bootState struct {
+	start    time.Time
+	kernel   selftest.Kernel
+	recipe   *recipe.Resolved
+	plan     bootPlan
+	record   selftest.InitRecord
+	reported bool // the report line is out: a later panic must not print a second one
+}
+
+// boot is the appliance's whole life after the kernel hands over.
+func (m *machine) boot(st *bootState) {
+	st.start = m.now()
+	st.plan = planBoot(actShell, actShell, "", nil)
+	st.record = selftest.InitRecord{Modules: []selftest.Module{}, Findings: []selftest.Finding{}, Durations: []selftest.Duration{}}
+
+	for _, err := range m.mountAll() {
+		st.finding(selftest.SevWarn, "init.mount", err.Error(), "the kernel needs PROC_FS, SYSFS, DEVTMPFS, TMPFS, UNIX98_PTYS")
+	}
+	if err := m.ifup("lo"); err != nil {
+		st.finding(selftest.SevWarn, "init.loopback", fmt.Sprintf("bringing up lo: %v", err), "")
+	}
+	st.kernel = selftest.ReadKernel(m.path("/proc"))
+	m.say("peerboot-init on %s", orUnknown(st.kernel.Release))
+
+	cmdline := parseCmdline(st.kernel.Cmdline)
+	modules, params, env := fallbackModules(), map[string]map[string]string{}, map[string]string{}
+	total := 5 * time.Minute
+	rc, err := recipe.Load(m.path(recipePath))
+	if err != nil {
+		st.finding(selftest.SevFail, "recipe", fmt.Sprintf("cannot load %s: %v", recipePath, err), "the rootfs stage writes the resolved recipe there; rebuild the image")
+		st.plan = planBoot(actShell, actShell, "", cmdline)
+	} else {
+		st.recipe = rc
+		modules, params, env = rc.Driver.Modules, rc.Driver.Params, rc.Env
+		if d := rc.Selftest.Deadlines.Total.Std(); d > 0 {
+			total = d
+		}
+		st.plan = planBoot(rc.Boot.OnPass, rc.Boot.OnFail, rc.Boot.ReportURL, cmdline)
+		m.say("recipe %s (%s)", rc.Name, rc.Digest)
+	}
+	for _, w := range st.plan.warnings {
+		m.say("%s", w)
+	}
+
+	t := m.now()
+	st.record.Modules = m.loadDriver(st, modules, params)
+	st.record.Durations = append(st.record.Durations, selftest.Duration{Phase: selftest.PhaseModules, MS: m.now().Sub(t).Milliseconds()})
+
+	partition := m.mountReports(st)
+
+	r := m.selftest(st, env, total)
+	m.finish(st, r, partition)
+	if r.Verdict == selftest.Pass {
+		m.handOff(st.plan.onPass)
+	} else {
+		m.handOff(st.plan.onFail)
+	}
+}
+
+func (st *bootState) finding(sev, check, msg, hint string) {
+	st.record.Findings = append(st.record.Findings, selftest.Finding{Severity: sev, Check: check, Message: msg, Hint: hint})
+}
+
+// loadDriver loads the modules and creates the device nodes the driver does not.
+func (m *machine) loadDriver(st *bootState, modules []string, params map[string]map[string]string) []selftest.Module {
+	dir := m.path(filepath.Join(modulesRoot, st.kernel.Release))
+	ix, err := loadModIndex(dir)
+	if err != nil {
+		st.finding(selftest.SevFail, "init.modules", err.Error(), "the rootfs stage installs modules under /lib/modules/<kernel release>")
+		ix = &modIndex{dir: dir, path: map[string]string{}, deps: map[string][]string{}, builtin: map[string]bool{}}
+	}
+	results := loadModules(ix, m.loader, m.openKlog(), modules, params)
+	loaded := map[string]bool{}
+	for _, r := range results {
+		m.say("module %s: %s%s", r.Name, r.Result, suffix(r.Error))
+		if r.Result == selftest.ModLoaded {
+			loaded[modName(r.Name)] = true
+		}
+	}
+	nodes, err := nvidiaNodes(m.path("/proc"), loaded)
+	if err == nil || len(nodes) > 0 {
+		if merr := makeNodes(m.path("/dev"), nodes, m.mknod); merr != nil {
+			err = errors.Join(err, merr)
+		}
+	}
+	if err != nil {
+		st.finding(selftest.SevWarn, "init.devnodes", err.Error(), "CUDA opens /dev/nvidiactl, /dev/nvidia<N> and /dev/nvidia-uvm")
+	}
+	return results
+}
+
+// mountReports finds the PEERBOOT partition and mounts it; "" if there is none (PXE).
+func (m *machine) mountReports(st *bootState) string {
+	list := func() ([]string, error) { return blockDevices(m.path("/proc"), m.path("/dev")) }
+	dev, err := waitForLabeled(list, reportLabel, m.partitionWait, m.sleep)
+	if err != nil {
+		st.finding(selftest.SevInfo, "report.partition", err.Error()+"; the report is on the console only", "")
+		return ""
+	}
+	dir := m.path(reportsDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		st.finding(selftest.SevWarn, "report.partition", err.Error(), "")
+		return ""
+	}
+	if err := m.mount(dev, dir, "vfat", msNoSuidNoDevNoExec, ""); err != nil {
+		st.finding(selftest.SevWarn, "report.partition", fmt.Sprintf("mounting %s: %v", dev, err), "the kernel needs VFAT_FS, NLS_CODEPAGE_437 and NLS_ISO8859_1")
+		return ""
+	}
+	m.say("reports go to %s (%s)", strings.TrimPrefix(dev, m.root), reportsDir)
+	return dir
+}
+
+// selftest runs p2pcheck with the init's record and returns the boot's report.
+func (m *machine) selftest(st *bootState, env map[string]string, total time.Duration) *selftest.Report {
+	recPath := m.path(initRecord)
+	args := []string{"--json", "--modules-json", recPath}
+	if st.recipe != nil {
+		args = append(args, "--recipe", m.path(recipePath))
+	}
+	// p2pcheck's own deadline fires first so it can name the phase that stalled; ours
+	// is the backstop for a process stuck where it cannot even do that.
+	margin := min(10*time.Second, total/10)
+	args = append(args, "--deadline", (total - margin).String())
+	if err := writeJSON(recPath, &st.record); err != nil {
+		st.finding(selftest.SevWarn, "init.record", err.Error(), "")
+	}
+	m.say("self-test: %s %s", p2pcheckPath, strings.Join(args, " "))
+	run := runP2PCheck(m.path(p2pcheckPath), args, checkEnv(env), total, m.console)
+	return reportFrom(run, m.baseReport(st), total)
+}
+
+// baseReport is the report the init can make without p2pcheck: for a crash, a
+// timeout, or a panic of the init itself.
+func (m *machine) baseReport(st *bootState) *selftest.Report {
+	r := selftest.New()
+	r.StartedAt = st.start.UTC().Format(time.RFC3339)
+	r.Kernel = st.kernel
+	if st.recipe != nil {
+		r.Recipe = selftest.RecipeRef{Name: st.recipe.Name, Digest: st.recipe.Digest}
+	}
+	r.Merge(&st.record)
+	return r
+}
+
+// finish prints the summary and the one report line, then stores and sends the report.
+func (m *machine) finish(st *bootState, r *selftest.Report, partition string) {
+	line, err := selftest.EncodeLine(r)
+	if err != nil {
+		// Cannot happen for a report we built, but a boot must still end in a line.
+		line = "PEERBOOT-REPORT-ERROR " + err.Error()
+	}
+	io.WriteString(m.console, selftest.Summary(r))
+	// One write for the whole line, so kernel messages cannot land in the middle of it.
+	io.WriteString(m.console, line+"\n")
+	st.reported = true
+	if partition != "" {
+		if p, err := writeReport(partition, r); err != nil {
+			m.say("%v", err)
+		} else {
+			m.say("report saved as %s", filepath.Base(p))
+		}
+	}
+	if st.plan.reportURL != "" {
+		js, _ := selftest.Encode(r)
+		if err := m.post(st.plan.reportURL, js); err != nil {
+			m.say("report POST to %s failed: %v", st.plan.reportURL, err)
+		} else {
+			m.say("report POSTed to %s", st.plan.reportURL)
+		}
+	}
+}
+
+// crashed handles a panic of the init itself: a fail report (once) and on_fail.
+func (m *machine) crashed(st *bootState, p any, stack []byte) {
+	m.say("PANIC in peerboot-init: %v\n%s", p, stack)
+	if !st.reported {
+		r := m.baseReport(st)
+		r.Add(selftest.SevFail, "init.panic", fmt.Sprintf("peerboot-init panicked: %v", p), "a peerboot-init bug: report it with the console log")
+		r.Settle()
+		m.finish(st, r, "")
+	}
+	m.handOff(st.plan.onFail)
+}
+
+func httpPost(url string, body []byte) error {
+	c := &http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("HTTP %s", resp.Status)
+	}
+	return nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+func suffix(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "an unknown kernel"
+	}
+	return s
+}

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/selftest"
+)
+
+// fakeBox is a temp root laid out like the appliance: /proc and /lib/modules files, the
+// resolved recipe, a FAT "disk" labelled PEERBOOT, and /usr/bin/p2pcheck — the real one,
+// built here, behind a wrapper that records its arguments and environment.
+type fakeBox struct {
+	root    string
+	console bytes.Buffer
+	mounts  []string
+	posts   []string
+	actions []string
+	m       *machine
+}
+
+const release = "6.1.0-test"
+
+func newFakeBox(t *testing.T, cmdline string, loader moduleLoader) *fakeBox {
+	t.Helper()
+	b := &fakeBox{root: t.TempDir()}
+	writeFile(t, b.p("/proc/sys/kernel/osrelease"), release+"\n")
+	writeFile(t, b.p("/proc/cmdline"), cmdline+"\n")
+	writeFile(t, b.p("/proc/devices"), "Character devices:\n195 nvidia\n")
+	writeFile(t, b.p("/proc/partitions"), "major minor  #blocks  name\n\n 254 0 4096 vda\n 254 1 2048 vda1\n")
+	writeFile(t, b.p("/dev/vda"), strings.Repeat("\x00", 1024))
+	img, err := os.ReadFile(fatImage(t, "PEERBOOT", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, b.p("/dev/vda1"), string(img))
+	for _, f := range []string{"nvidia.ko", "nvidia-uvm.ko", "nvidia-modeset.ko", "nvidia-drm.ko", "nvidia-peermem.ko"} {
+		writeFile(t, b.p("/lib/modules/"+release+"/updates/"+f), "x")
+	}
+	r, err := recipe.Load(filepath.Join("..", "..", "recipes", "default.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, b.p(recipePath), string(r.Canonical()))
+
+	bin := filepath.Join(t.TempDir(), "p2pcheck.real")
+	build := exec.Command("go", "build", "-o", bin, "../p2pcheck")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building p2pcheck: %v\n%s", err, out)
+	}
+	writeFile(t, b.p(p2pcheckPath), "#!/bin/sh\necho \"$@\" > "+b.p("/args")+"\nenv > "+b.p("/env")+"\nexec "+bin+" --root "+b.root+" \"$@\"\n")
+	os.Chmod(b.p(p2pcheckPath), 0o755)
+
+	b.m = &machine{
+		root:    b.root,
+		console: &b.console,
+		mount: func(src, target, fstype string, flags uintptr, data string) error {
+			b.mounts = append(b.mounts, fstype+" "+strings.TrimPrefix(target, b.root))
+			return nil
+		},
+		ifup:     func(string) error { return nil },
+		loader:   loader,
+		openKlog: func() kernelLog { return &fakeKlog{} },
+		mknod:    func(string, uint32, int) error { return nil },
+		now:      time.Now,
+		sleep:    func(time.Duration) {},
+		post: func(url string, body []byte) error {
+			b.posts = append(b.posts, url)
+			return errors.New("network unreachable")
+		},
+		handOff:       func(a string) { b.actions = append(b.actions, a) },
+		partitionWait: 0,
+	}
+	return b
+}
+
+func (b *fakeBox) p(path string) string { return filepath.Join(b.root, path) }
+
+// reportLines returns every PEERBOOT-REPORT line on the console.
+func (b *fakeBox) reportLines() []string {
+	var out []string
+	for _, l := range strings.Split(b.console.String(), "\n") {
+		if strings.Contains(l, selftest.Marker) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// The whole sequence on a GPU-less box without libcuda (this machine): modules ENODEV
+// and skipped, p2pcheck runs and fails on the missing libcuda, one report line, a file
+// on the partition, the POST attempted, on_fail from the command line.
+func TestBootSequence(t *testing.T) {
+	b := newFakeBox(t, "console=ttyS0 peerboot.on_fail=poweroff peerboot.report_url=http://10.0.2.2:9/r", &fakeLoader{errs: map[string]error{"nvidia": unix.ENODEV}})
+	b.m.run(&bootState{})
+
+	lines := b.reportLines()
+	if len(lines) != 1 {
+		t.Fatalf("%d report lines, want 1:\n%s", len(lines), b.console.String())
+	}
+	r, err := selftest.DecodeLine(lines[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Verdict != selftest.Fail || r.Recipe.Name != "default" || r.Kernel.Release != release {
+		t.Errorf("report header: %s %+v %+v", r.Verdict, r.Recipe, r.Kernel)
+	}
+	if len(r.Modules) != 5 || r.Modules[0].Result != selftest.ModENODEV || r.Modules[1].Result != selftest.ModSkipped {
+		t.Errorf("modules: %+v", r.Modules)
+	}
+	if r.CUDA.Library != "libcuda.so.1" || r.Durations[0].Phase != selftest.PhaseModules {
+		t.Errorf("cuda %+v durations %+v", r.CUDA, r.Durations)
+	}
+	if !strings.Contains(b.console.String(), "peerboot self-test: FAIL") {
+		t.Errorf("no summary on the console:\n%s", b.console.String())
+	}
+	if strings.Join(b.actions, ",") != "poweroff" {
+		t.Errorf("actions %v", b.actions)
+	}
+	if len(b.posts) != 1 || !strings.Contains(b.console.String(), "report POST to http://10.0.2.2:9/r failed: network unreachable") {
+		t.Errorf("posts %v", b.posts)
+	}
+	wantMounts := "proc /proc,sysfs /sys,devtmpfs /dev,devpts /dev/pts,tmpfs /dev/shm,tmpfs /run,tmpfs /tmp,vfat /run/peerboot/reports"
+	if strings.Join(b.mounts, ",") != wantMounts {
+		t.Errorf("mounts %v", b.mounts)
+	}
+	files, _ := filepath.Glob(b.p(reportsDir + "/report-*.json"))
+	if len(files) != 1 {
+		t.Fatalf("report files %v", files)
+	}
+	saved, _ := os.ReadFile(files[0])
+	if fromFile, err := selftest.Decode(saved); err != nil || fromFile.StartedAt != r.StartedAt {
+		t.Errorf("saved report: %v", err)
+	}
+	env, _ := os.ReadFile(b.p("/env"))
+	for _, kv := range []string{"NCCL_P2P_LEVEL=SYS", "NCCL_DEBUG=INFO", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"} {
+		if !strings.Contains(string(env), kv+"\n") {
+			t.Errorf("p2pcheck env lacks %s", kv)
+		}
+	}
+	args, _ := os.ReadFile(b.p("/args"))
+	for _, a := range []string{"--json", "--recipe " + b.p(recipePath), "--modules-json " + b.p(initRecord), "--deadline 4m50s"} {
+		if !strings.Contains(string(args), a) {
+			t.Errorf("p2pcheck args %q lack %q", args, a)
+		}
+	}
+}
+
+// A broken recipe is a fail finding; the modules still load (default list) and the
+// boot still ends in one report and on_fail (shell by default).
+func TestBootBadRecipe(t *testing.T) {
+	b := newFakeBox(t, "console=ttyS0", &fakeLoader{errs: map[string]error{"nvidia": unix.ENODEV}})
+	writeFile(t, b.p(recipePath), "name = 3\n")
+	b.m.run(&bootState{})
+	lines := b.reportLines()
+	if len(lines) != 1 {
+		t.Fatalf("%d report lines", len(lines))
+	}
+	r, err := selftest.DecodeLine(lines[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Verdict != selftest.Fail || r.Findings[0].Check != "recipe" || len(r.Modules) != 5 {
+		t.Errorf("report %+v", r)
+	}
+	if strings.Join(b.actions, ",") != "shell" {
+		t.Errorf("actions %v", b.actions)
+	}
+}
+
+type panicLoader struct{}
+
+func (panicLoader) Load(string, string) error { panic("loader exploded") }
+
+// A panic in the init is caught: the console gets the panic, one fail report, and the
+// command line's on_fail is followed.
+func TestBootPanic(t *testing.T) {
+	b := newFakeBox(t, "peerboot.on_fail=halt", panicLoader{})
+	b.m.run(&bootState{})
+	lines := b.reportLines()
+	if len(lines) != 1 {
+		t.Fatalf("%d report lines:\n%s", len(lines), b.console.String())
+	}
+	r, err := selftest.DecodeLine(lines[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Verdict != selftest.Fail || r.Findings[len(r.Findings)-1].Check != "init.panic" || r.Recipe.Name != "default" {
+		t.Errorf("report %+v", r)
+	}
+	if !strings.Contains(b.console.String(), "PANIC in peerboot-init: loader exploded") {
+		t.Errorf("console:\n%s", b.console.String())
+	}
+	if strings.Join(b.actions, ",") != "halt" {
+		t.Errorf("actions %v", b.actions)
+	}
+}

@@ -1,0 +1,86 @@
+package main
+
+import "strings"
+
+// Actions the appliance can take after the self-test.
+const (
+	actShell    = "shell"
+	actPoweroff = "poweroff"
+	actReboot   = "reboot"
+	actHalt     = "halt"
+)
+
+func validAction(a string) bool {
+	switch a {
+	case actShell, actPoweroff, actReboot, actHalt:
+		return true
+	}
+	return false
+}
+
+// parseCmdline splits a kernel command line into key=value pairs the way the kernel
+// does: whitespace separates, double quotes group ("a=\"x y\"" is a=x y), and a bare
+// word maps to "". A later key overrides an earlier one, as the kernel's own parameters do.
+func parseCmdline(s string) map[string]string {
+	out := map[string]string{}
+	var word strings.Builder
+	inQuote, have := false, false
+	flush := func() {
+		if !have {
+			return
+		}
+		k, v, _ := strings.Cut(word.String(), "=")
+		out[k] = v
+		word.Reset()
+		have = false
+	}
+	for _, c := range s {
+		switch {
+		case c == '"':
+			inQuote = !inQuote
+			have = true
+		case !inQuote && (c == ' ' || c == '\t' || c == '\n'):
+			flush()
+		default:
+			word.WriteRune(c)
+			have = true
+		}
+	}
+	flush()
+	return out
+}
+
+// bootPlan is what to do after the self-test and where to send the report.
+type bootPlan struct {
+	onPass, onFail string
+	reportURL      string
+	warnings       []string // overrides that were ignored, for the console
+}
+
+// planBoot merges the recipe's [boot] with peerboot.on_pass=, peerboot.on_fail= and
+// peerboot.report_url= from the command line; the command line wins so that a QEMU
+// test (or a person at the boot menu) can change the handoff without rebuilding.
+func planBoot(onPass, onFail, reportURL string, cmdline map[string]string) bootPlan {
+	p := bootPlan{onPass: onPass, onFail: onFail, reportURL: reportURL}
+	if !validAction(p.onPass) {
+		p.onPass = actShell
+	}
+	if !validAction(p.onFail) {
+		p.onFail = actShell
+	}
+	for key, dst := range map[string]*string{"peerboot.on_pass": &p.onPass, "peerboot.on_fail": &p.onFail} {
+		v, ok := cmdline[key]
+		if !ok {
+			continue
+		}
+		if !validAction(v) {
+			p.warnings = append(p.warnings, key+"="+v+" ignored: want shell, poweroff, reboot or halt")
+			continue
+		}
+		*dst = v
+	}
+	if v, ok := cmdline["peerboot.report_url"]; ok {
+		p.reportURL = v
+	}
+	return p
+}

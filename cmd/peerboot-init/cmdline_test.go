@@ -1,0 +1,46 @@
+package main
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestParseCmdline(t *testing.T) {
+	tests := []struct {
+		in   string
+		want map[string]string
+	}{
+		{"", map[string]string{}},
+		{"console=ttyS0,115200 panic=-1 quiet\n", map[string]string{"console": "ttyS0,115200", "panic": "-1", "quiet": ""}},
+		{`peerboot.on_pass=poweroff  peerboot.report_url="http://10.0.2.2:8080/r a" x=1 x=2`,
+			map[string]string{"peerboot.on_pass": "poweroff", "peerboot.report_url": "http://10.0.2.2:8080/r a", "x": "2"}},
+		{`a="" b==c`, map[string]string{"a": "", "b": "=c"}},
+	}
+	for _, tt := range tests {
+		if got := parseCmdline(tt.in); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("parseCmdline(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestPlanBoot(t *testing.T) {
+	tests := []struct {
+		name                        string
+		onPass, onFail, url, cmd    string
+		wantPass, wantFail, wantURL string
+		warnings                    int
+	}{
+		{"recipe only", "poweroff", "shell", "", "", "poweroff", "shell", "", 0},
+		{"cmdline overrides", "shell", "shell", "http://a/", "peerboot.on_pass=poweroff peerboot.on_fail=reboot peerboot.report_url=http://b/", "poweroff", "reboot", "http://b/", 0},
+		{"bad override ignored", "halt", "halt", "", "peerboot.on_fail=explode", "halt", "halt", "", 1},
+		{"bad recipe value falls back to shell", "", "nonsense", "", "", "shell", "shell", "", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := planBoot(tt.onPass, tt.onFail, tt.url, parseCmdline(tt.cmd))
+			if p.onPass != tt.wantPass || p.onFail != tt.wantFail || p.reportURL != tt.wantURL || len(p.warnings) != tt.warnings {
+				t.Errorf("got %+v", p)
+			}
+		})
+	}
+}

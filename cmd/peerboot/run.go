@@ -1,0 +1,113 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/peerboot/peerboot/exitcode"
+	"github.com/peerboot/peerboot/qemu"
+	"github.com/peerboot/peerboot/selftest"
+)
+
+func runCmd() *cobra.Command {
+	var uefi, pxe, verbose bool
+	var reportFile, logFile string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "run [--uefi|--pxe] OUTDIR",
+		Short: "Boot a build output in QEMU and return its self-test verdict",
+		Long: `run boots OUTDIR (as written by peerboot build, e.g. out/default) in QEMU q35: --uefi
+(the default) boots disk.img with OVMF, --pxe boots pxe/ with iPXE over user-mode
+networking and QEMU's TFTP. The serial console goes to a log file (and, with -v, the
+terminal); the PEERBOOT-REPORT line is decoded, written to --report, summarised, and
+the exit code is 0 only for a pass verdict (9 for fail; a timeout is a fail).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if uefi && pxe {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("choose one of --uefi and --pxe"))
+			}
+			dir := args[0]
+			mode := qemu.UEFI
+			if pxe {
+				mode = qemu.PXE
+			}
+			work, err := os.MkdirTemp("", "peerboot-run-")
+			if err != nil {
+				return err
+			}
+			defer os.RemoveAll(work)
+			if logFile == "" {
+				logFile = filepath.Join(dir, "console-"+string(mode)+".log")
+			}
+			logf, err := os.Create(logFile)
+			if err != nil {
+				return err
+			}
+			defer logf.Close()
+			var console io.Writer = logf
+			if verbose {
+				console = io.MultiWriter(logf, cmd.ErrOrStderr())
+			}
+			var report *selftest.Report
+			res, err := qemu.Boot(cmd.Context(), qemu.Options{
+				Mode: mode, Disk: filepath.Join(dir, "disk.img"), PXEDir: filepath.Join(dir, "pxe"),
+				Timeout: timeout, WorkDir: work, Console: console,
+				Stop: func(line string) bool {
+					if !strings.Contains(line, selftest.Marker) {
+						return false
+					}
+					r, err := selftest.DecodeLine(line)
+					if err != nil {
+						return false
+					}
+					report = r
+					return false // let the guest finish its on_pass/on_fail action
+				},
+			})
+			if err != nil {
+				return exitcode.Tag(exitcode.Internal, err)
+			}
+			out := cmd.OutOrStdout()
+			if report == nil {
+				last := res.Lines
+				if len(last) > 20 {
+					last = last[len(last)-20:]
+				}
+				why := "the guest powered off without a report"
+				if res.TimedOut {
+					why = fmt.Sprintf("no report within %s", timeout)
+				}
+				fmt.Fprintf(out, "FAIL: %s (%s boot). Last console lines:\n  %s\nfull console: %s\n", why, mode, strings.Join(last, "\n  "), logFile)
+				return exitcode.Tag(exitcode.Selftest, fmt.Errorf("%s", why))
+			}
+			if reportFile != "" {
+				b, err := selftest.Encode(report)
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(reportFile, b, 0o644); err != nil {
+					return err
+				}
+			}
+			fmt.Fprint(out, selftest.Summary(report))
+			fmt.Fprintf(out, "%s boot: %s from power-on to shutdown; console: %s\n", mode, res.Duration.Round(100*time.Millisecond), logFile)
+			if report.Verdict != selftest.Pass {
+				return exitcode.Tag(exitcode.Selftest, fmt.Errorf("self-test verdict: %s", report.Verdict))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&uefi, "uefi", false, "boot disk.img with OVMF (default)")
+	cmd.Flags().BoolVar(&pxe, "pxe", false, "boot pxe/ with iPXE over user-mode networking")
+	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also stream the console to the terminal")
+	cmd.Flags().StringVar(&reportFile, "report", "", "write the decoded report JSON here")
+	cmd.Flags().StringVar(&logFile, "log", "", "console log file (default OUTDIR/console-MODE.log)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Minute, "give up (a fail) after this long")
+	return cmd
+}

@@ -1,0 +1,282 @@
+package driver
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/peerboot/peerboot/kernel"
+	"github.com/peerboot/peerboot/patch"
+	"github.com/peerboot/peerboot/progress"
+)
+
+// Version is the driver stage's version: bump it when this code changes its output.
+const Version = 1
+
+// Patch is one format-patch of the series, applied at the driver tree's root
+// (paths like a/conftest.sh, a/nvidia/nv-pci.c).
+type Patch struct {
+	Name string
+	Data []byte
+}
+
+// Options is everything the driver stage reads.
+type Options struct {
+	Source    string   // unpacked driver tree root: Kbuild, conftest.sh, nvidia/, ... (modified in place)
+	KernelOut string   // the kernel stage's output directory (build/, modules/, release)
+	Patches   []Patch  // applied in order
+	Modules   []string // module names (nvidia, nvidia-uvm, ...): each must be built
+	Epoch     int64    // SOURCE_DATE_EPOCH
+	Jobs      int
+	Log       io.Writer // progress lines
+	LogFile   string    // full make output
+}
+
+// Result describes the built modules.
+type Result struct {
+	Modules []string // paths of the .ko files, relative to out
+	Release string   // the kernel release they were built for
+}
+
+// ModulesDir is where the modules land, relative to the stage output:
+// modules/lib/modules/<release>/updates/dkms/<name>.ko. It mirrors the kernel
+// stage's modules/lib/modules/<release>/ so the rootfs stage overlays both trees
+// onto / the same way, and updates/dkms is where Debian's DKMS packaging puts
+// these very modules: depmod's default search order ("updates" before "built-in")
+// then prefers them over anything of the same name in the kernel's own tree.
+const ModulesDir = "modules"
+
+// ModulePath is a module's path relative to the stage output.
+func ModulePath(release, name string) string {
+	return filepath.Join(ModulesDir, rootPath(release, name))
+}
+
+// rootPath is a module's path relative to the root of the booted system.
+func rootPath(release, name string) string {
+	return filepath.Join("lib", "modules", release, "updates", "dkms", name+".ko")
+}
+
+// stepsHint is roughly the number of steps of a 535-series build (376
+// conftests, ~200 compiles and links), for the ETA. The tree is pinned per
+// driver version, so a constant is close enough; a wrong value only skews the
+// estimate.
+const stepsHint = 580
+
+// Build applies the patches to opt.Source, builds the modules against the kernel
+// stage's output in opt.KernelOut, checks them (vermagic, symbols, depmod) and
+// writes the stripped modules to out.
+func Build(ctx context.Context, opt Options, out string) (*Result, error) {
+	src, err := filepath.Abs(opt.Source)
+	if err != nil {
+		return nil, err
+	}
+	kout, err := filepath.Abs(opt.KernelOut)
+	if err != nil {
+		return nil, err
+	}
+	if len(opt.Modules) == 0 {
+		return nil, errors.New("driver: no modules to build (driver.modules is empty)")
+	}
+	for _, f := range []string{"Kbuild", "Makefile", "conftest.sh"} {
+		if _, err := os.Stat(filepath.Join(src, f)); err != nil {
+			return nil, fmt.Errorf("driver source %s does not look like NVIDIA's open kernel module tree (no %s): %w", src, f, err)
+		}
+	}
+	for _, m := range opt.Modules {
+		if m == "" || strings.Trim(m, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
+			return nil, fmt.Errorf("driver module name %q is not a module name (letters, digits, - and _)", m)
+		}
+		// NVIDIA's Kbuild includes <name>/<name>.Kbuild; check first so a typo in
+		// the recipe is named plainly instead of failing inside make.
+		if _, err := os.Stat(filepath.Join(src, m, m+".Kbuild")); err != nil {
+			return nil, fmt.Errorf("driver module %q is not in the driver source (no %s/%s.Kbuild)", m, m, m)
+		}
+	}
+	release, err := readRelease(kout)
+	if err != nil {
+		return nil, err
+	}
+	kbuild := filepath.Join(kout, kernel.BuildDir)
+	if _, err := os.Stat(filepath.Join(kbuild, "Makefile")); err != nil {
+		return nil, fmt.Errorf("the kernel stage output has no module build tree (%s): %w", kbuild, err)
+	}
+
+	for _, p := range opt.Patches {
+		if _, err := patch.Apply(src, p.Name, p.Data); err != nil {
+			return nil, err // patch.Error names patch, file and hunk
+		}
+	}
+
+	logw := io.Discard
+	if opt.LogFile != "" {
+		f, err := os.Create(opt.LogFile)
+		if err != nil {
+			return nil, fmt.Errorf("creating the driver build log: %w", err)
+		}
+		defer f.Close()
+		logw = f
+	}
+	progressw := opt.Log
+	if progressw == nil {
+		progressw = io.Discard
+	}
+	r := &runner{dir: src, env: kernel.Env(opt.Epoch), log: logw, logPath: opt.LogFile}
+	r.meter = progress.New(progressw, "driver compile", "steps", stepsHint)
+	args := []string{
+		"-C", src, "-j" + strconv.Itoa(max(opt.Jobs, 1)), "modules",
+		// The headers tree is both source and output: it is what a
+		// linux-headers package holds, a built tree with no separate objdir.
+		"SYSSRC=" + kbuild, "SYSOUT=" + kbuild,
+		"NV_KERNEL_MODULES=" + strings.Join(opt.Modules, " "),
+		// Keep the scratch directories' paths out of __FILE__ strings and
+		// whatever debug info survives: the bytes must not depend on where the
+		// stage ran. Kbuild adds KCFLAGS to every module compile and NVIDIA's
+		// conftest inherits it, so conftest sees the same flags.
+		"KCFLAGS=-ffile-prefix-map=" + src + "=. -ffile-prefix-map=" + kbuild + "=kernel",
+		// nvidia-peermem's Kbuild looks for a MLNX_OFED tree under
+		// /usr/src/ofa_kernel on the build host and compiles against it when
+		// present: a host-dependent build. Point it somewhere that never exists
+		// so the module always uses the kernel's own RDMA headers (or none).
+		"OFA_DIR=/nonexistent/peerboot-no-ofed",
+	}
+	if err := r.run(ctx, "compile", "make", args...); err != nil {
+		return nil, err
+	}
+	r.meter.Done()
+
+	res := &Result{Release: release}
+	var built []string
+	for _, m := range opt.Modules {
+		ko := filepath.Join(src, m+".ko")
+		if _, err := os.Stat(ko); err != nil {
+			return nil, fmt.Errorf("driver build finished but did not produce %s.ko; see %s", m, opt.LogFile)
+		}
+		rel := ModulePath(release, m)
+		dst := filepath.Join(out, rel)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return nil, err
+		}
+		// Debug info is most of nvidia.ko (~185 MB unstripped) and nothing on a
+		// booted node reads it; --strip-debug keeps the symbol table the module
+		// loader and depmod need, as the kernel's INSTALL_MOD_STRIP=1 does.
+		if err := r.run(ctx, "strip", "strip", "--strip-debug", "-o", dst, ko); err != nil {
+			return nil, err
+		}
+		built = append(built, dst)
+		res.Modules = append(res.Modules, rel)
+	}
+
+	if err := Check(ctx, kout, release, built); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// readRelease reads the kernel release the kernel stage recorded.
+func readRelease(kout string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(kout, kernel.ReleaseFile))
+	if err != nil {
+		return "", fmt.Errorf("reading the kernel release from the kernel stage output: %w", err)
+	}
+	rel := strings.TrimSpace(string(b))
+	if rel == "" || strings.ContainsAny(rel, " /\n") {
+		return "", fmt.Errorf("the kernel stage output's %s holds %q, not a kernel release", kernel.ReleaseFile, rel)
+	}
+	return rel, nil
+}
+
+// runner runs the build's commands, logging everything and keeping the tail for errors.
+type runner struct {
+	dir     string
+	env     []string
+	log     io.Writer
+	logPath string
+	meter   *progress.Meter
+}
+
+func (r *runner) run(ctx context.Context, what, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = r.dir
+	cmd.Env = r.env
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	fmt.Fprintf(r.log, "\n$ %s %s\n", name, strings.Join(args, " "))
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("driver %s: starting %s: %w", what, name, err)
+	}
+	last := newTail(50)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64*1024), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(r.log, line)
+			last.add(line)
+			if r.meter != nil && isStep(line) {
+				r.meter.Add(1)
+			}
+		}
+		io.Copy(io.Discard, pr) // a line over 1 MiB stops the scanner; keep make from blocking
+	}()
+	err := cmd.Wait()
+	pw.Close()
+	<-done
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		where := ""
+		if r.logPath != "" {
+			where = "\nfull log: " + r.logPath
+		}
+		return fmt.Errorf("driver %s step failed (%s %s): %w\nlast lines of output:\n%s%s",
+			what, name, strings.Join(args, " "), err, last.String(), where)
+	}
+	return nil
+}
+
+// isStep recognises kbuild's quiet-mode lines ("  CC [M]  /…/nv.o") and
+// NVIDIA's conftest lines (" CONFTEST: ioremap_wc"): the conftests are a good
+// part of the build's time.
+func isStep(line string) bool {
+	if strings.HasPrefix(line, " CONFTEST: ") {
+		return true
+	}
+	if len(line) < 4 || line[0] != ' ' || line[1] != ' ' {
+		return false
+	}
+	f := strings.Fields(line)
+	if len(f) < 2 {
+		return false
+	}
+	switch f[0] {
+	case "CC", "AS", "LD":
+		return true
+	}
+	return false
+}
+
+type tail struct {
+	lines []string
+	n     int
+}
+
+func newTail(n int) *tail { return &tail{n: n} }
+
+func (t *tail) add(s string) {
+	t.lines = append(t.lines, s)
+	if len(t.lines) > t.n {
+		t.lines = t.lines[1:]
+	}
+}
+
+func (t *tail) String() string { return strings.Join(t.lines, "\n") }

@@ -1,0 +1,147 @@
+package selftest
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	r := vmReport()
+	Judge(r, nil)
+	b, err := Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, r) {
+		t.Errorf("round trip changed the report:\n got %+v\nwant %+v", got, r)
+	}
+	b2, _ := Encode(got)
+	if !bytes.Equal(b, b2) {
+		t.Error("re-encoding is not byte-identical")
+	}
+}
+
+// Every key is present even in an empty report, so consumers can rely on the shape.
+func TestEmptyReportHasEveryKey(t *testing.T) {
+	b, err := Encode(New())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{`"schema": 1`, `"verdict"`, `"findings": []`, `"recipe"`, `"kernel"`, `"modules": []`,
+		`"gpus": []`, `"cuda"`, `"cu_init": null`, `"nvml"`, `"durations": []`, `"started_at"`, `"deadline_exceeded"`} {
+		if !strings.Contains(string(b), k) {
+			t.Errorf("empty report lacks %s:\n%s", k, b)
+		}
+	}
+}
+
+func TestDecodeRejectsOtherSchema(t *testing.T) {
+	for _, in := range []string{`{"schema": 2}`, `{}`, `[]`, `not json`} {
+		if _, err := Decode([]byte(in)); err == nil {
+			t.Errorf("Decode(%s) = nil error", in)
+		}
+	}
+}
+
+func TestLineRoundTrip(t *testing.T) {
+	r := vmReport()
+	Judge(r, nil)
+	line, err := EncodeLine(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(line, Marker+" ") || strings.ContainsAny(line, "\n\r") {
+		t.Fatalf("bad line %q", line)
+	}
+	again, _ := EncodeLine(r)
+	if again != line {
+		t.Error("EncodeLine is not deterministic")
+	}
+	for _, wrap := range []string{
+		"%s",
+		"%s\r",
+		"[    3.141592] random: crng init done%s",
+		"garbage PEERBOOT-REPORT !!! then %s trailing words",
+		"  \t%s \x1b[0m",
+	} {
+		in := strings.Replace(wrap, "%s", line, 1)
+		got, err := DecodeLine(in)
+		if err != nil {
+			t.Errorf("DecodeLine(%q...): %v", in[:min(len(in), 40)], err)
+			continue
+		}
+		if !reflect.DeepEqual(got, r) {
+			t.Errorf("DecodeLine(%q...) changed the report", in[:min(len(in), 40)])
+		}
+	}
+	console := "boot\n" + "[ 1.0] x" + line + "\nshell$ \n"
+	if _, err := FindLine([]byte(console)); err != nil {
+		t.Errorf("FindLine: %v", err)
+	}
+}
+
+func TestDecodeLineErrors(t *testing.T) {
+	if _, err := DecodeLine("no marker here"); !errors.Is(err, ErrNoMarker) {
+		t.Errorf("want ErrNoMarker, got %v", err)
+	}
+	for _, in := range []string{Marker, Marker + " ", Marker + " ####", Marker + " aGVsbG8=", Marker + " AAAA"} {
+		if _, err := DecodeLine(in); err == nil {
+			t.Errorf("DecodeLine(%q) = nil error", in)
+		}
+	}
+}
+
+func FuzzDecodeLine(f *testing.F) {
+	r := vmReport()
+	line, _ := EncodeLine(r)
+	f.Add(line)
+	f.Add("[  1.2] " + line + "\r")
+	f.Add(Marker + " H4sIAAAAAAAA/w==")
+	f.Add(Marker + Marker)
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := DecodeLine(s)
+		if err != nil {
+			return
+		}
+		// Whatever decodes must re-encode and decode to the same report.
+		l2, err := EncodeLine(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err := DecodeLine(l2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(again, got) {
+			t.Fatalf("unstable round trip for %q", s)
+		}
+	})
+}
+
+func TestParseInitRecord(t *testing.T) {
+	arr, err := ParseInitRecord([]byte(` [{"name":"nvidia","result":"ENODEV","errno":19}]`))
+	if err != nil || len(arr.Modules) != 1 || arr.Modules[0].Errno != 19 {
+		t.Fatalf("array form: %+v, %v", arr, err)
+	}
+	obj, err := ParseInitRecord([]byte(`{"modules":[{"name":"nvidia"}],"findings":[{"severity":"fail","check":"recipe"}],"durations":[{"phase":"modules","ms":5}]}`))
+	if err != nil || len(obj.Modules) != 1 || len(obj.Findings) != 1 || len(obj.Durations) != 1 {
+		t.Fatalf("object form: %+v, %v", obj, err)
+	}
+	if _, err := ParseInitRecord([]byte(`{"modules": 3}`)); err == nil {
+		t.Error("bad record parsed")
+	}
+	r := New()
+	r.Durations = []Duration{{Phase: "cuda", MS: 1}}
+	r.Merge(obj)
+	if r.Durations[0].Phase != "modules" || r.Modules[0].Name != "nvidia" || r.Findings[0].Check != "recipe" {
+		t.Errorf("merge order: %+v", r)
+	}
+}

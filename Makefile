@@ -4,7 +4,7 @@ BIN     := bin/peerboot
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 RECIPE  ?= recipes/default.toml
 
-.PHONY: all deps image test fuzz clean FORCE
+.PHONY: all deps image test repro fuzz clean FORCE
 
 all: $(BIN)
 
@@ -19,11 +19,14 @@ $(BIN): FORCE
 deps: $(BIN)
 	scripts/deps.sh "$$($(BIN) doctor --packages)"
 
-# The main job: pin-checked fetch of every input, then the build plan.
-# (Later stages extend this target; see README "Status".)
+# The main job: fetch every pinned input (verified), then build the images into out/.
 image: deps
 	$(BIN) fetch $(RECIPE)
-	$(BIN) plan $(RECIPE)
+	$(BIN) build $(RECIPE)
+
+# Two builds from cold stores, different dirs/users/TZ/locale/umask, compared byte for byte.
+repro: $(BIN)
+	scripts/repro-build.sh $(RECIPE) image
 
 test: deps
 	$(GO) vet ./...

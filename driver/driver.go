@@ -1,17 +1,16 @@
 package driver
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/peerboot/peerboot/compile"
 	"github.com/peerboot/peerboot/kernel"
 	"github.com/peerboot/peerboot/patch"
 	"github.com/peerboot/peerboot/progress"
@@ -127,8 +126,8 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 	if progressw == nil {
 		progressw = io.Discard
 	}
-	r := &runner{dir: src, env: kernel.Env(opt.Epoch), log: logw, logPath: opt.LogFile}
-	r.meter = progress.New(progressw, "driver compile", "steps", stepsHint)
+	r := &compile.Runner{Stage: "driver", Dir: src, Env: compile.Env(opt.Epoch), Log: logw, LogPath: opt.LogFile,
+		Meter: progress.New(progressw, "driver compile", "steps", stepsHint), IsStep: isStep}
 	args := []string{
 		"-C", src, "-j" + strconv.Itoa(max(opt.Jobs, 1)), "modules",
 		// The headers tree is both source and output: it is what a
@@ -146,10 +145,10 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 		// so the module always uses the kernel's own RDMA headers (or none).
 		"OFA_DIR=/nonexistent/peerboot-no-ofed",
 	}
-	if err := r.run(ctx, "compile", "make", args...); err != nil {
+	if err := r.Run(ctx, "compile", "make", args...); err != nil {
 		return nil, err
 	}
-	r.meter.Done()
+	r.Meter.Done()
 
 	res := &Result{Release: release}
 	var built []string
@@ -166,7 +165,7 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 		// Debug info is most of nvidia.ko (~185 MB unstripped) and nothing on a
 		// booted node reads it; --strip-debug keeps the symbol table the module
 		// loader and depmod need, as the kernel's INSTALL_MOD_STRIP=1 does.
-		if err := r.run(ctx, "strip", "strip", "--strip-debug", "-o", dst, ko); err != nil {
+		if err := r.Run(ctx, "strip", "strip", "--strip-debug", "-o", dst, ko); err != nil {
 			return nil, err
 		}
 		built = append(built, dst)
@@ -193,90 +192,8 @@ func readRelease(kout string) (string, error) {
 }
 
 // runner runs the build's commands, logging everything and keeping the tail for errors.
-type runner struct {
-	dir     string
-	env     []string
-	log     io.Writer
-	logPath string
-	meter   *progress.Meter
-}
-
-func (r *runner) run(ctx context.Context, what, name string, args ...string) error {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = r.dir
-	cmd.Env = r.env
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	fmt.Fprintf(r.log, "\n$ %s %s\n", name, strings.Join(args, " "))
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("driver %s: starting %s: %w", what, name, err)
-	}
-	last := newTail(50)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64*1024), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(r.log, line)
-			last.add(line)
-			if r.meter != nil && isStep(line) {
-				r.meter.Add(1)
-			}
-		}
-		io.Copy(io.Discard, pr) // a line over 1 MiB stops the scanner; keep make from blocking
-	}()
-	err := cmd.Wait()
-	pw.Close()
-	<-done
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		where := ""
-		if r.logPath != "" {
-			where = "\nfull log: " + r.logPath
-		}
-		return fmt.Errorf("driver %s step failed (%s %s): %w\nlast lines of output:\n%s%s",
-			what, name, strings.Join(args, " "), err, last.String(), where)
-	}
-	return nil
-}
-
-// isStep recognises kbuild's quiet-mode lines ("  CC [M]  /…/nv.o") and
-// NVIDIA's conftest lines (" CONFTEST: ioremap_wc"): the conftests are a good
-// part of the build's time.
+// isStep counts kbuild's lines and NVIDIA's conftest lines (" CONFTEST: ioremap_wc"):
+// the conftests are a good part of the build's time.
 func isStep(line string) bool {
-	if strings.HasPrefix(line, " CONFTEST: ") {
-		return true
-	}
-	if len(line) < 4 || line[0] != ' ' || line[1] != ' ' {
-		return false
-	}
-	f := strings.Fields(line)
-	if len(f) < 2 {
-		return false
-	}
-	switch f[0] {
-	case "CC", "AS", "LD":
-		return true
-	}
-	return false
+	return strings.HasPrefix(line, " CONFTEST: ") || compile.KbuildStep(line)
 }
-
-type tail struct {
-	lines []string
-	n     int
-}
-
-func newTail(n int) *tail { return &tail{n: n} }
-
-func (t *tail) add(s string) {
-	t.lines = append(t.lines, s)
-	if len(t.lines) > t.n {
-		t.lines = t.lines[1:]
-	}
-}
-
-func (t *tail) String() string { return strings.Join(t.lines, "\n") }

@@ -1,17 +1,15 @@
 package kernel
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/peerboot/peerboot/compile"
 	"github.com/peerboot/peerboot/patch"
 	"github.com/peerboot/peerboot/progress"
 )
@@ -52,25 +50,6 @@ const (
 	BuildDir    = "build"   // what out-of-tree modules build against
 )
 
-// Env is the environment of every make call: one clock, one identity, C locale.
-func Env(epoch int64) []string {
-	env := []string{
-		"KBUILD_BUILD_TIMESTAMP=@" + strconv.FormatInt(epoch, 10),
-		"KBUILD_BUILD_USER=peerboot",
-		"KBUILD_BUILD_HOST=peerboot",
-		"SOURCE_DATE_EPOCH=" + strconv.FormatInt(epoch, 10),
-		"LC_ALL=C", "TZ=UTC",
-	}
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "PATH", "HOME", "TMPDIR":
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
 // Build configures and compiles the kernel in opt.Source and writes the stage
 // output to out.
 func Build(ctx context.Context, opt Options, out string) (*Result, error) {
@@ -85,10 +64,13 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	m := &maker{dir: src, env: Env(opt.Epoch), log: logf, progress: opt.Log}
+	m := &compile.Runner{Stage: "kernel", Dir: src, Env: compile.Env(opt.Epoch), Log: logf, LogPath: opt.LogFile, IsStep: compile.KbuildStep}
+	mk := func(what string, args ...string) error {
+		return m.Run(ctx, what, "make", append([]string{"-C", src}, args...)...)
+	}
 	// -ffile-prefix-map keeps the scratch directory's path out of every object.
 	prefixMap := "KCFLAGS=-ffile-prefix-map=" + src + "=."
-	if err := m.run(ctx, "config", opt.Base); err != nil {
+	if err := mk("config", opt.Base); err != nil {
 		return nil, err
 	}
 	fragDir := filepath.Join(src, ".peerboot")
@@ -111,10 +93,10 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 		}
 		args = append(args, p)
 	}
-	if err := m.cmd(ctx, "merge", filepath.Join(src, "scripts/kconfig/merge_config.sh"), args...); err != nil {
+	if err := m.Run(ctx, "merge", filepath.Join(src, "scripts/kconfig/merge_config.sh"), args...); err != nil {
 		return nil, err
 	}
-	if err := m.run(ctx, "config", "olddefconfig"); err != nil {
+	if err := mk("config", "olddefconfig"); err != nil {
 		return nil, err
 	}
 	final, err := os.ReadFile(filepath.Join(src, ".config"))
@@ -130,18 +112,18 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 		return nil, fmt.Errorf("kernel config: %d fragment options did not survive olddefconfig:\n%s", len(dropped), strings.Join(lines, "\n"))
 	}
 	jobs := strconv.Itoa(max(opt.Jobs, 1))
-	m.meter = progress.New(opt.Log, "kernel compile", "steps", opt.ObjectsHint)
-	if err := m.run(ctx, "compile", "-j"+jobs, prefixMap, "bzImage", "modules"); err != nil {
+	m.Meter = progress.New(opt.Log, "kernel compile", "steps", opt.ObjectsHint)
+	if err := mk("compile", "-j"+jobs, prefixMap, "bzImage", "modules"); err != nil {
 		return nil, err
 	}
-	m.meter.Done()
-	steps := m.steps
-	m.meter = nil
-	rel, err := m.output(ctx, "-s", "kernelrelease")
+	m.Meter.Done()
+	steps := m.Steps
+	m.Meter = nil
+	rel, err := m.Output(ctx, "make", "-C", src, "-s", "kernelrelease")
 	if err != nil {
 		return nil, err
 	}
-	if err := m.run(ctx, "install", "-j"+jobs, "modules_install", "INSTALL_MOD_PATH="+filepath.Join(out, ModulesDir), "INSTALL_MOD_STRIP=1"); err != nil {
+	if err := mk("install", "-j"+jobs, "modules_install", "INSTALL_MOD_PATH="+filepath.Join(out, ModulesDir), "INSTALL_MOD_STRIP=1"); err != nil {
 		return nil, err
 	}
 	modDir := filepath.Join(out, ModulesDir, "lib", "modules", rel)
@@ -163,104 +145,6 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 	}
 	return &Result{Release: rel, Steps: steps}, nil
 }
-
-// maker runs make in the tree, logging everything and keeping the tail for errors.
-type maker struct {
-	dir      string
-	env      []string
-	log      io.Writer
-	progress io.Writer
-	meter    *progress.Meter
-	steps    int64
-}
-
-func (m *maker) run(ctx context.Context, what string, args ...string) error {
-	return m.cmd(ctx, what, "make", append([]string{"-C", m.dir}, args...)...)
-}
-
-func (m *maker) output(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "make", append([]string{"-C", m.dir}, args...)...)
-	cmd.Env = m.env
-	b, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("make %s: %w", strings.Join(args, " "), err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
-func (m *maker) cmd(ctx context.Context, what, name string, args ...string) error {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Dir = m.dir
-	cmd.Env = m.env
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
-	fmt.Fprintf(m.log, "\n$ %s %s\n", name, strings.Join(args, " "))
-	if err := cmd.Start(); err != nil {
-		return err
-	}
-	tail := newTail(50)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(pr)
-		sc.Buffer(make([]byte, 64*1024), 1<<20)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(m.log, line)
-			tail.add(line)
-			if m.meter != nil && isStep(line) {
-				m.steps++
-				m.meter.Add(1)
-			}
-		}
-		io.Copy(io.Discard, pr)
-	}()
-	err := cmd.Wait()
-	pw.Close()
-	<-done
-	if err != nil {
-		if errors.Is(ctx.Err(), context.Canceled) {
-			return ctx.Err()
-		}
-		logPath := ""
-		if f, ok := m.log.(*os.File); ok {
-			logPath = f.Name()
-		}
-		return fmt.Errorf("kernel %s step failed (%s %s): %w\nlast lines of output:\n%s\nfull log: %s",
-			what, name, strings.Join(args, " "), err, tail.String(), logPath)
-	}
-	return nil
-}
-
-// isStep recognises kbuild's quiet-mode lines ("  CC      kernel/fork.o").
-func isStep(line string) bool {
-	if len(line) < 4 || line[0] != ' ' || line[1] != ' ' {
-		return false
-	}
-	f := strings.Fields(line)
-	if len(f) < 2 {
-		return false
-	}
-	switch f[0] {
-	case "CC", "AS", "LD", "AR", "HOSTCC", "HOSTLD":
-		return true
-	}
-	return false
-}
-
-type tail struct {
-	lines []string
-	n     int
-}
-
-func newTail(n int) *tail { return &tail{n: n} }
-func (t *tail) add(s string) {
-	t.lines = append(t.lines, s)
-	if len(t.lines) > t.n {
-		t.lines = t.lines[1:]
-	}
-}
-func (t *tail) String() string { return strings.Join(t.lines, "\n") }
 
 func copyFile(src, dst string) error {
 	in, err := os.Open(src)

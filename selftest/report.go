@@ -79,6 +79,7 @@ type Module struct {
 	Errno      int      `json:"errno"`
 	Error      string   `json:"error"`
 	KernelLog  []string `json:"kernel_log"` // /dev/kmsg lines that appeared during the load
+	Version    string   `json:"version,omitempty"` // /sys/module/<name>/version, for modules found already loaded
 }
 
 // GPU is one NVIDIA display or 3D controller as sysfs shows it, before any driver.

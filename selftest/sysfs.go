@@ -106,3 +106,21 @@ func atoiOr(s string, def int) int {
 	}
 	return n
 }
+
+// LoadedModules reports, for a box not booted by peerboot-init, which of names
+// the running kernel already has (from /sys/module/<name>), with their version.
+func LoadedModules(sysModule string, names []string) []Module {
+	var out []Module
+	for _, n := range names {
+		dir := filepath.Join(sysModule, n)
+		if _, err := os.Stat(dir); err != nil {
+			continue
+		}
+		m := Module{Name: strings.ReplaceAll(n, "_", "-"), Result: ModLoaded}
+		if v, err := os.ReadFile(filepath.Join(dir, "version")); err == nil {
+			m.Version = strings.TrimSpace(string(v))
+		}
+		out = append(out, m)
+	}
+	return out
+}

@@ -82,3 +82,14 @@ func FuzzParseResource(f *testing.F) {
 		}
 	})
 }
+
+func TestLoadedModules(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "nvidia"), 0o755)
+	os.WriteFile(filepath.Join(dir, "nvidia", "version"), []byte("580.159.04\n"), 0o644)
+	os.MkdirAll(filepath.Join(dir, "nvidia_uvm"), 0o755)
+	got := LoadedModules(dir, []string{"nvidia", "nvidia_uvm", "nvidia_drm"})
+	if len(got) != 2 || got[0].Name != "nvidia" || got[0].Version != "580.159.04" || got[0].Result != ModLoaded || got[1].Name != "nvidia-uvm" {
+		t.Fatalf("got %+v", got)
+	}
+}

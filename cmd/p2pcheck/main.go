@@ -94,6 +94,10 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 		} else {
 			r.Merge(rec)
 		}
+	} else {
+		// Run by hand on a box that booted its own way: the driver is whatever the
+		// running kernel has loaded already.
+		r.Modules = selftest.LoadedModules(filepath.Join(o.root, "sys", "module"), []string{"nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem"})
 	}
 
 	ph := phases{report: r, end: end, log: stderr}

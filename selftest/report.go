@@ -78,7 +78,7 @@ type Module struct {
 	Result     string   `json:"result"`                // loaded, ENODEV, error, skipped
 	Errno      int      `json:"errno"`
 	Error      string   `json:"error"`
-	KernelLog  []string `json:"kernel_log"` // /dev/kmsg lines that appeared during the load
+	KernelLog  []string `json:"kernel_log"`        // /dev/kmsg lines that appeared during the load
 	Version    string   `json:"version,omitempty"` // /sys/module/<name>/version, for modules found already loaded
 }
 

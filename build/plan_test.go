@@ -1,0 +1,99 @@
+package build
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/peerboot/peerboot/lock"
+	"github.com/peerboot/peerboot/recipe"
+)
+
+const planRecipe = `
+name = "t"
+source_date_epoch = 1700000000
+[kernel]
+source = { url = "https://example.invalid/linux-6.1.tar.xz", sha256 = "%s" }
+fragments = ["base.config", "./local.config"]
+cmdline = "console=ttyS0"
+[driver]
+version = "535.261.03"
+source = { url = "https://example.invalid/nvidia.tar.xz", sha256 = "%s" }
+patches = ["./0001-local.patch"]
+[outputs]
+efi_stub = { url = "https://example.invalid/stub.deb", sha256 = "%s" }
+`
+
+func planFor(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	r, err := recipe.Load(filepath.Join(dir, "t.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins, un, err := lock.Inputs(r, nil, func(string) (string, error) { return "", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools := Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")}
+	p, err := MakePlan(r, ins, un, nil, tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{}
+	for _, s := range p.Stages {
+		if s.Key == "" {
+			t.Fatalf("stage %s unresolved: %v", s.Name, s.Unresolved)
+		}
+		keys[s.Name] = s.Key
+	}
+	return keys
+}
+
+// Which stages a change re-runs: the keys are the whole story.
+func TestKeysFollowTheirInputs(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) { os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644) }
+	write("t.toml", strings.Replace(strings.Replace(strings.Replace(planRecipe, "%s", strings.Repeat("a", 64), 1), "%s", strings.Repeat("b", 64), 1), "%s", strings.Repeat("c", 64), 1))
+	write("local.config", "CONFIG_NUMA=y\n")
+	write("0001-local.patch", "patch v1\n")
+	write("init", "init v1")
+	write("p2pcheck", "p2pcheck v1")
+	base := planFor(t, dir)
+
+	cases := []struct {
+		name    string
+		change  func()
+		changed []string
+	}{
+		{"config fragment", func() { write("local.config", "CONFIG_NUMA=n\n") }, []string{"kernel", "driver", "rootfs", "initramfs", "image", "sign"}},
+		{"driver patch", func() { write("0001-local.patch", "patch v2\n") }, []string{"driver", "rootfs", "initramfs", "image", "sign"}},
+		{"self-test binary", func() { write("p2pcheck", "p2pcheck v2") }, []string{"rootfs", "initramfs", "image", "sign"}},
+		{"kernel cmdline", func() {
+			b, _ := os.ReadFile(filepath.Join(dir, "t.toml"))
+			write("t.toml", strings.Replace(string(b), `cmdline = "console=ttyS0"`, `cmdline = "console=ttyS0 quiet"`, 1))
+		}, []string{"image", "sign"}},
+	}
+	prev := base
+	for _, c := range cases {
+		c.change()
+		now := planFor(t, dir)
+		var changed []string
+		for _, s := range StageNames {
+			if now[s] != prev[s] {
+				changed = append(changed, s)
+			}
+		}
+		if strings.Join(changed, " ") != strings.Join(c.changed, " ") {
+			t.Errorf("%s: re-runs %v, want %v", c.name, changed, c.changed)
+		}
+		prev = now
+	}
+	// And nothing else moves a key: planning twice gives the same keys.
+	again := planFor(t, dir)
+	for s, k := range prev {
+		if again[s] != k {
+			t.Errorf("stage %s: key not stable", s)
+		}
+	}
+}

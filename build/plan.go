@@ -18,13 +18,16 @@ import (
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/overlay"
 	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/rootfs"
 	"github.com/peerboot/peerboot/store"
 )
 
-// Stage versions: bump one when the stage's code changes what it writes, so old
-// store entries are not reused.
+// stageVersions come from each stage's package: a stage bumps its Version when
+// its code changes what it writes, so old store entries are not reused. The
+// initramfs, image and sign steps are versioned here, where their wiring lives.
 var stageVersions = map[string]int{
-	"kernel": 1, "driver": 1, "rootfs": 1, "initramfs": 1, "image": 1, "sign": 1,
+	"kernel": kernel.Version, "driver": driver.Version, "rootfs": rootfs.Version,
+	"initramfs": 1, "image": 1, "sign": 1,
 }
 
 // StageNames in pipeline order.

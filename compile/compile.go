@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/peerboot/peerboot/progress"
 )
@@ -24,7 +25,8 @@ const TailLines = 50
 // build user and host, UTC and the C locale, plus PATH/HOME/TMPDIR.
 func Env(epoch int64) []string {
 	env := []string{
-		"KBUILD_BUILD_TIMESTAMP=@" + strconv.FormatInt(epoch, 10),
+		// Kbuild prints this string verbatim in the kernel's version banner.
+		"KBUILD_BUILD_TIMESTAMP=" + time.Unix(epoch, 0).UTC().Format("Mon Jan 2 15:04:05 UTC 2006"),
 		"KBUILD_BUILD_USER=peerboot",
 		"KBUILD_BUILD_HOST=peerboot",
 		"SOURCE_DATE_EPOCH=" + strconv.FormatInt(epoch, 10),

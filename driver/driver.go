@@ -17,7 +17,7 @@ import (
 )
 
 // Version is the driver stage's version: bump it when this code changes its output.
-const Version = 1
+const Version = 2 // 2: KBUILD_BUILD_TIMESTAMP format (see compile.Env)
 
 // Patch is one format-patch of the series, applied at the driver tree's root
 // (paths like a/conftest.sh, a/nvidia/nv-pci.c).

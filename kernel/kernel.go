@@ -15,7 +15,7 @@ import (
 )
 
 // Version is the kernel stage's version: bump it when this code changes its output.
-const Version = 1
+const Version = 2 // 2: a readable build timestamp in the version banner
 
 // Options is everything the kernel stage reads.
 type Options struct {

@@ -41,11 +41,15 @@ type Options struct {
 	Cmdline string // extra kernel arguments: for PXE only (UEFI's are in the UKI)
 	Memory  string // e.g. "2G"
 	Timeout time.Duration
+	Accel   string    // "kvm", "tcg", or "" (auto: KVM when usable, TCG if KVM fails)
 	WorkDir string    // private VARS and disk copy
 	Console io.Writer // every console byte, as it arrives
 	// Stop, if set, is called with each console line; returning true ends the boot
 	// early (the guest said all it has to say).
 	Stop func(line string) bool
+	// Succeeded, if set, says after a boot whether it did its job; in auto mode a
+	// KVM boot that did not is repeated under TCG (nested KVM can fail silently).
+	Succeeded func() bool
 }
 
 // Result is what a boot produced.
@@ -54,10 +58,37 @@ type Result struct {
 	Duration time.Duration
 	TimedOut bool
 	DiskCopy string // the booted disk copy, with whatever the guest wrote to it
+	Accel    string // the accelerator that ran the boot
+
+	kvmFailed bool
 }
 
-// Boot runs QEMU until the guest powers off, Stop says so, or the timeout.
+// kvmFailure is what QEMU prints when KVM cannot run the guest (seen in nested
+// virtualisation, where OVMF's x87 instructions fail to emulate).
+const kvmFailure = "KVM internal error"
+
+// Boot runs QEMU until the guest powers off, Stop says so, or the timeout. In
+// auto mode a KVM failure restarts the boot under TCG.
 func Boot(ctx context.Context, opt Options) (*Result, error) {
+	if opt.Accel != "" {
+		return boot(ctx, opt)
+	}
+	opt.Accel = "tcg"
+	if kvmUsable() {
+		opt.Accel = "kvm"
+	}
+	res, err := boot(ctx, opt)
+	if opt.Accel == "kvm" && res != nil && !res.TimedOut && (res.kvmFailed || (opt.Succeeded != nil && !opt.Succeeded())) {
+		if opt.Console != nil {
+			fmt.Fprintln(opt.Console, "peerboot run: the KVM boot failed here; booting again under TCG")
+		}
+		opt.Accel = "tcg"
+		return boot(ctx, opt)
+	}
+	return res, err
+}
+
+func boot(ctx context.Context, opt Options) (*Result, error) {
 	args, diskCopy, err := commandLine(opt)
 	if err != nil {
 		return nil, err
@@ -74,7 +105,7 @@ func Boot(ctx context.Context, opt Options) (*Result, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting qemu: %w", err)
 	}
-	res := &Result{DiskCopy: diskCopy}
+	res := &Result{DiskCopy: diskCopy, Accel: opt.Accel}
 	sc := bufio.NewScanner(out)
 	sc.Buffer(make([]byte, 64*1024), 16<<20)
 	stopped := false
@@ -83,6 +114,12 @@ func Boot(ctx context.Context, opt Options) (*Result, error) {
 		res.Lines = append(res.Lines, line)
 		if opt.Console != nil {
 			fmt.Fprintln(opt.Console, line)
+		}
+		if strings.Contains(line, kvmFailure) {
+			res.kvmFailed = true
+			stopped = true
+			cmd.Process.Kill()
+			break
 		}
 		if opt.Stop != nil && opt.Stop(line) {
 			stopped = true
@@ -109,10 +146,13 @@ func commandLine(opt Options) ([]string, string, error) {
 	}
 	args := []string{"-machine", "q35", "-m", opt.Memory, "-smp", "2", "-nographic", "-no-reboot",
 		"-serial", "stdio", "-monitor", "none"}
-	if kvmUsable() {
-		args = append(args, "-enable-kvm", "-cpu", "host")
-	} else {
-		args = append(args, "-cpu", "max")
+	switch opt.Accel {
+	case "kvm":
+		args = append(args, "-accel", "kvm", "-cpu", "host")
+	case "tcg", "":
+		args = append(args, "-accel", "tcg", "-cpu", "max")
+	default:
+		return nil, "", fmt.Errorf("unknown accelerator %q (want kvm or tcg)", opt.Accel)
 	}
 	diskCopy := ""
 	switch opt.Mode {

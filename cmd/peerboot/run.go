@@ -17,7 +17,7 @@ import (
 
 func runCmd() *cobra.Command {
 	var uefi, pxe, verbose bool
-	var reportFile, logFile string
+	var reportFile, logFile, accel string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "run [--uefi|--pxe] OUTDIR",
@@ -57,7 +57,7 @@ the exit code is 0 only for a pass verdict (9 for fail; a timeout is a fail).`,
 			var report *selftest.Report
 			res, err := qemu.Boot(cmd.Context(), qemu.Options{
 				Mode: mode, Disk: filepath.Join(dir, "disk.img"), PXEDir: filepath.Join(dir, "pxe"),
-				Timeout: timeout, WorkDir: work, Console: console,
+				Timeout: timeout, WorkDir: work, Console: console, Accel: accel,
 				Stop: func(line string) bool {
 					if !strings.Contains(line, selftest.Marker) {
 						return false
@@ -69,6 +69,7 @@ the exit code is 0 only for a pass verdict (9 for fail; a timeout is a fail).`,
 					report = r
 					return false // let the guest finish its on_pass/on_fail action
 				},
+				Succeeded: func() bool { return report != nil },
 			})
 			if err != nil {
 				return exitcode.Tag(exitcode.Internal, err)
@@ -96,7 +97,7 @@ the exit code is 0 only for a pass verdict (9 for fail; a timeout is a fail).`,
 				}
 			}
 			fmt.Fprint(out, selftest.Summary(report))
-			fmt.Fprintf(out, "%s boot: %s from power-on to shutdown; console: %s\n", mode, res.Duration.Round(100*time.Millisecond), logFile)
+			fmt.Fprintf(out, "%s boot (%s): %s from power-on to shutdown; console: %s\n", mode, res.Accel, res.Duration.Round(100*time.Millisecond), logFile)
 			if report.Verdict != selftest.Pass {
 				return exitcode.Tag(exitcode.Selftest, fmt.Errorf("self-test verdict: %s", report.Verdict))
 			}
@@ -108,6 +109,7 @@ the exit code is 0 only for a pass verdict (9 for fail; a timeout is a fail).`,
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also stream the console to the terminal")
 	cmd.Flags().StringVar(&reportFile, "report", "", "write the decoded report JSON here")
 	cmd.Flags().StringVar(&logFile, "log", "", "console log file (default OUTDIR/console-MODE.log)")
+	cmd.Flags().StringVar(&accel, "accel", "", "kvm or tcg (default: KVM when usable, falling back to TCG)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Minute, "give up (a fail) after this long")
 	return cmd
 }

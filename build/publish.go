@@ -3,6 +3,8 @@ package build
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,42 +60,12 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 		return "", err
 	}
 	final := filepath.Join(outRoot, p.Recipe.Name)
-	tmp, err := os.MkdirTemp(outRoot, "."+p.Recipe.Name+".new-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return "", err
-	}
 	src := st.OutputDir(img.Key)
-	var outputs []ManifestOutput
-	err = filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		if rel == "MANIFEST" {
-			return nil
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		size, err := copySparse(path, filepath.Join(tmp, rel))
-		if err != nil {
-			return err
-		}
-		sum, err := store.HashFile(filepath.Join(tmp, rel))
-		if err != nil {
-			return err
-		}
-		outputs = append(outputs, ManifestOutput{Path: rel, Size: size, SHA256: sum})
-		return nil
-	})
+	// The store's MANIFEST already holds every output's sha256: no re-hashing.
+	outputs, err := storeOutputs(src)
 	if err != nil {
 		return "", fmt.Errorf("publish: %w", err)
 	}
-	sort.Slice(outputs, func(i, j int) bool { return outputs[i].Path < outputs[j].Path })
 	m := Manifest{Recipe: p.Recipe.Name, RecipeDigest: p.Recipe.Digest, SourceDateEpoch: epoch, Outputs: outputs}
 	for _, in := range ins {
 		m.Inputs = append(m.Inputs, ManifestInput{Role: in.Role, Name: in.Name, Digest: in.Digest()})
@@ -104,12 +76,32 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 		}
 	}
 	mj, _ := json.MarshalIndent(m, "", "  ")
-	if err := os.WriteFile(filepath.Join(tmp, "manifest.json"), append(mj, '\n'), 0o644); err != nil {
+	mj = append(mj, '\n')
+	if upToDate(final, mj, outputs) {
+		return final, nil // a no-op rebuild touches nothing
+	}
+	tmp, err := os.MkdirTemp(outRoot, "."+p.Recipe.Name+".new-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	for _, o := range outputs {
+		if err := ctx.Err(); err != nil {
+			return "", err
+		}
+		if _, err := copySparse(filepath.Join(src, o.Path), filepath.Join(tmp, o.Path)); err != nil {
+			return "", fmt.Errorf("publish: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "manifest.json"), mj, 0o644); err != nil {
 		return "", err
 	}
 	var sums bytes.Buffer
-	msum, _ := store.HashFile(filepath.Join(tmp, "manifest.json"))
-	all := append([]ManifestOutput{{Path: "manifest.json", SHA256: msum}}, outputs...)
+	msum := sha256.Sum256(mj)
+	all := append([]ManifestOutput{{Path: "manifest.json", SHA256: hex.EncodeToString(msum[:])}}, outputs...)
 	sort.Slice(all, func(i, j int) bool { return all[i].Path < all[j].Path })
 	for _, o := range all {
 		fmt.Fprintf(&sums, "%s  %s\n", o.SHA256, o.Path)
@@ -129,6 +121,45 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 		return "", err
 	}
 	return final, nil
+}
+
+// storeOutputs lists a stage output's files with their sizes and the sha256
+// its MANIFEST recorded when the store committed it.
+func storeOutputs(dir string) ([]ManifestOutput, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "MANIFEST"))
+	if err != nil {
+		return nil, err
+	}
+	var out []ManifestOutput
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		sum, path, ok := strings.Cut(line, "  ")
+		if !ok {
+			return nil, fmt.Errorf("%s/MANIFEST: malformed line %q", dir, line)
+		}
+		info, err := os.Stat(filepath.Join(dir, path))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ManifestOutput{Path: path, Size: info.Size(), SHA256: sum})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// upToDate says whether dir already holds this manifest and files of the listed sizes.
+func upToDate(dir string, manifest []byte, outputs []ManifestOutput) bool {
+	old, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err != nil || !bytes.Equal(old, manifest) {
+		return false
+	}
+	for _, o := range outputs {
+		info, err := os.Stat(filepath.Join(dir, o.Path))
+		if err != nil || info.Size() != o.Size {
+			return false
+		}
+	}
+	_, err = os.Stat(filepath.Join(dir, "SHA256SUMS"))
+	return err == nil
 }
 
 // copySparse copies a file, leaving holes where the source has runs of zeros

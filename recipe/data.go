@@ -29,6 +29,9 @@ func (r *Resolved) ReadData(name string, builtin fs.FS, dir string) ([]byte, str
 		for _, e := range entries {
 			have = append(have, e.Name())
 		}
+		if len(have) == 0 {
+			return nil, p, fmt.Errorf("%s: no built-in file %s: peerboot ships none there; name it as a ./path relative to the recipe", r.Path, p)
+		}
 		return nil, p, fmt.Errorf("%s: no built-in file %s (have: %s)", r.Path, p, strings.Join(have, ", "))
 	}
 	return data, p, nil

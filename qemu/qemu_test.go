@@ -1,0 +1,48 @@
+package qemu
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCommandLine(t *testing.T) {
+	work := t.TempDir()
+	disk := filepath.Join(work, "in.img")
+	os.WriteFile(disk, []byte("disk"), 0o644)
+	pxe := t.TempDir()
+	os.WriteFile(filepath.Join(pxe, "boot.ipxe"), []byte("#!ipxe\n"), 0o644)
+
+	if firstExisting(OVMFCode) != "" {
+		args, copyPath, err := commandLine(Options{Mode: UEFI, Disk: disk, WorkDir: work, Accel: "tcg"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := strings.Join(args, " ")
+		for _, want := range []string{"-machine q35", "-accel tcg", "if=pflash,format=raw,unit=0,readonly=on", "file=" + filepath.Join(work, "OVMF_VARS.fd"), "if=virtio,format=raw,file=" + copyPath, "-nic none", "-no-reboot"} {
+			if !strings.Contains(line, want) {
+				t.Errorf("UEFI command line lacks %q:\n%s", want, line)
+			}
+		}
+		if copyPath == disk {
+			t.Error("UEFI boots the output disk itself, not a private copy")
+		}
+	}
+	args, _, err := commandLine(Options{Mode: PXE, PXEDir: pxe, Accel: "kvm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if line := strings.Join(args, " "); !strings.Contains(line, "user,model=virtio-net-pci,tftp="+pxe+",bootfile=boot.ipxe") || !strings.Contains(line, "-accel kvm -cpu host") {
+		t.Errorf("PXE command line: %s", line)
+	}
+	if _, _, err := commandLine(Options{Mode: PXE, PXEDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no boot.ipxe") {
+		t.Errorf("missing boot.ipxe: %v", err)
+	}
+	if _, _, err := commandLine(Options{Mode: "floppy"}); err == nil {
+		t.Error("unknown mode accepted")
+	}
+	if _, _, err := commandLine(Options{Mode: PXE, PXEDir: pxe, Accel: "hvf"}); err == nil {
+		t.Error("unknown accelerator accepted")
+	}
+}

@@ -6,32 +6,20 @@
 package e2e
 
 import (
-	"bytes"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/peerboot/peerboot/internal/testbin"
 	"github.com/peerboot/peerboot/selftest"
 )
 
 var bin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "peerboot-e2e-bin")
-	if err != nil {
-		panic(err)
-	}
+	dir := testbin.MustBuildTemp(map[string]string{"peerboot": "../cmd/peerboot", "peerboot-init": "../cmd/peerboot-init", "p2pcheck": "../cmd/p2pcheck"})
 	bin = filepath.Join(dir, "peerboot")
-	for pkg, out := range map[string]string{"../cmd/peerboot": bin, "../cmd/peerboot-init": filepath.Join(dir, "peerboot-init"), "../cmd/p2pcheck": filepath.Join(dir, "p2pcheck")} {
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-buildid=", "-o", out, pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			panic(string(b))
-		}
-	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -39,19 +27,11 @@ func TestMain(m *testing.M) {
 
 func peerboot(t *testing.T, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = ".."
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return out.String(), ee.ExitCode()
-	}
+	out, errs, code, err := testbin.Run(bin, "..", args...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out.String(), 0
+	return out + errs, code
 }
 
 func TestBuildAndBootDefault(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerboot/peerboot/internal/testbin"
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/selftest"
 )
@@ -21,17 +22,8 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "p2pcheck-test")
-	if err != nil {
-		panic(err)
-	}
+	dir := testbin.MustBuildTemp(map[string]string{"p2pcheck": "."})
 	binary = filepath.Join(dir, "p2pcheck")
-	cmd := exec.Command("go", "build", "-o", binary, ".")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		os.Stderr.Write(out)
-		panic(err)
-	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)

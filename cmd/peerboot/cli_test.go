@@ -2,30 +2,20 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/peerboot/peerboot/internal/testbin"
 )
 
 var peerboot string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "peerboot-cli")
-	if err != nil {
-		panic(err)
-	}
+	dir := testbin.MustBuildTemp(map[string]string{"peerboot": ".", "peerboot-init": "../peerboot-init", "p2pcheck": "../p2pcheck"})
 	peerboot = filepath.Join(dir, "peerboot")
-	for pkg, out := range map[string]string{".": peerboot, "../peerboot-init": filepath.Join(dir, "peerboot-init"), "../p2pcheck": filepath.Join(dir, "p2pcheck")} {
-		cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			panic(string(b))
-		}
-	}
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
@@ -34,18 +24,11 @@ func TestMain(m *testing.M) {
 // run executes the real binary and returns stdout, stderr and the exit code.
 func run(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	cmd := exec.Command(peerboot, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
+	out, errs, code, err := testbin.Run(peerboot, "", args...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return out.String(), errb.String(), code
+	return out, errs, code
 }
 
 // The acceptance path on a fresh store: lock, fetch, fetch again (nothing

@@ -50,6 +50,9 @@ type Options struct {
 	// Succeeded, if set, says after a boot whether it did its job; in auto mode a
 	// KVM boot that did not is repeated under TCG (nested KVM can fail silently).
 	Succeeded func() bool
+	// KVMHint, if set, is a file that remembers that KVM failed on this host,
+	// so later boots go straight to TCG instead of losing a boot to KVM.
+	KVMHint string
 }
 
 // Result is what a boot produced.
@@ -74,7 +77,7 @@ func Boot(ctx context.Context, opt Options) (*Result, error) {
 		return boot(ctx, opt)
 	}
 	opt.Accel = "tcg"
-	if kvmUsable() {
+	if kvmUsable() && !exists(opt.KVMHint) {
 		opt.Accel = "kvm"
 	}
 	res, err := boot(ctx, opt)
@@ -82,10 +85,22 @@ func Boot(ctx context.Context, opt Options) (*Result, error) {
 		if opt.Console != nil {
 			fmt.Fprintln(opt.Console, "peerboot run: the KVM boot failed here; booting again under TCG")
 		}
+		if opt.KVMHint != "" {
+			os.MkdirAll(filepath.Dir(opt.KVMHint), 0o755)
+			os.WriteFile(opt.KVMHint, []byte("KVM boots failed on this host; delete this file to try KVM again\n"), 0o644)
+		}
 		opt.Accel = "tcg"
 		return boot(ctx, opt)
 	}
 	return res, err
+}
+
+func exists(path string) bool {
+	if path == "" {
+		return false
+	}
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func boot(ctx context.Context, opt Options) (*Result, error) {

@@ -15,7 +15,7 @@ import (
 	"github.com/peerboot/peerboot/selftest"
 )
 
-func runCmd() *cobra.Command {
+func runCmd(g *globals) *cobra.Command {
 	var uefi, pxe, verbose bool
 	var reportFile, logFile, accel string
 	var timeout time.Duration
@@ -36,6 +36,10 @@ the exit code is 0 only for a pass verdict (9 for fail; a timeout is a fail).`,
 			mode := qemu.UEFI
 			if pxe {
 				mode = qemu.PXE
+			}
+			st, err := g.openStore()
+			if err != nil {
+				return err
 			}
 			work, err := os.MkdirTemp("", "peerboot-run-")
 			if err != nil {
@@ -58,6 +62,7 @@ the exit code is 0 only for a pass verdict (9 for fail; a timeout is a fail).`,
 			res, err := qemu.Boot(cmd.Context(), qemu.Options{
 				Mode: mode, Disk: filepath.Join(dir, "disk.img"), PXEDir: filepath.Join(dir, "pxe"),
 				Timeout: timeout, WorkDir: work, Console: console, Accel: accel,
+				KVMHint: filepath.Join(st.Root, "hints", "kvm-fails"),
 				Stop: func(line string) bool {
 					if !strings.Contains(line, selftest.Marker) {
 						return false

@@ -4,7 +4,7 @@ BIN     := bin/peerboot
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 RECIPE  ?= recipes/default.toml
 
-.PHONY: all deps image test repro fuzz clean FORCE
+.PHONY: all deps image test e2e repro fuzz clean FORCE
 
 all: $(BIN)
 
@@ -31,6 +31,10 @@ repro: $(BIN)
 test: deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 80m ./...
+
+# Only the QEMU boots (build + UEFI + PXE), also part of `make test`.
+e2e: deps
+	$(GO) test -count=1 -timeout 60m -v ./e2e/
 
 # Short fuzz runs of every parser of outside bytes.
 fuzz:

@@ -27,7 +27,11 @@ const (
 // Firmware files from Debian's ovmf and ipxe-qemu packages.
 var (
 	OVMFCode = []string{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_CODE.fd"}
-	OVMFVars = map[string]string{
+	// Secure Boot: the SMM-requiring code and Debian's VARS template with the
+	// "snakeoil" test key enrolled in PK, KEK and db (/usr/share/ovmf/PkKek-1-snakeoil.*).
+	SecureBootCode = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd"
+	SecureBootVars = "/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd"
+	OVMFVars       = map[string]string{
 		"/usr/share/OVMF/OVMF_CODE_4M.fd": "/usr/share/OVMF/OVMF_VARS_4M.fd",
 		"/usr/share/OVMF/OVMF_CODE.fd":    "/usr/share/OVMF/OVMF_VARS.fd",
 	}
@@ -53,6 +57,11 @@ type Options struct {
 	// KVMHint, if set, is a file that remembers that KVM failed on this host,
 	// so later boots go straight to TCG instead of losing a boot to KVM.
 	KVMHint string
+	// SecureBoot (UEFI only) boots OVMF with Secure Boot enforced and the
+	// snakeoil test key in db: q35 with SMM, a secure pflash, SecureBootCode and
+	// a private copy of SecureBootVars. A boot the firmware refuses ends at once
+	// with Result.Refused set.
+	SecureBoot bool
 }
 
 // Result is what a boot produced.
@@ -62,6 +71,9 @@ type Result struct {
 	TimedOut bool
 	DiskCopy string // the booted disk copy, with whatever the guest wrote to it
 	Accel    string // the accelerator that ran the boot
+	// Refused is the firmware's console line refusing to start the boot image
+	// (Secure Boot: "BdsDxe: failed to load Boot0001 ... : Access Denied").
+	Refused string
 
 	kvmFailed bool
 }
@@ -136,6 +148,12 @@ func boot(ctx context.Context, opt Options) (*Result, error) {
 			cmd.Process.Kill()
 			break
 		}
+		if opt.SecureBoot && IsRefusal(line) {
+			res.Refused = line
+			stopped = true
+			cmd.Process.Kill()
+			break
+		}
 		if opt.Stop != nil && opt.Stop(line) {
 			stopped = true
 			cmd.Process.Kill()
@@ -159,7 +177,14 @@ func commandLine(opt Options) ([]string, string, error) {
 	if opt.Memory == "" {
 		opt.Memory = "2G"
 	}
-	args := []string{"-machine", "q35", "-m", opt.Memory, "-smp", "2", "-nographic", "-no-reboot",
+	machine := "q35"
+	if opt.SecureBoot {
+		if opt.Mode != UEFI {
+			return nil, "", fmt.Errorf("Secure Boot needs the UEFI boot mode, not %q", opt.Mode)
+		}
+		machine = "q35,smm=on"
+	}
+	args := []string{"-machine", machine, "-m", opt.Memory, "-smp", "2", "-nographic", "-no-reboot",
 		"-serial", "stdio", "-monitor", "none"}
 	switch opt.Accel {
 	case "kvm":
@@ -176,8 +201,19 @@ func commandLine(opt Options) ([]string, string, error) {
 		if code == "" {
 			return nil, "", fmt.Errorf("OVMF firmware not found (%s): apt-get install ovmf", strings.Join(OVMFCode, ", "))
 		}
+		varsTemplate := OVMFVars[code]
+		if opt.SecureBoot {
+			code, varsTemplate = SecureBootCode, SecureBootVars
+			for _, f := range []string{code, varsTemplate} {
+				if _, err := os.Stat(f); err != nil {
+					return nil, "", fmt.Errorf("Secure Boot firmware %s: %w (apt-get install ovmf)", f, err)
+				}
+			}
+			// The secure variable store is only writable from SMM.
+			args = append(args, "-global", "driver=cfi.pflash01,property=secure,value=on")
+		}
 		vars := filepath.Join(opt.WorkDir, "OVMF_VARS.fd")
-		if err := copyFile(OVMFVars[code], vars); err != nil {
+		if err := copyFile(varsTemplate, vars); err != nil {
 			return nil, "", fmt.Errorf("private OVMF VARS copy: %w", err)
 		}
 		diskCopy = filepath.Join(opt.WorkDir, "disk.img")
@@ -243,4 +279,11 @@ func tail(lines []string, n int) []string {
 		return lines[len(lines)-n:]
 	}
 	return lines
+}
+
+// IsRefusal says whether a console line is OVMF's boot manager refusing an
+// image: with Secure Boot, an unsigned or altered image fails to load with
+// EFI_SECURITY_VIOLATION, which OVMF prints as "Access Denied".
+func IsRefusal(line string) bool {
+	return strings.Contains(line, "failed to load") && strings.Contains(line, "Access Denied")
 }

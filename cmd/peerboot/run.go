@@ -13,26 +13,43 @@ import (
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/qemu"
 	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/sign"
 )
 
 func runCmd(g *globals) *cobra.Command {
-	var uefi, pxe, verbose bool
-	var reportFile, logFile, accel string
+	var uefi, pxe, verbose, secureBoot bool
+	var reportFile, logFile, accel, efiFile string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "run [--uefi|--pxe] OUTDIR",
+		Use:   "run [--uefi|--pxe] [--secure-boot] [--efi FILE] OUTDIR",
 		Short: "Boot a build output in QEMU and return its self-test verdict",
 		Long: `run boots OUTDIR (as written by peerboot build, e.g. out/default) in QEMU q35: --uefi
 (the default) boots disk.img with OVMF, --pxe boots pxe/ with iPXE over user-mode
 networking and QEMU's TFTP. The serial console goes to a log file (and, with -v, the
 terminal); the PEERBOOT-REPORT line is decoded, written to --report, summarised, and
-the exit code is 0 only for a pass verdict (9 for fail; a timeout is a fail).`,
-		Args: cobra.ExactArgs(1),
+the exit code is 0 only for a pass verdict (9 for fail; a timeout is a fail).
+
+--secure-boot boots with UEFI Secure Boot enforced: OVMF_CODE_4M.secboot.fd with
+Debian's OVMF_VARS_4M.snakeoil.fd (the snakeoil test key in PK, KEK and db; sign with
+/usr/share/ovmf/PkKek-1-snakeoil.key, passphrase "snakeoil"). An image the firmware
+refuses ("Access Denied") ends the run at once with exit 6 (integrity).
+--efi FILE boots that UKI instead of OUTDIR's disk, from a temporary GPT disk built
+around it; OUTDIR may then be left out (the console log goes beside FILE).`,
+		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if uefi && pxe {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("choose one of --uefi and --pxe"))
 			}
-			dir := args[0]
+			if pxe && (secureBoot || efiFile != "") {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--secure-boot and --efi boot UEFI, not --pxe"))
+			}
+			if len(args) == 0 && efiFile == "" {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("run: want OUTDIR (or --efi FILE)"))
+			}
+			dir := ""
+			if len(args) == 1 {
+				dir = args[0]
+			}
 			mode := qemu.UEFI
 			if pxe {
 				mode = qemu.PXE
@@ -46,8 +63,18 @@ the exit code is 0 only for a pass verdict (9 for fail; a timeout is a fail).`,
 				return err
 			}
 			defer os.RemoveAll(work)
+			disk := filepath.Join(dir, "disk.img")
+			if efiFile != "" {
+				disk = filepath.Join(work, "efi-disk.img")
+				if err := diskAround(efiFile, disk); err != nil {
+					return exitcode.Tag(exitcode.Usage, err)
+				}
+			}
 			if logFile == "" {
 				logFile = filepath.Join(dir, "console-"+string(mode)+".log")
+				if dir == "" {
+					logFile = efiFile + ".console-" + string(mode) + ".log"
+				}
 			}
 			logf, err := os.Create(logFile)
 			if err != nil {
@@ -60,7 +87,7 @@ the exit code is 0 only for a pass verdict (9 for fail; a timeout is a fail).`,
 			}
 			var report *selftest.Report
 			res, err := qemu.Boot(cmd.Context(), qemu.Options{
-				Mode: mode, Disk: filepath.Join(dir, "disk.img"), PXEDir: filepath.Join(dir, "pxe"),
+				Mode: mode, Disk: disk, PXEDir: filepath.Join(dir, "pxe"), SecureBoot: secureBoot,
 				Timeout: timeout, WorkDir: work, Console: console, Accel: accel,
 				KVMHint: filepath.Join(st.Root, "hints", "kvm-fails"),
 				Stop: func(line string) bool {
@@ -80,6 +107,14 @@ the exit code is 0 only for a pass verdict (9 for fail; a timeout is a fail).`,
 				return exitcode.Tag(exitcode.Internal, err)
 			}
 			out := cmd.OutOrStdout()
+			if res.Refused != "" {
+				what := "disk.img"
+				if efiFile != "" {
+					what = efiFile
+				}
+				fmt.Fprintf(out, "FAIL: the firmware refused to boot %s with Secure Boot enforced (unsigned, altered, or signed with a key not in db):\n  %s\nfull console: %s\n", what, strings.TrimSpace(res.Refused), logFile)
+				return exitcode.Tag(exitcode.Integrity, fmt.Errorf("%s: Secure Boot refused the image: %s", what, strings.TrimSpace(res.Refused)))
+			}
 			if report == nil {
 				last := res.Lines
 				if len(last) > 20 {
@@ -115,6 +150,20 @@ the exit code is 0 only for a pass verdict (9 for fail; a timeout is a fail).`,
 	cmd.Flags().StringVar(&reportFile, "report", "", "write the decoded report JSON here")
 	cmd.Flags().StringVar(&logFile, "log", "", "console log file (default OUTDIR/console-MODE.log)")
 	cmd.Flags().StringVar(&accel, "accel", "", "kvm or tcg (default: KVM when usable, falling back to TCG)")
+	cmd.Flags().BoolVar(&secureBoot, "secure-boot", false, "enforce UEFI Secure Boot (OVMF with the snakeoil test key enrolled)")
+	cmd.Flags().StringVar(&efiFile, "efi", "", "boot this UKI (from a temporary disk) instead of OUTDIR/disk.img")
 	cmd.Flags().DurationVar(&timeout, "timeout", 3*time.Minute, "give up (a fail) after this long")
 	return cmd
+}
+
+// diskAround writes a temporary GPT disk whose ESP holds uki as
+// /EFI/BOOT/BOOTX64.EFI, with the image stage's layout.
+func diskAround(uki, disk string) error {
+	b, err := os.ReadFile(uki)
+	if err != nil {
+		return fmt.Errorf("--efi: %w", err)
+	}
+	// FAT32 needs an ESP of at least ~33 MiB; leave 8 MiB of slack as the image stage does.
+	size := (int64(len(b)) + 96<<20 + 1<<20 - 1) &^ (1<<20 - 1)
+	return sign.WriteDisk(disk, size, "peerboot run --efi", 0, b)
 }

@@ -24,11 +24,11 @@ fi
 start=$(date +%s)
 echo "== build A: $a, user $(id -un), TZ=UTC, LC_ALL=C, umask 022"
 (umask 022; cd "$top" && TZ=UTC LC_ALL=C "$bin" --cache "$a/cache" fetch "$recipe" >/dev/null &&
-	TZ=UTC LC_ALL=C "$bin" --cache "$a/cache" build --stage "$stage" "$recipe")
+	TZ=UTC LC_ALL=C "$bin" --cache "$a/cache" build --out "$a/out" --stage "$stage" "$recipe")
 mid=$(date +%s)
 echo "== build B: $b, user ${as_other:+peerboot-repro}${as_other:-$(id -un)}, TZ=Asia/Shanghai, LANG=zh_CN.UTF-8, umask 027"
 (umask 027; cd "$top" && TZ=Asia/Shanghai LANG=zh_CN.UTF-8 $as_other "$bin" --cache "$b/cache" fetch "$recipe" >/dev/null &&
-	TZ=Asia/Shanghai LANG=zh_CN.UTF-8 $as_other "$bin" --cache "$b/cache" build --stage "$stage" "$recipe")
+	TZ=Asia/Shanghai LANG=zh_CN.UTF-8 $as_other "$bin" --cache "$b/cache" build --out "$b/out" --stage "$stage" "$recipe")
 end=$(date +%s)
 
 fail=0
@@ -46,6 +46,16 @@ for m in "$a"/cache/out/*/MANIFEST; do
 		fail=1
 	fi
 done
+name=$(basename "$recipe" .toml)
+if [ -f "$a/out/$name/SHA256SUMS" ]; then
+	if cmp -s "$a/out/$name/SHA256SUMS" "$b/out/$name/SHA256SUMS"; then
+		echo "identical: out/$name/SHA256SUMS ($(wc -l < "$a/out/$name/SHA256SUMS") files)"
+	else
+		echo "DIFFERENT: out/$name/SHA256SUMS"
+		diff "$a/out/$name/SHA256SUMS" "$b/out/$name/SHA256SUMS" || true
+		fail=1
+	fi
+fi
 echo "build A $((mid - start)) s, build B $((end - mid)) s"
 if [ "$fail" -ne 0 ]; then
 	echo "repro-build: FAILED: the two builds differ"

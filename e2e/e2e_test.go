@@ -98,13 +98,8 @@ func TestBuildAndBootDefault(t *testing.T) {
 func kernelRelease(t *testing.T, plan string) string {
 	for _, line := range strings.Split(plan, "\n") {
 		f := strings.Fields(line)
-		if len(f) >= 4 && f[1] == "kernel" && strings.HasPrefix(f[len(f)-1], "kernel-") {
-			cache := os.Getenv("PEERBOOT_CACHE")
-			if cache == "" {
-				d, _ := os.UserCacheDir()
-				cache = filepath.Join(d, "peerboot")
-			}
-			b, err := os.ReadFile(filepath.Join(cache, "out", f[len(f)-1], "release"))
+		if len(f) >= 4 && strings.HasSuffix(f[0], ".") && f[1] == "kernel" && strings.HasPrefix(f[len(f)-1], "kernel-") {
+			b, err := os.ReadFile(filepath.Join(cacheDir(), "out", f[len(f)-1], "release"))
 			if err != nil {
 				t.Fatal(err)
 			}

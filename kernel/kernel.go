@@ -15,7 +15,7 @@ import (
 )
 
 // Version is the kernel stage's version: bump it when this code changes its output.
-const Version = 2 // 2: a readable build timestamp in the version banner
+const Version = 3 // 2: readable build timestamp; 3: host tools (objtool) built with the prefix map too
 
 // Options is everything the kernel stage reads.
 type Options struct {
@@ -68,8 +68,9 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 	mk := func(what string, args ...string) error {
 		return m.Run(ctx, what, "make", append([]string{"-C", src}, args...)...)
 	}
-	// -ffile-prefix-map keeps the scratch directory's path out of every object.
-	prefixMap := "KCFLAGS=-ffile-prefix-map=" + src + "=."
+	// -ffile-prefix-map keeps the scratch directory's path out of every object,
+	// including host tools: objtool ships in the build/ tree with debug info.
+	prefixMap := "-ffile-prefix-map=" + src + "=."
 	if err := mk("config", opt.Base); err != nil {
 		return nil, err
 	}
@@ -113,7 +114,7 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 	}
 	jobs := strconv.Itoa(max(opt.Jobs, 1))
 	m.Meter = progress.New(opt.Log, "kernel compile", "steps", opt.ObjectsHint)
-	if err := mk("compile", "-j"+jobs, prefixMap, "bzImage", "modules"); err != nil {
+	if err := mk("compile", "-j"+jobs, "KCFLAGS="+prefixMap, "HOSTCFLAGS="+prefixMap, "bzImage", "modules"); err != nil {
 		return nil, err
 	}
 	m.Meter.Done()

@@ -124,7 +124,7 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := mk("install", "-j"+jobs, "modules_install", "INSTALL_MOD_PATH="+filepath.Join(out, ModulesDir), "INSTALL_MOD_STRIP=1"); err != nil {
+	if err := mk("install", "-j"+jobs, "KCFLAGS="+prefixMap, "HOSTCFLAGS="+prefixMap, "modules_install", "INSTALL_MOD_PATH="+filepath.Join(out, ModulesDir), "INSTALL_MOD_STRIP=1"); err != nil {
 		return nil, err
 	}
 	modDir := filepath.Join(out, ModulesDir, "lib", "modules", rel)

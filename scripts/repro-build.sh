@@ -11,7 +11,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 bin="$top/bin/peerboot"
 a=$(mktemp -d /tmp/peerboot-repro-a.XXXXXX)
 b=$(mktemp -d /var/tmp/peerboot-repro-b-a-longer-path.XXXXXX)
-trap 'rm -rf "$a" "$b"' EXIT
+# REPRO_KEEP=1 keeps both stores (e.g. to reuse build A's as a warm cache).
+[ "${REPRO_KEEP:-}" = 1 ] || trap 'rm -rf "$a" "$b"' EXIT
 chmod 755 "$a" "$b"
 
 as_other=""
@@ -57,6 +58,7 @@ if [ -f "$a/out/$name/SHA256SUMS" ]; then
 	fi
 fi
 echo "build A $((mid - start)) s, build B $((end - mid)) s"
+[ "${REPRO_KEEP:-}" = 1 ] && echo "stores kept: $a/cache $b/cache"
 if [ "$fail" -ne 0 ]; then
 	echo "repro-build: FAILED: the two builds differ"
 	exit 1

@@ -73,21 +73,29 @@ func indexLines(data []byte) lineIndex {
 
 // cutKey splits "key = value" at the first '=' outside a quoted key.
 func cutKey(line string) (key, value string, ok bool) {
-	inQuote := byte(0)
-	for i := 0; i < len(line); i++ {
-		c := line[i]
-		switch {
-		case inQuote != 0 && c == '\\' && inQuote == '"':
-			i++
-		case inQuote != 0 && c == inQuote:
-			inQuote = 0
-		case inQuote == 0 && (c == '"' || c == '\''):
-			inQuote = c
-		case inQuote == 0 && c == '=':
-			return line[:i], line[i+1:], true
-		}
+	if i := indexUnquoted(line, '='); i >= 0 {
+		return line[:i], line[i+1:], true
 	}
 	return "", "", false
+}
+
+// indexUnquoted is the index of the first c outside a TOML string, or -1.
+func indexUnquoted(s string, c byte) int {
+	inQuote := byte(0)
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		switch {
+		case inQuote != 0 && b == '\\' && inQuote == '"':
+			i++
+		case inQuote != 0 && b == inQuote:
+			inQuote = 0
+		case inQuote == 0 && (b == '"' || b == '\''):
+			inQuote = b
+		case inQuote == 0 && b == c:
+			return i
+		}
+	}
+	return -1
 }
 
 // valueScan follows one value over its lines: it counts brackets to find where the
@@ -246,19 +254,8 @@ func cleanKey(k string) string {
 }
 
 func stripComment(s string) string {
-	inQuote := byte(0)
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case inQuote != 0 && c == '\\' && inQuote == '"':
-			i++
-		case inQuote != 0 && c == inQuote:
-			inQuote = 0
-		case inQuote == 0 && (c == '"' || c == '\''):
-			inQuote = c
-		case inQuote == 0 && c == '#':
-			return s[:i]
-		}
+	if i := indexUnquoted(s, '#'); i >= 0 {
+		return s[:i]
 	}
 	return s
 }

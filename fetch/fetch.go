@@ -182,6 +182,9 @@ func download(ctx context.Context, st *store.Store, in lock.Input, client *http.
 					return 0, err
 				}
 			}
+		case resp.StatusCode == http.StatusNotFound && in.Kind == "deb":
+			// Archives drop superseded versions (security updates especially).
+			return 0, fmt.Errorf("downloading %s: HTTP %s: the archive no longer has this pinned version; re-pin with `peerboot lock`, or bring the file with `peerboot store import`", in.URL, resp.Status)
 		default:
 			return 0, fmt.Errorf("downloading %s: HTTP %s", in.URL, resp.Status)
 		}

@@ -234,3 +234,14 @@ func TestParseGitMirrors(t *testing.T) {
 		t.Fatal("malformed pair accepted")
 	}
 }
+
+func TestVanishedDebSaysHowToRecover(t *testing.T) {
+	ts := httptest.NewServer(http.NotFoundHandler())
+	defer ts.Close()
+	st, _ := store.Open(t.TempDir())
+	in := lock.Input{Role: "kernel-source", Name: "linux-source-6.1_6.1.192-3", Kind: "deb", URL: ts.URL + "/pool/l.deb", SHA256: sum([]byte("x"))}
+	_, err := Fetch(context.Background(), st, []lock.Input{in}, Options{})
+	if err == nil || !strings.Contains(err.Error(), "peerboot lock") || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func sumOf(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
@@ -155,5 +156,29 @@ func TestResumePartial(t *testing.T) {
 	}
 	if err := st.CheckBlob(sum); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestGCRemovesOnlyOldLeftovers(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	data := []byte("kept input")
+	st.Put(context.Background(), strings.NewReader(string(data)), sumOf(data))
+	old, _ := st.NewScratch("kernel")
+	os.WriteFile(filepath.Join(old, "big.o"), make([]byte, 4096), 0o644)
+	fresh, _ := st.NewScratch("driver")
+	now := time.Now().Add(2 * time.Hour)
+	os.Chtimes(fresh, now, now)
+	stats, err := st.GC(time.Hour, now)
+	if err != nil || stats.Removed != 1 || stats.Bytes != 4096 {
+		t.Fatalf("%+v %v", stats, err)
+	}
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Error("old scratch kept")
+	}
+	if _, err := os.Stat(fresh); err != nil {
+		t.Error("fresh scratch removed")
+	}
+	if err := st.CheckBlob(sumOf(data)); err != nil {
+		t.Errorf("GC touched an input: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -45,6 +46,26 @@ func storeCmd(g *globals) *cobra.Command {
 			return nil
 		},
 	})
+	var maxAge time.Duration
+	gc := &cobra.Command{
+		Use:   "gc",
+		Short: "Remove scratch directories and partial downloads left by interrupted work",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			st, err := g.openStore()
+			if err != nil {
+				return err
+			}
+			stats, err := st.GC(maxAge, time.Now())
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed %d leftovers (%s) from %s\n", stats.Removed, progress.Bytes(stats.Bytes), st.Root)
+			return nil
+		},
+	}
+	gc.Flags().DurationVar(&maxAge, "older-than", 6*time.Hour, "keep leftovers younger than this (a running build's scratch, a resumable download)")
+	cmd.AddCommand(gc)
 	var recipePath string
 	imp := &cobra.Command{
 		Use:   "import FILE...",

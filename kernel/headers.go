@@ -1,8 +1,10 @@
 package kernel
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 )
@@ -22,6 +24,13 @@ func CopyHeaders(src, dst string) error {
 		}
 		if err := copyTree(p, filepath.Join(dst, w), func(string) bool { return true }); err != nil {
 			return err
+		}
+	}
+	// objtool is built by tools/'s own makefiles, which leave the build directory in
+	// its debug info (and so in its build id): drop both; nothing reads them.
+	if objtool := filepath.Join(dst, "tools/objtool/objtool"); exists(objtool) {
+		if out, err := exec.Command("objcopy", "--strip-debug", "--remove-section=.note.gnu.build-id", objtool).CombinedOutput(); err != nil {
+			return fmt.Errorf("objcopy %s: %w: %s", objtool, err, out)
 		}
 	}
 	// Build-system files everywhere, so `make M=...` finds every Kconfig it sources.
@@ -73,4 +82,9 @@ func copyTree(src, dst string, keep func(rel string) bool) error {
 		}
 		return nil
 	})
+}
+
+func exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // Version is the kernel stage's version: bump it when this code changes its output.
-const Version = 3 // 2: readable build timestamp; 3: host tools (objtool) built with the prefix map too
+const Version = 4 // 2: readable build timestamp; 3: host tools with the prefix map; 4: objtool without debug info and build id
 
 // Options is everything the kernel stage reads.
 type Options struct {

@@ -6,8 +6,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -105,15 +107,15 @@ func generatedFiles(p *Plan) (map[string][]byte, error) {
 		r.Name, r.Driver.Version, r.Name, short, r.Driver.Version))
 	var env bytes.Buffer
 	env.WriteString("# From the recipe's [env]: NCCL and friends for every shell and the self-test.\n")
-	for _, k := range sortedKeys(r.Env) {
+	for _, k := range slices.Sorted(maps.Keys(r.Env)) {
 		fmt.Fprintf(&env, "export %s=%s\n", k, shellQuote(r.Env[k]))
 	}
 	files["etc/profile.d/peerboot-env.sh"] = env.Bytes()
 	var mp bytes.Buffer
 	mp.WriteString("# From the recipe's [driver.params].\n")
-	for _, m := range sortedKeys(r.Driver.Params) {
+	for _, m := range slices.Sorted(maps.Keys(r.Driver.Params)) {
 		var opts []string
-		for _, k := range sortedKeys(r.Driver.Params[m]) {
+		for _, k := range slices.Sorted(maps.Keys(r.Driver.Params[m])) {
 			opts = append(opts, k+"="+r.Driver.Params[m][k])
 		}
 		fmt.Fprintf(&mp, "options %s %s\n", strings.ReplaceAll(m, "-", "_"), strings.Join(opts, " "))
@@ -255,13 +257,4 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

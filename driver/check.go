@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/kernel"
 )
 
@@ -341,7 +342,7 @@ func linkTree(src, dst string) error {
 		case strings.HasSuffix(path, ".ko"):
 			return linkOrCopy(path, target)
 		default:
-			return copyFile(path, target)
+			return fsutil.CopyFile(path, target, 0o644)
 		}
 	})
 }
@@ -353,25 +354,5 @@ func linkOrCopy(src, dst string) error {
 	if err := os.Link(src, dst); err == nil {
 		return nil
 	}
-	return copyFile(src, dst)
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return fsutil.CopyFile(src, dst, 0o644)
 }

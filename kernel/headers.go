@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/peerboot/peerboot/internal/fsutil"
 )
 
 // CopyHeaders copies from a built kernel tree what out-of-tree modules need
@@ -22,7 +24,7 @@ func CopyHeaders(src, dst string) error {
 		if _, err := os.Lstat(p); err != nil {
 			continue // optional parts (objtool, Makefile_32.cpu) may be absent
 		}
-		if err := copyTree(p, filepath.Join(dst, w), func(string) bool { return true }); err != nil {
+		if err := fsutil.CopyTree(p, filepath.Join(dst, w), scratchRecord); err != nil {
 			return err
 		}
 	}
@@ -50,38 +52,16 @@ func CopyHeaders(src, dst string) error {
 			if _, err := os.Lstat(filepath.Join(dst, rel)); err == nil {
 				return nil
 			}
-			return copyFile(path, filepath.Join(dst, rel))
+			return fsutil.CopyFile(path, filepath.Join(dst, rel), 0)
 		}
 		return nil
 	})
 }
 
-// copyTree copies files, directories and symlinks (as symlinks) from src to dst.
-func copyTree(src, dst string, keep func(rel string) bool) error {
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, path)
-		target := filepath.Join(dst, rel)
-		switch {
-		case d.IsDir():
-			return os.MkdirAll(target, 0o755)
-		case d.Type()&fs.ModeSymlink != 0:
-			link, err := os.Readlink(path)
-			if err != nil {
-				return err
-			}
-			os.MkdirAll(filepath.Dir(target), 0o755)
-			return os.Symlink(link, target)
-		case d.Type().IsRegular():
-			if !keep(rel) || strings.HasSuffix(rel, ".cmd") && strings.HasPrefix(filepath.Base(rel), ".") {
-				return nil // .*.cmd files record the scratch path of each build step
-			}
-			return copyFile(path, target)
-		}
-		return nil
-	})
+// scratchRecord matches kbuild's .*.cmd files: they record the scratch path of
+// each build step and nothing needs them to build modules.
+func scratchRecord(rel string) bool {
+	return strings.HasSuffix(rel, ".cmd") && strings.HasPrefix(filepath.Base(rel), ".")
 }
 
 func exists(p string) bool {

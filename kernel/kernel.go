@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/peerboot/peerboot/compile"
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/patch"
 	"github.com/peerboot/peerboot/progress"
 )
@@ -134,7 +135,7 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 	for src2, dst := range map[string]string{
 		"arch/x86/boot/bzImage": ImageFile, "System.map": SystemMap, ".config": ConfigFile,
 	} {
-		if err := copyFile(filepath.Join(src, src2), filepath.Join(out, dst)); err != nil {
+		if err := fsutil.CopyFile(filepath.Join(src, src2), filepath.Join(out, dst), 0); err != nil {
 			return nil, err
 		}
 	}
@@ -145,28 +146,4 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 		return nil, fmt.Errorf("copying the module build tree: %w", err)
 	}
 	return &Result{Release: rel, Steps: steps}, nil
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	info, err := in.Stat()
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, info.Mode().Perm())
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/peerboot/peerboot/internal/fsutil"
 )
 
 // Mode is how the machine boots.
@@ -213,11 +215,11 @@ func commandLine(opt Options) ([]string, string, error) {
 			args = append(args, "-global", "driver=cfi.pflash01,property=secure,value=on")
 		}
 		vars := filepath.Join(opt.WorkDir, "OVMF_VARS.fd")
-		if err := copyFile(varsTemplate, vars); err != nil {
+		if err := fsutil.CopyFile(varsTemplate, vars, 0o644); err != nil {
 			return nil, "", fmt.Errorf("private OVMF VARS copy: %w", err)
 		}
 		diskCopy = filepath.Join(opt.WorkDir, "disk.img")
-		if err := copyFile(opt.Disk, diskCopy); err != nil {
+		if err := fsutil.CopyFile(opt.Disk, diskCopy, 0o644); err != nil {
 			return nil, "", fmt.Errorf("disk copy: %w", err)
 		}
 		args = append(args,
@@ -255,23 +257,6 @@ func firstExisting(paths []string) string {
 		}
 	}
 	return ""
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 func tail(lines []string, n int) []string {

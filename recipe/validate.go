@@ -2,10 +2,11 @@ package recipe
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"reflect"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -101,7 +102,7 @@ func validate(r *Recipe) Errors {
 	if r.Boot.ReportURL != "" {
 		c.httpURL("boot.report_url", r.Boot.ReportURL)
 	}
-	for _, k := range sortedKeys(r.Env) {
+	for _, k := range slices.Sorted(maps.Keys(r.Env)) {
 		if !envKeyRe.MatchString(k) {
 			c.add("env."+k, "want an environment variable name like NCCL_P2P_LEVEL")
 		}
@@ -279,11 +280,11 @@ func (c *checker) driver(d *Driver, haveRepos bool) {
 	if len(d.Modules) > 0 && d.Modules[0] != "nvidia" {
 		c.add("driver.modules[0]", "want \"nvidia\" first: the other modules depend on it, got %q", d.Modules[0])
 	}
-	for _, m := range sortedKeys(d.Params) {
+	for _, m := range slices.Sorted(maps.Keys(d.Params)) {
 		if !contains(d.Modules, m) {
 			c.add("driver.params."+m, "parameters for a module not in driver.modules (%s)", strings.Join(d.Modules, ", "))
 		}
-		for _, p := range sortedKeys(d.Params[m]) {
+		for _, p := range slices.Sorted(maps.Keys(d.Params[m])) {
 			key := "driver.params." + m + "." + p
 			if !paramRe.MatchString(p) {
 				c.add(key, "want a module parameter name like NVreg_EnableResizableBar")
@@ -348,7 +349,7 @@ func (c *checker) selftest(s *Selftest) {
 			c.add(key, "want at most selftest.deadlines.total (%s), got %s", d.Total.Std(), ph.v.Std())
 		}
 	}
-	for _, class := range sortedKeys(s.Thresholds) {
+	for _, class := range slices.Sorted(maps.Keys(s.Thresholds)) {
 		key := "selftest.thresholds." + class
 		c.oneOf(key, class, TopologyClasses...)
 		t := s.Thresholds[class]
@@ -368,15 +369,6 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // knownKeys lists every key path the Recipe type accepts, for "did you mean".

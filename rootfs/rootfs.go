@@ -10,15 +10,17 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/peerboot/peerboot/debfile"
+	"github.com/peerboot/peerboot/internal/fsutil"
 )
 
 // Version is the rootfs stage's version: bump it when this code changes its output.
@@ -75,12 +77,12 @@ func Build(ctx context.Context, opt Options, root string) error {
 	// 4. Modules: the kernel's tree plus the driver's, and modules.dep.
 	modDir := filepath.Join(root, "usr/lib/modules", opt.Release)
 	if opt.KernelModules != "" {
-		if err := copyTree(opt.KernelModules, modDir); err != nil {
+		if err := fsutil.CopyTree(opt.KernelModules, modDir, nil); err != nil {
 			return fmt.Errorf("kernel modules: %w", err)
 		}
 	}
 	for _, ko := range opt.DriverModules {
-		if err := copyFile(ko, filepath.Join(modDir, "updates", "dkms", filepath.Base(ko)), 0o644); err != nil {
+		if err := fsutil.CopyFile(ko, filepath.Join(modDir, "updates", "dkms", filepath.Base(ko)), 0o644); err != nil {
 			return fmt.Errorf("driver modules: %w", err)
 		}
 	}
@@ -104,13 +106,13 @@ func Build(ctx context.Context, opt Options, root string) error {
 			return fmt.Errorf("overlay: %w", err)
 		}
 	}
-	for _, p := range sortedKeys(opt.Files) {
+	for _, p := range slices.Sorted(maps.Keys(opt.Files)) {
 		if err := writeFile(root, p, opt.Files[p], 0o644); err != nil {
 			return err
 		}
 	}
-	for _, p := range sortedKeys(opt.Executables) {
-		if err := copyFile(opt.Executables[p], filepath.Join(root, p), 0o755); err != nil {
+	for _, p := range slices.Sorted(maps.Keys(opt.Executables)) {
+		if err := fsutil.CopyFile(opt.Executables[p], filepath.Join(root, p), 0o755); err != nil {
 			return err
 		}
 	}
@@ -277,54 +279,4 @@ func writeFile(root, p string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return os.Chmod(dst, mode) // umask must not change what lands in the image
-}
-
-func copyFile(src, dst string, mode os.FileMode) error {
-	data, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
-	}
-	os.Remove(dst)
-	if err := os.WriteFile(dst, data, mode); err != nil {
-		return err
-	}
-	return os.Chmod(dst, mode)
-}
-
-func copyTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		target := filepath.Join(dst, rel)
-		switch {
-		case d.IsDir():
-			return os.MkdirAll(target, 0o755)
-		case d.Type()&fs.ModeSymlink != 0:
-			l, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			return os.Symlink(l, target)
-		default:
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			return copyFile(p, target, info.Mode().Perm())
-		}
-	})
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -24,15 +24,7 @@ lock file's pins; it reads no network (run ` + "`peerboot fetch`" + ` first). A 
 the store already holds is skipped. --stage stops after the named stage.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := loadRecipe(recipeArg(args))
-			if err != nil {
-				return err
-			}
-			ins, un, err := g.pinnedInputs(r, true)
-			if err != nil {
-				return err
-			}
-			st, err := g.openStore()
+			r, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
 			if err != nil {
 				return err
 			}

@@ -52,6 +52,24 @@ func httpClient() *http.Client {
 	}}
 }
 
+// recipeInputs loads a recipe, its pinned inputs and the store: what most
+// commands start with.
+func (g *globals) recipeInputs(path string, requireLock bool) (*recipe.Resolved, []lock.Input, []lock.Unresolved, *store.Store, error) {
+	r, err := loadRecipe(path)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	ins, un, err := g.pinnedInputs(r, requireLock)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	st, err := g.openStore()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	return r, ins, un, st, nil
+}
+
 // pinnedInputs reads the recipe's lock (if any) and lists its inputs with download URLs.
 func (g *globals) pinnedInputs(r *recipe.Resolved, requireLock bool) ([]lock.Input, []lock.Unresolved, error) {
 	f, err := lock.Read(lock.PathFor(r.Path))

@@ -23,20 +23,12 @@ re-hashed; a corrupt entry is fetched again. Git inputs honour PEERBOOT_GIT_MIRR
 ("url=path,..."), verified by commit id.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := loadRecipe(recipeArg(args))
-			if err != nil {
-				return err
-			}
-			ins, un, err := g.pinnedInputs(r, true)
+			_, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
 			if err != nil {
 				return err
 			}
 			if len(un) > 0 {
 				return exitcode.Tag(exitcode.Stale, fmt.Errorf("unresolved inputs: %v", un))
-			}
-			st, err := g.openStore()
-			if err != nil {
-				return err
 			}
 			mirrors, err := fetch.GitMirrorsFromEnv()
 			if err != nil {

@@ -17,15 +17,7 @@ the recipe fields it reads) and whether the store already holds its output. Inpu
 lock file does not pin are named as unresolved. It reads no network.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := loadRecipe(recipeArg(args))
-			if err != nil {
-				return err
-			}
-			ins, un, err := g.pinnedInputs(r, false)
-			if err != nil {
-				return err
-			}
-			st, err := g.openStore()
+			r, ins, un, st, err := g.recipeInputs(recipeArg(args), false)
 			if err != nil {
 				return err
 			}

@@ -74,15 +74,7 @@ func storeCmd(g *globals) *cobra.Command {
 			if len(args) == 0 {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("store import: name at least one file"))
 			}
-			r, err := loadRecipe(recipePath)
-			if err != nil {
-				return err
-			}
-			ins, _, err := g.pinnedInputs(r, true)
-			if err != nil {
-				return err
-			}
-			st, err := g.openStore()
+			r, ins, _, st, err := g.recipeInputs(recipePath, true)
 			if err != nil {
 				return err
 			}

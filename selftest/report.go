@@ -1,6 +1,6 @@
 // Package selftest is the boot-time self-test's data model: the report every boot
-// produces (schema 1), its JSON and console encodings, the verdict rules and the
-// human summary. It probes nothing that needs the NVIDIA libraries itself, so the
+// produces (schema 2, documented in docs/report-schema.md), its JSON and console
+// encodings, the verdict rules and the human summary. It probes nothing that needs the NVIDIA libraries itself, so the
 // static init can import it; cmd/p2pcheck owns the dlopen side.
 package selftest
 
@@ -12,7 +12,7 @@ import (
 
 // Schema is the report schema version. Bump it when a field changes meaning or
 // disappears; adding a field is compatible and keeps the version.
-const Schema = 1
+const Schema = 2
 
 // Verdicts and finding severities.
 const (
@@ -44,17 +44,27 @@ type Report struct {
 	GPUs             []GPU      `json:"gpus"`
 	CUDA             CUDA       `json:"cuda"`
 	NVML             NVML       `json:"nvml"`
+	Pairs            []Pair     `json:"pairs"` // every unordered GPU pair, A < B
+	IOMMU            IOMMU      `json:"iommu"`
+	Copies           []Copy     `json:"copies"`        // timed, verified copies (local and peer)
+	HighMem          []HighMem  `json:"high_mem"`      // probes above BAR1, one per GPU where BAR1 < VRAM
+	NCCL             *NCCL      `json:"nccl"`          // nil: the phase did not run
+	KernelEvents     []KEvent   `json:"kernel_events"` // Xid, IOMMU faults, firmware failures seen during the run
 	Durations        []Duration `json:"durations"`
 	StartedAt        string     `json:"started_at"`        // RFC 3339, UTC
 	DeadlineExceeded string     `json:"deadline_exceeded"` // the phase that stalled, or ""
+	Stall            *Stall     `json:"stall"`             // details of that stall
+	Tool             string     `json:"tool"`              // p2pcheck version
 }
 
-// Finding is one observation; any "fail" finding makes the verdict fail.
+// Finding is one observation; any "fail" finding makes the verdict fail. IDs are
+// stable (docs/selftest.md lists them with the test that covers each).
 type Finding struct {
-	Severity string `json:"severity"` // fail, warn, info
-	Check    string `json:"check"`    // stable id, e.g. "driver.nvidia"
+	ID       string `json:"id"`     // e.g. "driver.nvidia", "p2p.status", "acs.redirect"
+	Status   string `json:"status"` // fail, warn, info
 	Message  string `json:"message"`
-	Hint     string `json:"hint,omitempty"` // what to look at next
+	Evidence string `json:"evidence,omitempty"` // the raw value or log line it rests on
+	Hint     string `json:"hint,omitempty"`     // one-line next step
 }
 
 // RecipeRef names the recipe the image was built from.
@@ -80,6 +90,9 @@ type Module struct {
 	Error      string   `json:"error"`
 	KernelLog  []string `json:"kernel_log"`        // /dev/kmsg lines that appeared during the load
 	Version    string   `json:"version,omitempty"` // /sys/module/<name>/version, for modules found already loaded
+	// Parameters as the running module holds them (/sys/module/<name>/parameters), for
+	// the driver's P2P knobs (e.g. NVreg_RegistryDwords); nil when not read.
+	Parameters map[string]string `json:"parameters,omitempty"`
 }
 
 // GPU is one NVIDIA display or 3D controller as sysfs shows it, before any driver.
@@ -92,6 +105,12 @@ type GPU struct {
 	Link      Link   `json:"link"`
 	BAR1Bytes int64  `json:"bar1_bytes"`
 	VRAMBytes *int64 `json:"vram_bytes,omitempty"` // only once a driver tells us
+	// Schema 2. Upstream runs from the root port down to the GPU's own upstream link.
+	Upstream   []Bridge    `json:"upstream"`
+	RootBus    string      `json:"root_bus"`    // "pci0000:00": the host bridge it hangs off
+	IOMMUGroup int         `json:"iommu_group"` // -1: none
+	NVML       *NVMLGPU    `json:"nvml,omitempty"`
+	CUDA       *CUDADevice `json:"cuda,omitempty"`
 }
 
 // Link is the PCIe link as trained now and at most.
@@ -115,6 +134,11 @@ type CUDA struct {
 	Error         string  `json:"error"`
 	CuInit        *Status `json:"cu_init"`        // nil: not called
 	DriverVersion int     `json:"driver_version"` // cuDriverGetVersion, e.g. 12020; 0: unknown
+	// Schema 2. Ordinals follow PCI bus order (p2pcheck sets CUDA_DEVICE_ORDER=PCI_BUS_ID),
+	// so ordinal i is Report.GPUs[i] when every GPU is visible.
+	Devices []CUDADevice `json:"devices"`
+	PTX     *Status      `json:"ptx"`               // cuModuleLoadDataEx of the fill/verify/copy kernels
+	PTXLog  string       `json:"ptx_log,omitempty"` // the JIT's error log when it failed
 }
 
 // NVML is what the management library said.
@@ -124,6 +148,7 @@ type NVML struct {
 	Error         string  `json:"error"`
 	Init          *Status `json:"init"` // nvmlInit_v2; nil: not called
 	DriverVersion string  `json:"driver_version"`
+	CUDAVersion   int     `json:"cuda_version"` // nvmlSystemGetCudaDriverVersion_v2
 }
 
 // Duration is how long one phase took. A list, not a map, so it reads in run order.
@@ -136,25 +161,29 @@ type Duration struct {
 // always has every key with the same type.
 func New() *Report {
 	return &Report{
-		Schema:    Schema,
-		Verdict:   Fail,
-		Findings:  []Finding{},
-		Modules:   []Module{},
-		GPUs:      []GPU{},
-		Durations: []Duration{},
+		Schema:       Schema,
+		Verdict:      Fail,
+		Findings:     []Finding{},
+		Modules:      []Module{},
+		GPUs:         []GPU{},
+		Pairs:        []Pair{},
+		Copies:       []Copy{},
+		HighMem:      []HighMem{},
+		KernelEvents: []KEvent{},
+		Durations:    []Duration{},
 	}
 }
 
 // Add appends a finding.
 func (r *Report) Add(sev, check, msg, hint string) {
-	r.Findings = append(r.Findings, Finding{Severity: sev, Check: check, Message: msg, Hint: hint})
+	r.Findings = append(r.Findings, Finding{Status: sev, ID: check, Message: msg, Hint: hint})
 }
 
 // Settle sets the verdict from the findings: any fail finding fails the boot.
 func (r *Report) Settle() {
 	r.Verdict = Pass
 	for _, f := range r.Findings {
-		if f.Severity == SevFail {
+		if f.Status == SevFail {
 			r.Verdict = Fail
 			return
 		}
@@ -193,6 +222,18 @@ func Decode(b []byte) (*Report, error) {
 	}
 	if r.Durations == nil {
 		r.Durations = []Duration{}
+	}
+	if r.Pairs == nil {
+		r.Pairs = []Pair{}
+	}
+	if r.Copies == nil {
+		r.Copies = []Copy{}
+	}
+	if r.HighMem == nil {
+		r.HighMem = []HighMem{}
+	}
+	if r.KernelEvents == nil {
+		r.KernelEvents = []KEvent{}
 	}
 	return r, nil
 }

@@ -141,7 +141,7 @@ func TestParseInitRecord(t *testing.T) {
 	r := New()
 	r.Durations = []Duration{{Phase: "cuda", MS: 1}}
 	r.Merge(obj)
-	if r.Durations[0].Phase != "modules" || r.Modules[0].Name != "nvidia" || r.Findings[0].Check != "recipe" {
+	if r.Durations[0].Phase != "modules" || r.Modules[0].Name != "nvidia" || r.Findings[0].ID != "recipe" {
 		t.Errorf("merge order: %+v", r)
 	}
 }

@@ -48,11 +48,11 @@ func Summary(r *Report) string {
 	}
 	info := 0
 	for _, f := range r.Findings {
-		if f.Severity == SevInfo {
+		if f.Status == SevInfo {
 			info++
 			continue
 		}
-		fmt.Fprintf(&b, "  %-4s     %s: %s\n", strings.ToUpper(f.Severity), f.Check, f.Message)
+		fmt.Fprintf(&b, "  %-4s     %s: %s\n", strings.ToUpper(f.Status), f.ID, f.Message)
 		if f.Hint != "" {
 			fmt.Fprintf(&b, "           hint: %s\n", f.Hint)
 		}

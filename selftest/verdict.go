@@ -110,7 +110,7 @@ func Verdict(r *Report, platform *recipe.Platform) []Finding {
 type findings []Finding
 
 func (fs *findings) add(sev, check, msg, hint string) {
-	*fs = append(*fs, Finding{Severity: sev, Check: check, Message: msg, Hint: hint})
+	*fs = append(*fs, Finding{Status: sev, ID: check, Message: msg, Hint: hint})
 }
 
 func findModule(ms []Module, name string) *Module {

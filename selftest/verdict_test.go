@@ -117,10 +117,10 @@ func TestVerdict(t *testing.T) {
 			}
 			var failing []string
 			for _, f := range r.Findings {
-				if f.Severity == SevFail {
-					failing = append(failing, f.Check)
-					if f.Hint == "" && f.Check != "deadline" {
-						t.Errorf("fail finding %s has no hint", f.Check)
+				if f.Status == SevFail {
+					failing = append(failing, f.ID)
+					if f.Hint == "" && f.ID != "deadline" {
+						t.Errorf("fail finding %s has no hint", f.ID)
 					}
 				}
 			}
@@ -148,7 +148,7 @@ func TestJudgeKeepsEarlierFailures(t *testing.T) {
 func dump(fs []Finding) string {
 	var b strings.Builder
 	for _, f := range fs {
-		b.WriteString(f.Severity + " " + f.Check + ": " + f.Message + " | " + f.Hint + "\n")
+		b.WriteString(f.Status + " " + f.ID + ": " + f.Message + " | " + f.Hint + "\n")
 	}
 	return b.String()
 }

@@ -165,8 +165,8 @@ func TestFakeDriverGPUsExpected(t *testing.T) {
 	}
 	var checks []string
 	for _, f := range r.Findings {
-		if f.Severity == selftest.SevFail {
-			checks = append(checks, f.Check+": "+f.Message)
+		if f.Status == selftest.SevFail {
+			checks = append(checks, f.ID+": "+f.Message)
 		}
 	}
 	if len(checks) != 1 || !strings.HasPrefix(checks[0], "gpus.count: found 0 NVIDIA GPU(s) in sysfs, recipe platform.gpus = 2") {

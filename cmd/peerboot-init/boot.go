@@ -119,7 +119,7 @@ func (m *machine) boot(st *bootState) {
 }
 
 func (st *bootState) finding(sev, check, msg, hint string) {
-	st.record.Findings = append(st.record.Findings, selftest.Finding{Severity: sev, Check: check, Message: msg, Hint: hint})
+	st.record.Findings = append(st.record.Findings, selftest.Finding{Status: sev, ID: check, Message: msg, Hint: hint})
 }
 
 // loadDriver loads the modules and creates the device nodes the driver does not.

@@ -170,7 +170,7 @@ func TestBootBadRecipe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Verdict != selftest.Fail || r.Findings[0].Check != "recipe" || len(r.Modules) != 5 {
+	if r.Verdict != selftest.Fail || r.Findings[0].ID != "recipe" || len(r.Modules) != 5 {
 		t.Errorf("report %+v", r)
 	}
 	if strings.Join(b.actions, ",") != "shell" {
@@ -195,7 +195,7 @@ func TestBootPanic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Verdict != selftest.Fail || r.Findings[len(r.Findings)-1].Check != "init.panic" || r.Recipe.Name != "default" {
+	if r.Verdict != selftest.Fail || r.Findings[len(r.Findings)-1].ID != "init.panic" || r.Recipe.Name != "default" {
 		t.Errorf("report %+v", r)
 	}
 	if !strings.Contains(b.console.String(), "PANIC in peerboot-init: loader exploded") {

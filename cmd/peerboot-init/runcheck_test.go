@@ -64,7 +64,7 @@ func TestReportFrom(t *testing.T) {
 			}
 			found := false
 			for _, f := range r.Findings {
-				if f.Severity == selftest.SevFail && f.Check == tt.check {
+				if f.Status == selftest.SevFail && f.ID == tt.check {
 					found = true
 				}
 			}
@@ -86,7 +86,7 @@ func TestReportFrom(t *testing.T) {
 func TestRunP2PCheckMissingBinary(t *testing.T) {
 	run := runP2PCheck("/nonexistent/p2pcheck", nil, nil, time.Second, io.Discard)
 	r := reportFrom(run, baseForTest(), time.Second)
-	if r.Verdict != selftest.Fail || r.Findings[len(r.Findings)-1].Check != "p2pcheck.start" {
+	if r.Verdict != selftest.Fail || r.Findings[len(r.Findings)-1].ID != "p2pcheck.start" {
 		t.Errorf("%+v", r.Findings)
 	}
 }

@@ -1,0 +1,214 @@
+package selftest
+
+// Schema-2 parts of the report: PCIe topology, peer status, measured copies, NCCL and
+// kernel-log events. The probes that fill them live in the sub-packages (pcie, nvml,
+// cuda, nccl, kmsg); this file is only the shape, so the static init can carry it.
+
+// Topology classes of a GPU pair, nvidia-smi's letters; NCCL's path types PIX, PXB,
+// PHB and SYS match (NODE is PHB to NCCL). Ordered from nearest to farthest.
+const (
+	TopoPIX  = "PIX"  // one PCIe switch between them
+	TopoPXB  = "PXB"  // several switches, no host bridge
+	TopoPHB  = "PHB"  // through one host bridge (root complex)
+	TopoNODE = "NODE" // between host bridges of one NUMA node
+	TopoSYS  = "SYS"  // across sockets (UPI / xGMI)
+)
+
+// TopoRank orders the classes; unknown classes rank last.
+func TopoRank(class string) int {
+	switch class {
+	case TopoPIX:
+		return 1
+	case TopoPXB:
+		return 2
+	case TopoPHB:
+		return 3
+	case TopoNODE:
+		return 4
+	case TopoSYS:
+		return 5
+	}
+	return 9
+}
+
+// Bridge is one PCIe port on the path from a root port down to a GPU.
+type Bridge struct {
+	BDF  string `json:"bdf"`
+	Link Link   `json:"link"`
+	ACS  *ACS   `json:"acs,omitempty"` // nil: the port has no ACS capability (or config space was unreadable)
+}
+
+// ACS is a port's Access Control Services capability and control registers, read from
+// PCIe extended config space (capability id 0x000d, cap at +4, ctrl at +6).
+type ACS struct {
+	Cap  uint16 `json:"cap"`
+	Ctrl uint16 `json:"ctrl"`
+	// The three control bits that send peer traffic up to the root complex; they are
+	// exactly what pci=disable_acs_redir= clears.
+	RequestRedirect    bool `json:"rr"`
+	CompletionRedirect bool `json:"cr"`
+	EgressControl      bool `json:"ec"`
+}
+
+// Redirects reports whether any of RR, CR or EC is on.
+func (a *ACS) Redirects() bool {
+	return a != nil && (a.RequestRedirect || a.CompletionRedirect || a.EgressControl)
+}
+
+// Pair is one unordered pair of GPUs (indexes into Report.GPUs, A < B) and everything
+// known about the path between them. Ordered measurements are in Report.Copies.
+type Pair struct {
+	A        int      `json:"a"`
+	B        int      `json:"b"`
+	Topology string   `json:"topology"`        // from sysfs: PIX PXB PHB NODE SYS
+	Path     []string `json:"path"`            // BDFs of the bridges between them, A's side first
+	ACSOn    []string `json:"acs_redirect_on"` // bridges on Path with RR/CR/EC set
+	// From NVML, "" when it did not answer.
+	NVMLTopology string `json:"nvml_topology"` // PIX PXB PHB NODE SYS
+	P2PRead      string `json:"p2p_read"`      // OK CNS GNS TNS NS DRK U
+	P2PWrite     string `json:"p2p_write"`
+	// From CUDA: cuDeviceCanAccessPeer both ways. nil: not asked.
+	CanAccessPeer *bool `json:"can_access_peer"`
+}
+
+// IOMMU is the translation state the kernel runs with.
+type IOMMU struct {
+	Active  bool     `json:"active"`  // /sys/class/iommu has units
+	Units   []string `json:"units"`   // dmar0, ivhd0, ...
+	Mode    string   `json:"mode"`    // "off", "passthrough", "translated", "mixed", "" (unknown)
+	Cmdline []string `json:"cmdline"` // iommu-related kernel parameters as given
+	// The default domain type of each GPU's group, by GPU index: identity, DMA, DMA-FQ.
+	GroupTypes []string `json:"group_types"`
+}
+
+// NVMLGPU is what NVML says about one GPU (GPU.NVML).
+type NVMLGPU struct {
+	Name          string `json:"name"`
+	BAR1Total     int64  `json:"bar1_total"`
+	BAR1Used      int64  `json:"bar1_used"`
+	FBTotal       int64  `json:"fb_total"`
+	LinkGen       int    `json:"link_gen"` // current
+	LinkWidth     int    `json:"link_width"`
+	MaxLinkGen    int    `json:"max_link_gen"`
+	MaxLinkWidth  int    `json:"max_link_width"`
+	ReplayCounter int64  `json:"replay_counter"` // -1: not supported
+}
+
+// CUDADevice is what the CUDA driver API says about one ordinal.
+type CUDADevice struct {
+	Ordinal  int    `json:"ordinal"`
+	Name     string `json:"name"`
+	BDF      string `json:"bdf"` // cuDeviceGetPCIBusId, lower case
+	CC       string `json:"cc"`  // compute capability, "8.9"
+	SMs      int    `json:"sms"`
+	MemBytes int64  `json:"mem_bytes"`
+}
+
+// Copy methods and directions.
+const (
+	MethodCE = "ce" // copy engine: cuMemcpyAsync
+	MethodSM = "sm" // a copy kernel's loads and stores, the way NCCL moves data
+
+	DirLocal = "local" // Src == Dst: the device-to-device reference
+	DirWrite = "write" // issued on Src, pushes into Dst
+	DirRead  = "read"  // issued on Dst, pulls from Src
+	DirBidir = "bidir" // Src->Dst and Dst->Src at once; GBps is the sum
+)
+
+// Copy is one timed and verified copy measurement between two GPU ordinals.
+type Copy struct {
+	Src       int       `json:"src"` // CUDA ordinals
+	Dst       int       `json:"dst"`
+	Method    string    `json:"method"`
+	Direction string    `json:"direction"`
+	Bytes     int64     `json:"bytes"`   // per copy
+	GBps      float64   `json:"gbps"`    // median of Samples, 1e9 B/s
+	Samples   []float64 `json:"samples"` // one per sample, GB/s
+	// LinkGBps is the theoretical per-direction rate of the narrowest link on the path
+	// (0: unknown, or a local copy). A measurement above 1.05x of it is a fault.
+	LinkGBps float64   `json:"link_gbps"`
+	Verified bool      `json:"verified"`           // the destination was checked on the GPU
+	Mismatch *Mismatch `json:"mismatch,omitempty"` // the first bad word, if any
+	Error    string    `json:"error,omitempty"`    // a CUDA call failed; the copy has no figure
+}
+
+// Mismatch locates corrupted data after a copy.
+type Mismatch struct {
+	Offset int64  `json:"offset"` // byte offset of the first bad 32-bit word
+	Want   uint32 `json:"want"`
+	Got    uint32 `json:"got"`
+	Words  int64  `json:"words"` // how many words differ
+}
+
+// HighMem is the probe for cards whose BAR1 is smaller than their memory: a buffer
+// placed above the BAR1 size must still take and give peer copies.
+type HighMem struct {
+	GPU        int       `json:"gpu"`  // ordinal holding the buffer
+	Peer       int       `json:"peer"` // ordinal copying into and out of it; -1: none (one GPU)
+	BAR1Bytes  int64     `json:"bar1_bytes"`
+	VRAMBytes  int64     `json:"vram_bytes"`
+	BallastMiB int64     `json:"ballast_mib"` // allocated below the buffer, freed before peer access
+	BufferVA   string    `json:"buffer_va"`   // the buffer's device address, hex (a hint, not a physical offset)
+	Verified   bool      `json:"verified"`    // both directions checked
+	Error      string    `json:"error,omitempty"`
+	Guarantee  string    `json:"guarantee"` // what the placement does and does not prove
+	Mismatch   *Mismatch `json:"mismatch,omitempty"`
+}
+
+// NCCL is the all-reduce phase: one communicator over every GPU in one process.
+type NCCL struct {
+	Library string            `json:"library"`
+	Version int               `json:"version"` // ncclGetVersion, e.g. 22803
+	Ranks   int               `json:"ranks"`
+	Env     map[string]string `json:"env"` // the NCCL_* variables it ran with
+	Sizes   []NCCLSize        `json:"sizes"`
+	// Transports is one entry per channel connection NCCL logged between two ranks.
+	Transports []Transport `json:"transports"`
+	LogFile    string      `json:"log_file"` // NCCL_DEBUG=INFO output, kept for the report partition
+	Error      string      `json:"error,omitempty"`
+	// BusBWAtMax is the busbw of the largest size (the figure thresholds apply to).
+	BusBWAtMax float64 `json:"busbw_at_max"`
+}
+
+// NCCLSize is one all-reduce size, measured nccl-tests' way (wall clock over the
+// iterations, algbw = bytes/time, busbw = algbw * 2(n-1)/n).
+type NCCLSize struct {
+	Bytes  int64   `json:"bytes"`
+	TimeUS float64 `json:"time_us"`
+	AlgBW  float64 `json:"algbw"` // GB/s
+	BusBW  float64 `json:"busbw"` // GB/s
+	Wrong  int64   `json:"wrong"` // elements that differ from the exact sum
+}
+
+// Transport is one channel connection from NCCL's log, e.g.
+// "Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer".
+type Transport struct {
+	Channel int    `json:"channel"`
+	From    int    `json:"from"` // rank
+	To      int    `json:"to"`
+	Via     string `json:"via"` // "P2P/direct pointer", "SHM/direct/direct", "P2P/CUMEM/read", ...
+	P2P     bool   `json:"p2p"` // Via starts with "P2P/"
+}
+
+// Kernel-log event kinds.
+const (
+	KEventXid      = "xid"
+	KEventIOMMU    = "iommu_fault"
+	KEventFirmware = "firmware"
+	KEventNVRM     = "nvrm_error"
+)
+
+// KEvent is one kernel-log line that matters to the verdict.
+type KEvent struct {
+	Kind string `json:"kind"`
+	BDF  string `json:"bdf,omitempty"`  // the device it names, if any
+	Code int    `json:"code,omitempty"` // Xid number
+	Line string `json:"line"`
+}
+
+// Stall says which phase was killed at its deadline and the likely cause.
+type Stall struct {
+	Phase   string `json:"phase"`
+	AfterMS int64  `json:"after_ms"`
+	Cause   string `json:"cause"`
+}

@@ -72,7 +72,19 @@ type Driver struct {
 	Patches []string                     `toml:"patches"` // driver/patches/<version>/NAME, or ./path
 	Modules []string                     `toml:"modules"` // built and loaded, in load order
 	Params  map[string]map[string]string `toml:"params"`  // module -> parameter -> value
+	// P2P says which peer-to-peer path the patched driver carries: "off" (stock: NVML
+	// reports CNS on consumer cards), "static-bar1" (peer access through a BAR1 that maps
+	// all of VRAM) or "dynamic-bar1" (per-allocation BAR1 windows, for cards whose BAR1
+	// is smaller than VRAM). The self-test judges the box against it.
+	P2P string `toml:"p2p"`
 }
+
+// Driver P2P modes.
+const (
+	P2POff         = "off"
+	P2PStaticBAR1  = "static-bar1"
+	P2PDynamicBAR1 = "dynamic-bar1"
+)
 
 // Userspace lists the Debian packages laid into the image (their dependency closure).
 type Userspace struct {

@@ -92,6 +92,10 @@ func validate(r *Recipe) Errors {
 		c.add("kernel.cmdline", "want one line")
 	}
 	c.driver(&r.Driver, len(r.Repos) > 0)
+	if r.Driver.P2P == P2PStaticBAR1 && r.Platform.BAR1 > 0 && r.Platform.BAR1 < r.Platform.VRAM {
+		c.add("driver.p2p", "want %q: platform.bar1 (%s) is smaller than platform.vram (%s), so a static BAR1 cannot map all of VRAM, got %q",
+			P2PDynamicBAR1, r.Platform.BAR1, r.Platform.VRAM, r.Driver.P2P)
+	}
 	c.userspace(&r.Userspace)
 	if len(r.Userspace.Packages) > 0 && len(r.Repos) == 0 {
 		c.add("userspace.packages", "packages need at least one [[repo]] to resolve from")
@@ -270,6 +274,7 @@ func (c *checker) driver(d *Driver, haveRepos bool) {
 	}
 	c.source("driver.source", d.Source, haveRepos)
 	c.fileList("driver.patches", d.Patches, false)
+	c.oneOf("driver.p2p", d.P2P, P2POff, P2PStaticBAR1, P2PDynamicBAR1)
 	if len(d.Modules) == 0 {
 		c.add("driver.modules", "want at least \"nvidia\"")
 	}

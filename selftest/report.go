@@ -1,5 +1,5 @@
 // Package selftest is the boot-time self-test's data model: the report every boot
-// produces (schema 2, documented in docs/report-schema.md), its JSON and console
+// produces (schema 2, documented in docs/selftest.md), its JSON and console
 // encodings, the verdict rules and the human summary. It probes nothing that needs the NVIDIA libraries itself, so the
 // static init can import it; cmd/p2pcheck owns the dlopen side.
 package selftest
@@ -65,6 +65,9 @@ type Finding struct {
 	Message  string `json:"message"`
 	Evidence string `json:"evidence,omitempty"` // the raw value or log line it rests on
 	Hint     string `json:"hint,omitempty"`     // one-line next step
+	// Subject names what the finding is about ("GPU0", "GPU0-GPU1", "GPU0->GPU1 ce write",
+	// "bridge 0000:00:01.1"), so two reports' findings can be matched (report diff).
+	Subject string `json:"subject,omitempty"`
 }
 
 // RecipeRef names the recipe the image was built from.

@@ -34,8 +34,9 @@ func TestEmptyReportHasEveryKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{`"schema": 1`, `"verdict"`, `"findings": []`, `"recipe"`, `"kernel"`, `"modules": []`,
-		`"gpus": []`, `"cuda"`, `"cu_init": null`, `"nvml"`, `"durations": []`, `"started_at"`, `"deadline_exceeded"`} {
+	for _, k := range []string{`"schema": 2`, `"verdict"`, `"findings": []`, `"recipe"`, `"kernel"`, `"modules": []`,
+		`"gpus": []`, `"cuda"`, `"cu_init": null`, `"nvml"`, `"durations": []`, `"started_at"`, `"deadline_exceeded"`,
+		`"pairs": []`, `"copies": []`, `"high_mem": []`, `"kernel_events": []`, `"nccl": null`, `"stall": null`, `"iommu"`} {
 		if !strings.Contains(string(b), k) {
 			t.Errorf("empty report lacks %s:\n%s", k, b)
 		}
@@ -43,7 +44,7 @@ func TestEmptyReportHasEveryKey(t *testing.T) {
 }
 
 func TestDecodeRejectsOtherSchema(t *testing.T) {
-	for _, in := range []string{`{"schema": 2}`, `{}`, `[]`, `not json`} {
+	for _, in := range []string{`{"schema": 1}`, `{"schema": 3}`, `{}`, `[]`, `not json`} {
 		if _, err := Decode([]byte(in)); err == nil {
 			t.Errorf("Decode(%s) = nil error", in)
 		}
@@ -131,7 +132,7 @@ func TestParseInitRecord(t *testing.T) {
 	if err != nil || len(arr.Modules) != 1 || arr.Modules[0].Errno != 19 {
 		t.Fatalf("array form: %+v, %v", arr, err)
 	}
-	obj, err := ParseInitRecord([]byte(`{"modules":[{"name":"nvidia"}],"findings":[{"severity":"fail","check":"recipe"}],"durations":[{"phase":"modules","ms":5}]}`))
+	obj, err := ParseInitRecord([]byte(`{"modules":[{"name":"nvidia"}],"findings":[{"status":"fail","id":"recipe"}],"durations":[{"phase":"modules","ms":5}]}`))
 	if err != nil || len(obj.Modules) != 1 || len(obj.Findings) != 1 || len(obj.Durations) != 1 {
 		t.Fatalf("object form: %+v, %v", obj, err)
 	}

@@ -212,3 +212,6 @@ type Stall struct {
 	AfterMS int64  `json:"after_ms"`
 	Cause   string `json:"cause"`
 }
+
+// PhaseNCCL is the all-reduce phase (the others are declared with the verdict rules).
+const PhaseNCCL = "nccl"

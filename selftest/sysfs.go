@@ -48,10 +48,7 @@ func ScanGPUs(pciDevices string) ([]GPU, error) {
 			NUMANode: atoiOr(readTrim(dir, "numa_node"), -1),
 		}
 		if res, err := os.ReadFile(filepath.Join(dir, "resource")); err == nil {
-			sizes := ParseResource(string(res))
-			if len(sizes) > 1 {
-				g.BAR1Bytes = sizes[1]
-			}
+			g.BAR1Bytes = BAR1Size(string(res))
 		}
 		gpus = append(gpus, g)
 	}
@@ -91,6 +88,20 @@ func ParseResource(s string) []int64 {
 	return sizes
 }
 
+// BAR1Size is the size of what NVIDIA calls BAR1, the VRAM aperture peers map: the
+// first assigned resource after BAR0. On an RTX 4090 BAR0 is 32-bit, so BAR1 is
+// resource line 1; on an H100/H200 BAR0 is 64-bit and takes lines 0 and 1, which moves
+// BAR1 to line 2. 0 when there is none.
+func BAR1Size(resource string) int64 {
+	sizes := ParseResource(resource)
+	for i := 1; i < len(sizes) && i < 6; i++ {
+		if sizes[i] > 0 {
+			return sizes[i]
+		}
+	}
+	return 0
+}
+
 func readTrim(dir, name string) string {
 	b, err := os.ReadFile(filepath.Join(dir, name))
 	if err != nil {
@@ -108,7 +119,8 @@ func atoiOr(s string, def int) int {
 }
 
 // LoadedModules reports, for a box not booted by peerboot-init, which of names
-// the running kernel already has (from /sys/module/<name>), with their version.
+// the running kernel already has (from /sys/module/<name>), with their version and
+// the parameters they hold now.
 func LoadedModules(sysModule string, names []string) []Module {
 	var out []Module
 	for _, n := range names {
@@ -120,7 +132,30 @@ func LoadedModules(sysModule string, names []string) []Module {
 		if v, err := os.ReadFile(filepath.Join(dir, "version")); err == nil {
 			m.Version = strings.TrimSpace(string(v))
 		}
+		m.Parameters = moduleParameters(filepath.Join(dir, "parameters"))
 		out = append(out, m)
 	}
 	return out
+}
+
+// moduleParameters reads /sys/module/<name>/parameters: one file per parameter, its
+// current value inside. Parameters declared write-only (mode 0200) or that fail to
+// read are left out; nil when the module has no parameters directory.
+func moduleParameters(dir string) map[string]string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	params := map[string]string{}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		params[e.Name()] = strings.TrimSpace(string(b))
+	}
+	return params
 }

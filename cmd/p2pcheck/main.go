@@ -1,12 +1,16 @@
-// Command p2pcheck is the boot-time self-test: it reads the GPUs from sysfs, loads
-// libcuda and libnvidia-ml without cgo (purego), judges the result against the recipe
-// and prints a schema-1 report. peerboot-init runs it on every boot; it also runs by
-// hand on an installed box.
+// Command p2pcheck is the boot-time P2P self-test. In four phases, each a child process
+// under its own deadline, it reads the PCIe topology from sysfs (precheck), asks NVML
+// for P2P status and topology (nvml), times and verifies local and peer copies through
+// the CUDA driver API (cuda) and runs verified all-reduces through NCCL (nccl); all
+// libraries are dlopened without cgo (purego). It judges the result against the recipe
+// and prints a schema-2 report. peerboot-init runs it on every boot; it also runs by
+// hand on any Linux box with an NVIDIA driver.
 //
 // Exit status: 0 pass, 9 fail (the report is printed either way), 2 usage.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -16,6 +20,8 @@ import (
 
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/selftest/kmsg"
+	"github.com/peerboot/peerboot/selftest/pcie"
 )
 
 // Exit statuses.
@@ -33,7 +39,19 @@ type options struct {
 	deadline    time.Duration
 	cudaLib     string
 	nvmlLib     string
+	ncclLib     string
 	root        string // prefix for /sys and /proc, for tests on a fake tree
+	kmsg        string
+	logDir      string
+	copySize    int64
+	samples     int
+	ncclMax     int64
+	noNCCL      bool
+	noSM        bool
+	corrupt     bool
+	highMemBAR1 int64
+	fake        string
+	phase       string
 }
 
 func main() {
@@ -46,12 +64,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fl.SetOutput(stderr)
 	fl.BoolVar(&o.json, "json", false, "write the report JSON to stdout instead of the summary")
 	fl.StringVar(&o.out, "out", "", "also write the report JSON to this file")
-	fl.StringVar(&o.recipePath, "recipe", "", "resolved recipe (/etc/peerboot/recipe.toml); without it the GPU count is not checked")
+	fl.StringVar(&o.recipePath, "recipe", "", "resolved recipe (/etc/peerboot/recipe.toml); without it the box is judged by what it shows")
 	fl.StringVar(&o.modulesJSON, "modules-json", "", "module outcomes recorded by peerboot-init, merged into the report")
-	fl.DurationVar(&o.deadline, "deadline", 60*time.Second, "bound on the whole self-test; a phase still running then is a fail")
+	fl.DurationVar(&o.deadline, "deadline", 5*time.Minute, "bound on the whole self-test; a phase still running then is a fail")
 	fl.StringVar(&o.cudaLib, "cuda-lib", "libcuda.so.1", "CUDA driver library to dlopen")
 	fl.StringVar(&o.nvmlLib, "nvml-lib", "libnvidia-ml.so.1", "NVML library to dlopen")
+	fl.StringVar(&o.ncclLib, "nccl-lib", "libnccl.so.2", "NCCL library to dlopen (e.g. the one in a PyTorch wheel)")
 	fl.StringVar(&o.root, "root", "/", "root under which /sys and /proc are read (tests)")
+	fl.StringVar(&o.kmsg, "kmsg", "/dev/kmsg", "kernel log to watch for Xid, IOMMU faults and firmware errors during the run")
+	fl.StringVar(&o.logDir, "log-dir", "", "directory for NCCL's debug log (default: a temporary directory, removed)")
+	fl.Int64Var(&o.copySize, "copy-size", 0, "bytes per timed copy (default: the recipe's selftest.copy_size, else 256 MiB)")
+	fl.IntVar(&o.samples, "samples", 3, "timed samples per copy; the median is reported")
+	fl.Int64Var(&o.ncclMax, "nccl-max", 0, "largest all-reduce in bytes (default: the recipe's selftest.nccl_max, else 1 GiB)")
+	fl.BoolVar(&o.noNCCL, "no-nccl", false, "skip the NCCL phase")
+	fl.BoolVar(&o.noSM, "no-sm", false, "skip the SM-kernel copies")
+	fl.BoolVar(&o.corrupt, "inject-corruption", false, "flip one word after the first copy, to prove the verification catches it (the run must fail)")
+	fl.Int64Var(&o.highMemBAR1, "high-mem-bar1", 0, "run the above-BAR1 probe as if BAR1 were this many bytes (to exercise it on a card with a large BAR1)")
+	fl.StringVar(&o.fake, "fake", "", "FAKE backend: replay the NVML/CUDA/NCCL answers of this scenario file (tests only)")
+	fl.StringVar(&o.phase, "phase", "", "internal: run one phase as a child process")
 	if err := fl.Parse(args); err != nil {
 		return exitUsage
 	}
@@ -59,30 +89,150 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "p2pcheck: unexpected arguments %v\n", fl.Args())
 		return exitUsage
 	}
+	if o.phase != "" {
+		return childMain(o.phase, os.Stdin, stdout, stderr)
+	}
 	r := check(&o, stderr)
 	return emit(&o, r, stdout, stderr)
 }
 
-// check runs the phases in order under their deadlines and judges the result.
+// Default per-phase bounds when the recipe gives none.
+var defaultDeadlines = map[string]time.Duration{
+	selftest.PhasePrecheck: 20 * time.Second,
+	selftest.PhaseNVML:     60 * time.Second,
+	selftest.PhaseCUDA:     2 * time.Minute,
+	selftest.PhaseNCCL:     2 * time.Minute,
+}
+
+// check runs the phases in order, each in a child under its deadline, and judges.
 func check(o *options, stderr io.Writer) *selftest.Report {
 	start := time.Now()
-	end := start.Add(o.deadline)
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(o.deadline))
+	defer cancel()
 	r := selftest.New()
+	r.Tool = "p2pcheck " + version
 	r.StartedAt = start.UTC().Format(time.RFC3339)
 	r.Kernel = selftest.ReadKernel(filepath.Join(o.root, "proc"))
 
-	var platform *recipe.Platform
-	var dl recipe.Deadlines
+	var rc *recipe.Recipe
 	if o.recipePath != "" {
-		rc, err := recipe.Load(o.recipePath)
+		res, err := recipe.Load(o.recipePath)
 		if err != nil {
 			r.Add(selftest.SevFail, "recipe", fmt.Sprintf("cannot load %s: %v", o.recipePath, err), "the image's recipe is written by the rootfs stage; rebuild the image")
 		} else {
-			r.Recipe = selftest.RecipeRef{Name: rc.Name, Digest: rc.Digest}
-			platform = &rc.Platform
-			dl = rc.Selftest.Deadlines
+			rc = &res.Recipe
+			r.Recipe = selftest.RecipeRef{Name: res.Name, Digest: res.Digest}
 		}
 	}
+	mergeModules(o, r)
+
+	// Xid and IOMMU faults that appear while we drive the GPUs are the strongest
+	// evidence there is; watch the kernel log from now on.
+	watch, werr := kmsg.Start(o.kmsg)
+	if werr != nil {
+		r.Add(selftest.SevInfo, "kernel.log", "kernel log not watched: "+werr.Error(), "run as root to read /dev/kmsg")
+	}
+
+	self, err := selfPath()
+	if err != nil {
+		r.Add(selftest.SevFail, "p2pcheck.self", err.Error(), "")
+		return finish(r, rc, watch)
+	}
+	in := baseInput(o, rc)
+	deadlines := phaseDeadlines(rc)
+	logDir := o.logDir
+	if logDir == "" {
+		d, err := os.MkdirTemp("", "p2pcheck-")
+		if err == nil {
+			logDir = d
+			defer os.RemoveAll(d)
+		}
+	}
+	in.LogPath = filepath.Join(logDir, "nccl-debug.log")
+
+	var pre *pcie.Result
+	for _, phase := range []string{selftest.PhasePrecheck, selftest.PhaseNVML, selftest.PhaseCUDA, selftest.PhaseNCCL} {
+		if phase == selftest.PhaseNCCL && !wantNCCL(o, r) {
+			continue
+		}
+		if phase == selftest.PhaseCUDA {
+			prepareCUDA(o, in, r, pre)
+		}
+		in.Phase = phase
+		limit := min(deadlines[phase], time.Until(start.Add(o.deadline)))
+		res := runPhase(ctx, self, in, limit, stderr)
+		r.Durations = append(r.Durations, selftest.Duration{Phase: phase, MS: res.took.Milliseconds()})
+		if res.stalled {
+			r.DeadlineExceeded = phase
+			r.Stall = &selftest.Stall{Phase: phase, AfterMS: res.took.Milliseconds(), Cause: stallCause[phase]}
+			fmt.Fprintf(stderr, "p2pcheck: %s did not finish within %s; killed it\n", phase, limit.Round(time.Millisecond))
+			break
+		}
+		if res.err != nil {
+			r.Add(selftest.SevFail, "p2pcheck."+phase, res.err.Error(), "a p2pcheck crash: its stderr is on the console; report it with this JSON")
+			continue
+		}
+		if res.out.Precheck != nil {
+			pre = res.out.Precheck
+		}
+		merge(r, res.out)
+		phaseError(r, phase, res.out)
+	}
+	return finish(r, rc, watch)
+}
+
+// stallCause says what a phase was doing, for the report; the verdict adds the likely
+// reason from what else it knows (BAR1 vs VRAM, the driver branch, kernel log).
+var stallCause = map[string]string{
+	selftest.PhasePrecheck: "reading PCI config space from sysfs",
+	selftest.PhaseNVML:     "NVML init or a per-GPU query",
+	selftest.PhaseCUDA:     "cuInit, peer access or a timed copy",
+	selftest.PhaseNCCL:     "NCCL communicator init or an all-reduce",
+}
+
+func finish(r *selftest.Report, rc *recipe.Recipe, watch *kmsg.Watch) *selftest.Report {
+	if watch != nil {
+		evs, err := watch.Events()
+		if err != nil {
+			r.Add(selftest.SevInfo, "kernel.log", "reading the kernel log: "+err.Error(), "")
+		}
+		r.KernelEvents = append(r.KernelEvents, evs...)
+		watch.Close()
+	}
+	var e *selftest.Expect
+	if rc != nil {
+		e = selftest.ExpectFrom(rc)
+	}
+	selftest.JudgeWith(r, e)
+	return r
+}
+
+// phaseError files a phase's error where the verdict looks for it: in the library's
+// own section when the phase answered one (the rules there know what a missing
+// libcuda or an NVML init failure means), else as a finding of its own.
+func phaseError(r *selftest.Report, phase string, out *phaseOutput) {
+	if out.Error == "" {
+		return
+	}
+	var slot *string
+	switch {
+	case out.NVML != nil:
+		slot = &r.NVML.Error
+	case out.CUDA != nil:
+		slot = &r.CUDA.Error
+	case out.NCCL != nil:
+		slot = &r.NCCL.Error
+	}
+	if slot == nil {
+		r.Add(selftest.SevFail, phase+".error", out.Error, "")
+		return
+	}
+	if *slot == "" {
+		*slot = out.Error
+	}
+}
+
+func mergeModules(o *options, r *selftest.Report) {
 	if o.modulesJSON != "" {
 		b, err := os.ReadFile(o.modulesJSON)
 		var rec *selftest.InitRecord
@@ -94,83 +244,11 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 		} else {
 			r.Merge(rec)
 		}
-	} else {
-		// Run by hand on a box that booted its own way: the driver is whatever the
-		// running kernel has loaded already.
-		r.Modules = selftest.LoadedModules(filepath.Join(o.root, "sys", "module"), []string{"nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem"})
+		return
 	}
-
-	ph := phases{report: r, end: end, log: stderr}
-	sysPCI := filepath.Join(o.root, "sys", "bus", "pci", "devices")
-	if !ph.run(selftest.PhasePrecheck, dl.Precheck.Std(), func() (func(), error) {
-		gpus, err := selftest.ScanGPUs(sysPCI)
-		return func() { r.GPUs = gpus }, err
-	}) {
-		return finish(r, platform)
-	}
-	if !ph.run(selftest.PhaseCUDA, dl.CUDA.Std(), func() (func(), error) {
-		c := probeCUDA(o.cudaLib)
-		return func() { r.CUDA = c }, nil
-	}) {
-		return finish(r, platform)
-	}
-	ph.run(selftest.PhaseNVML, dl.Driver.Std(), func() (func(), error) {
-		n := probeNVML(o.nvmlLib)
-		return func() { r.NVML = n }, nil
-	})
-	return finish(r, platform)
-}
-
-func finish(r *selftest.Report, platform *recipe.Platform) *selftest.Report {
-	selftest.Judge(r, platform)
-	return r
-}
-
-// phases runs each phase in its own goroutine so that a call stuck in the driver (a
-// cuInit that never returns) cannot stop the report: the phase is abandoned, the
-// report says where it stalled, and the process exits with the goroutine still stuck.
-type phases struct {
-	report *selftest.Report
-	end    time.Time // the overall deadline
-	log    io.Writer
-}
-
-// run runs fn within min(limit, time left overall). fn returns a function that applies
-// its results to the report; it is called only if fn finished in time, so an abandoned
-// phase never writes to the report behind our back. It returns false on a stall.
-func (p *phases) run(name string, limit time.Duration, fn func() (apply func(), err error)) bool {
-	left := time.Until(p.end)
-	if limit <= 0 || limit > left {
-		limit = left
-	}
-	type result struct {
-		apply func()
-		err   error
-	}
-	done := make(chan result, 1) // buffered: a late phase must not block forever on send
-	start := time.Now()
-	go func() {
-		a, err := fn()
-		done <- result{a, err}
-	}()
-	timer := time.NewTimer(max(limit, 0))
-	defer timer.Stop()
-	select {
-	case res := <-done:
-		p.report.Durations = append(p.report.Durations, selftest.Duration{Phase: name, MS: time.Since(start).Milliseconds()})
-		if res.err != nil {
-			p.report.Add(selftest.SevFail, name, res.err.Error(), "")
-		}
-		if res.apply != nil {
-			res.apply()
-		}
-		return true
-	case <-timer.C:
-		p.report.Durations = append(p.report.Durations, selftest.Duration{Phase: name, MS: time.Since(start).Milliseconds()})
-		p.report.DeadlineExceeded = name
-		fmt.Fprintf(p.log, "p2pcheck: %s did not finish within %s; giving up on it\n", name, limit)
-		return false
-	}
+	// Run by hand on a box that booted its own way: the driver is whatever the running
+	// kernel has loaded already.
+	r.Modules = selftest.LoadedModules(filepath.Join(o.root, "sys", "module"), []string{"nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem"})
 }
 
 // emit prints the report and picks the exit status.

@@ -103,7 +103,7 @@ func TestOnThisMachine(t *testing.T) {
 	if code != exitFail || r.Verdict != selftest.Fail {
 		t.Errorf("exit %d verdict %s, want 9 fail", code, r.Verdict)
 	}
-	if r.Schema != 1 || r.StartedAt == "" || r.Kernel.Release == "" {
+	if r.Schema != selftest.Schema || r.StartedAt == "" || r.Kernel.Release == "" {
 		t.Errorf("report header incomplete: %+v", r)
 	}
 	if _, err := time.Parse(time.RFC3339, r.StartedAt); err != nil {
@@ -119,7 +119,7 @@ func TestOnThisMachine(t *testing.T) {
 	for _, d := range r.Durations {
 		phases = append(phases, d.Phase)
 	}
-	if strings.Join(phases, ",") != "precheck,cuda,nvml" {
+	if strings.Join(phases, ",") != "precheck,nvml,cuda" {
 		t.Errorf("durations %v", phases)
 	}
 	if b, err := os.ReadFile(out); err != nil || !bytes.HasPrefix(b, []byte("{")) {

@@ -46,6 +46,7 @@ var hostNeeds = []hostNeed{
 	{what: "FAT tools", stage: "image checks", pkg: "dosfstools", command: "fsck.vfat"},
 	{what: "mtools", stage: "image checks", pkg: "mtools", command: "mcopy"},
 	{what: "sgdisk", stage: "image checks", pkg: "gdisk", command: "sgdisk"},
+	{what: "lspci", stage: "self-test checks", pkg: "pciutils", command: "lspci"},
 	{what: "binutils (objcopy, objdump)", stage: "kernel, image checks", pkg: "binutils", command: "objcopy"},
 	{what: "Debian archive keyring", stage: "lock", pkg: "debian-archive-keyring", files: []string{"/usr/share/keyrings/debian-archive-keyring.gpg"}},
 }

@@ -1,0 +1,218 @@
+package main
+
+import (
+	"maps"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/selftest/cuda"
+	"github.com/peerboot/peerboot/selftest/pcie"
+)
+
+// version names the report's tool. A constant, not the VCS revision: p2pcheck is an
+// image input, and a commit that does not touch it must not change the image.
+const version = "2"
+
+// baseInput is the part of every phase's input that comes from flags and recipe.
+func baseInput(o *options, rc *recipe.Recipe) *phaseInput {
+	in := &phaseInput{
+		Root:      o.root,
+		Fake:      o.fake,
+		CUDALib:   o.cudaLib,
+		NVMLLib:   o.nvmlLib,
+		NCCLLib:   o.ncclLib,
+		CopyBytes: 256 << 20,
+		Samples:   max(o.samples, 1),
+		Verify:    true,
+		SM:        !o.noSM,
+		Bidir:     true,
+		Corrupt:   o.corrupt,
+		NCCLMin:   8,
+		NCCLMax:   1 << 30,
+		NCCLIter:  20,
+		Env:       map[string]string{},
+		KmsgPath:  o.kmsg,
+	}
+	if rc != nil {
+		in.CopyBytes = int64(rc.Selftest.CopySize)
+		in.Verify = rc.Selftest.Verify
+		in.NCCLMin = int64(rc.Selftest.NCCLMin)
+		in.NCCLMax = int64(rc.Selftest.NCCLMax)
+		for k, v := range rc.Env {
+			if strings.HasPrefix(k, "NCCL_") {
+				in.Env[k] = v
+			}
+		}
+	}
+	// What the operator exported wins over the recipe: that is how a fix hint such as
+	// "set NCCL_P2P_LEVEL=SYS" is tried before the recipe is changed.
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "NCCL_") {
+			in.Env[k] = v
+		}
+	}
+	if o.copySize > 0 {
+		in.CopyBytes = o.copySize
+	}
+	if o.ncclMax > 0 {
+		in.NCCLMax = o.ncclMax
+		in.NCCLMin = min(in.NCCLMin, o.ncclMax)
+	}
+	return in
+}
+
+// phaseDeadlines maps the recipe's selftest.deadlines onto the phases.
+func phaseDeadlines(rc *recipe.Recipe) map[string]time.Duration {
+	d := maps.Clone(defaultDeadlines)
+	if rc == nil {
+		return d
+	}
+	dl := rc.Selftest.Deadlines
+	for phase, v := range map[string]time.Duration{
+		selftest.PhasePrecheck: dl.Precheck.Std(),
+		selftest.PhaseNVML:     dl.Driver.Std(),
+		selftest.PhaseCUDA:     dl.CUDA.Std(),
+		selftest.PhaseNCCL:     dl.NCCL.Std(),
+	} {
+		if v > 0 {
+			d[phase] = v
+		}
+	}
+	return d
+}
+
+// prepareCUDA tells the CUDA phase what the earlier phases learnt: how many GPUs to
+// expect, each pair's link ceiling, and which cards need the above-BAR1 probe.
+func prepareCUDA(o *options, in *phaseInput, r *selftest.Report, pre *pcie.Result) {
+	in.WantGPUs = len(r.GPUs)
+	in.LinkGBps = nil
+	in.HighMem = nil
+	if pre != nil {
+		n := len(pre.GPUs)
+		in.LinkGBps = make([][]float64, n)
+		for a := range n {
+			in.LinkGBps[a] = make([]float64, n)
+			for b := range n {
+				if a != b {
+					in.LinkGBps[a][b] = pcie.PathLinkGBps(pre, a, b)
+				}
+			}
+		}
+	}
+	for i, g := range r.GPUs {
+		bar1 := g.BAR1Bytes
+		if o.highMemBAR1 > 0 {
+			bar1 = o.highMemBAR1
+		}
+		var vram int64
+		if g.VRAMBytes != nil {
+			vram = *g.VRAMBytes
+		}
+		if bar1 > 0 && vram > bar1 {
+			in.HighMem = append(in.HighMem, cuda.HighMemTarget{Ordinal: i, BAR1: bar1, VRAM: vram})
+		}
+	}
+	// A forced probe covers every CUDA device, also when sysfs shows none (a container
+	// that passes the GPU through without its PCI tree).
+	in.HighMemFrc = o.highMemBAR1 > 0
+	in.FakeBAR1 = o.highMemBAR1
+}
+
+// wantNCCL runs NCCL only where it can say something: CUDA up with devices. (Not
+// sysfs' count: a container may pass GPUs through without their PCI tree.)
+func wantNCCL(o *options, r *selftest.Report) bool {
+	if o.noNCCL || r.CUDA.CuInit == nil || r.CUDA.CuInit.Code != selftest.CUDASuccess {
+		return false
+	}
+	return len(r.CUDA.Devices) > 0
+}
+
+// merge folds one phase's answer into the report. GPUs are matched by BDF, the one
+// name sysfs, NVML and CUDA share.
+func merge(r *selftest.Report, out *phaseOutput) {
+	byBDF := map[string]int{}
+	for i, g := range r.GPUs {
+		byBDF[strings.ToLower(g.BDF)] = i
+	}
+	pairOf := func(a, b int) *selftest.Pair {
+		if a > b {
+			a, b = b, a
+		}
+		for i := range r.Pairs {
+			if r.Pairs[i].A == a && r.Pairs[i].B == b {
+				return &r.Pairs[i]
+			}
+		}
+		return nil
+	}
+	switch {
+	case out.Precheck != nil:
+		r.GPUs = out.Precheck.GPUs
+		r.Pairs = out.Precheck.Pairs
+		r.IOMMU = out.Precheck.IOMMU
+		if r.GPUs == nil {
+			r.GPUs = []selftest.GPU{}
+		}
+		if r.Pairs == nil {
+			r.Pairs = []selftest.Pair{}
+		}
+	case out.NVML != nil:
+		r.NVML = out.NVML.NVML
+		for bdf, g := range out.NVML.GPUs {
+			if i, ok := byBDF[strings.ToLower(bdf)]; ok && g != nil {
+				r.GPUs[i].NVML = g
+				if g.FBTotal > 0 {
+					v := g.FBTotal
+					r.GPUs[i].VRAMBytes = &v
+				}
+			}
+		}
+		for _, np := range out.NVML.Pairs {
+			a, oka := byBDF[strings.ToLower(np.A)]
+			b, okb := byBDF[strings.ToLower(np.B)]
+			if p := pairOf(a, b); oka && okb && p != nil {
+				p.NVMLTopology, p.P2PRead, p.P2PWrite = np.Topology, np.Read, np.Write
+			}
+		}
+	case out.CUDA != nil:
+		c := out.CUDA
+		r.CUDA = c.CUDA
+		if r.CUDA.Devices == nil {
+			r.CUDA.Devices = []selftest.CUDADevice{}
+		}
+		ordinalGPU := map[int]int{}
+		for _, d := range c.CUDA.Devices {
+			if i, ok := byBDF[strings.ToLower(d.BDF)]; ok {
+				dev := d
+				r.GPUs[i].CUDA = &dev
+				ordinalGPU[d.Ordinal] = i
+			}
+		}
+		for a := range c.CanAccess {
+			for b := range c.CanAccess[a] {
+				if a >= b || b >= len(c.CanAccess) {
+					continue
+				}
+				ga, oka := ordinalGPU[a]
+				gb, okb := ordinalGPU[b]
+				if p := pairOf(ga, gb); oka && okb && p != nil {
+					both := c.CanAccess[a][b] && c.CanAccess[b][a]
+					p.CanAccessPeer = &both
+				}
+			}
+		}
+		r.Copies = append(r.Copies, c.Copies...)
+		r.HighMem = append(r.HighMem, c.HighMem...)
+		if c.Injected != "" {
+			r.Add(selftest.SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): "+c.Injected, "this run must fail with copy.corrupt; without the flag it is a real fault")
+		}
+		for _, n := range c.Notes {
+			r.Add(selftest.SevInfo, "cuda.note", n, "")
+		}
+	case out.NCCL != nil:
+		r.NCCL = out.NCCL
+	}
+}

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/selftest/cuda"
+	"github.com/peerboot/peerboot/selftest/pcie"
+)
+
+// Each phase runs in a child process (this binary with --phase NAME): a call stuck in
+// the driver (cuInit on a GPU that fell off the bus, NCCL init on a 48 GB card with a
+// static-BAR1 driver) can then be killed at its deadline and named in the report, and
+// the GPU state it leaves behind dies with the child instead of poisoning later phases.
+
+// phaseInput is what the parent hands a phase child on stdin.
+type phaseInput struct {
+	Phase   string `json:"phase"`
+	Root    string `json:"root"`
+	Fake    string `json:"fake,omitempty"` // FAKE backend scenario file (tests only)
+	CUDALib string `json:"cuda_lib"`
+	NVMLLib string `json:"nvml_lib"`
+	NCCLLib string `json:"nccl_lib"`
+
+	// cuda phase
+	CopyBytes  int64                `json:"copy_bytes"`
+	Samples    int                  `json:"samples"`
+	Verify     bool                 `json:"verify"`
+	SM         bool                 `json:"sm"`
+	Bidir      bool                 `json:"bidir"`
+	LinkGBps   [][]float64          `json:"link_gbps"` // by CUDA ordinal = GPU index
+	HighMem    []cuda.HighMemTarget `json:"high_mem"`
+	HighMemFrc bool                 `json:"high_mem_force"`
+	FakeBAR1   int64                `json:"fake_bar1"` // the pretended BAR1 of a forced probe
+	Corrupt    bool                 `json:"corrupt"`
+	WantGPUs   int                  `json:"want_gpus"` // GPUs sysfs shows; 0 = only probe cuInit
+
+	// nccl phase
+	NCCLMin  int64             `json:"nccl_min"`
+	NCCLMax  int64             `json:"nccl_max"`
+	NCCLIter int               `json:"nccl_iters"`
+	Env      map[string]string `json:"env"`
+	LogPath  string            `json:"log_path"`
+	KmsgPath string            `json:"kmsg_path"` // the FAKE backend writes its kernel lines here
+}
+
+// nvmlPair is one GPU pair as NVML sees it, keyed by BDFs (JSON has no array keys).
+type nvmlPair struct {
+	A        string `json:"a"`
+	B        string `json:"b"`
+	Topology string `json:"topology"`
+	Read     string `json:"read"`
+	Write    string `json:"write"`
+}
+
+// nvmlOutput is the NVML phase's answer.
+type nvmlOutput struct {
+	NVML  selftest.NVML                `json:"nvml"`
+	GPUs  map[string]*selftest.NVMLGPU `json:"gpus"` // by BDF
+	Pairs []nvmlPair                   `json:"pairs"`
+}
+
+// phaseOutput is what a phase child prints on stdout; exactly one part is set.
+type phaseOutput struct {
+	Precheck *pcie.Result   `json:"precheck,omitempty"`
+	NVML     *nvmlOutput    `json:"nvml,omitempty"`
+	CUDA     *cuda.Result   `json:"cuda,omitempty"`
+	NCCL     *selftest.NCCL `json:"nccl,omitempty"`
+	Error    string         `json:"error,omitempty"`
+}
+
+// phaseRun is how one child ended.
+type phaseRun struct {
+	out     *phaseOutput
+	stalled bool
+	took    time.Duration
+	err     error // the child crashed or printed no answer
+}
+
+// runPhase starts the child, feeds it in and waits at most limit. On the deadline the
+// whole process group is killed; a child in uninterruptible sleep (D state, stuck in
+// the kernel) cannot die, so the wait for it is abandoned after a grace period.
+func runPhase(ctx context.Context, self string, in *phaseInput, limit time.Duration, stderr io.Writer) phaseRun {
+	start := time.Now()
+	body, err := json.Marshal(in)
+	if err != nil {
+		return phaseRun{err: fmt.Errorf("encoding phase input: %w", err)}
+	}
+	cmd := exec.Command(self, "--phase", in.Phase)
+	cmd.Stdin = bytes.NewReader(body)
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	cmd.Stderr = stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return phaseRun{err: fmt.Errorf("starting the %s phase: %w", in.Phase, err)}
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	timer := time.NewTimer(max(limit, 0))
+	defer timer.Stop()
+	select {
+	case werr := <-done:
+		run := phaseRun{took: time.Since(start)}
+		var out phaseOutput
+		if derr := json.Unmarshal(stdout.Bytes(), &out); derr != nil {
+			if werr == nil {
+				werr = derr
+			}
+			run.err = fmt.Errorf("the %s phase died without an answer: %w", in.Phase, werr)
+			return run
+		}
+		run.out = &out
+		return run
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		fmt.Fprintf(stderr, "p2pcheck: the %s phase (pid %d) does not die; it is probably stuck in the kernel\n", in.Phase, cmd.Process.Pid)
+	}
+	return phaseRun{stalled: true, took: time.Since(start)}
+}
+
+// childMain is the --phase side: read the input, run the one phase, print the answer.
+// The answer is always JSON on stdout; a failure inside the phase is its Error field.
+func childMain(phase string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var in phaseInput
+	if err := json.NewDecoder(stdin).Decode(&in); err != nil {
+		fmt.Fprintf(stderr, "p2pcheck --phase %s: reading input: %v\n", phase, err)
+		return exitUsage
+	}
+	in.Phase = phase
+	var b backend = realBackend{}
+	if in.Fake != "" {
+		fb, err := loadFake(in.Fake)
+		if err != nil {
+			fmt.Fprintf(stderr, "p2pcheck --phase %s: %v\n", phase, err)
+			return exitUsage
+		}
+		b = fb
+	}
+	out := runBackend(context.Background(), b, &in)
+	if err := json.NewEncoder(stdout).Encode(out); err != nil {
+		fmt.Fprintf(stderr, "p2pcheck --phase %s: writing answer: %v\n", phase, err)
+		return exitFail
+	}
+	return exitPass
+}
+
+func runBackend(ctx context.Context, b backend, in *phaseInput) *phaseOutput {
+	out := &phaseOutput{}
+	var err error
+	switch in.Phase {
+	case selftest.PhasePrecheck:
+		out.Precheck, err = b.precheck(ctx, in)
+	case selftest.PhaseNVML:
+		out.NVML, err = b.nvml(ctx, in)
+	case selftest.PhaseCUDA:
+		out.CUDA, err = b.cuda(ctx, in)
+	case selftest.PhaseNCCL:
+		out.NCCL, err = b.nccl(ctx, in)
+	default:
+		err = fmt.Errorf("unknown phase %q", in.Phase)
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	return out
+}
+
+// selfPath is this executable, for the phase children.
+func selfPath() (string, error) {
+	p, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("finding p2pcheck's own path for the phase processes: %w", err)
+	}
+	return p, nil
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/peerboot/peerboot/exitcode"
+	"github.com/peerboot/peerboot/selftest"
+)
+
+// errReportsDiffer is what `report diff` returns when the verdict changed or a fail
+// finding was added; it exits 1, the way diff(1) does for "different".
+var errReportsDiffer = errors.New("reports differ")
+
+func reportCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "report",
+		Short: "Show or compare self-test reports",
+		Long: `report reads the self-test reports that peerboot run --report, p2pcheck --out and the
+image's report partition write, or a console log holding a PEERBOOT-REPORT line (the
+last one wins).`,
+	}
+	cmd.AddCommand(reportShowCmd(), reportDiffCmd())
+	return cmd
+}
+
+func reportShowCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "show FILE",
+		Short: "Print a self-test report in full",
+		Long: `show prints a report: the verdict, every layer's version, the GPUs, the pair topology,
+one bandwidth matrix per copy method and direction ("!" marks a cell with a fail
+finding), the NCCL sizes and transports, the findings with their hints, and the phase
+durations. FILE is a report JSON or a console log with a PEERBOOT-REPORT line.
+
+--json prints the decoded report as JSON instead. Exit 0 whatever the verdict; 2 when
+FILE holds no report.`,
+		Args: argsExactly(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, err := readReport(args[0])
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				b, err := selftest.Encode(r)
+				if err != nil {
+					return err
+				}
+				_, err = out.Write(b)
+				return err
+			}
+			_, err = fmt.Fprint(out, selftest.Render(r))
+			return err
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report JSON")
+	return cmd
+}
+
+func reportDiffCmd() *cobra.Command {
+	var asJSON bool
+	var minPercent float64
+	cmd := &cobra.Command{
+		Use:   "diff A B",
+		Short: "Compare two self-test reports",
+		Long: `diff compares report A (before) with report B (after): the verdict, the versions of the
+recipe, kernel, driver, CUDA, NCCL and modules, the findings added and removed (matched
+by status, ID and subject), every copy's bandwidth (source, destination, method,
+direction) with the change in percent, and NCCL's bus bandwidth per size. Copies that
+moved by less than --min-change percent are counted, not listed. --json prints the
+whole comparison, every copy included.
+
+Exit 0 when the verdicts are equal and B adds no fail finding; 1 when the verdict
+changed (either way) or a fail finding was added; 2 when a file holds no report.`,
+		Args: argsExactly(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			a, err := readReport(args[0])
+			if err != nil {
+				return err
+			}
+			b, err := readReport(args[1])
+			if err != nil {
+				return err
+			}
+			d := selftest.Diff(a, b)
+			out := cmd.OutOrStdout()
+			if asJSON {
+				js, err := json.MarshalIndent(d, "", "  ")
+				if err != nil {
+					return fmt.Errorf("encoding the comparison: %w", err)
+				}
+				if _, err := out.Write(append(js, '\n')); err != nil {
+					return err
+				}
+			} else if _, err := fmt.Fprint(out, selftest.RenderDiff(d, minPercent)); err != nil {
+				return err
+			}
+			if d.Clean {
+				return nil
+			}
+			why := "a fail finding was added"
+			if d.Verdict.A != d.Verdict.B {
+				why = fmt.Sprintf("verdict %s -> %s", d.Verdict.A, d.Verdict.B)
+			}
+			return exitcode.Tag(exitcode.Internal, fmt.Errorf("%w: %s", errReportsDiffer, why))
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the comparison as JSON")
+	cmd.Flags().Float64Var(&minPercent, "min-change", 5, "list copies whose bandwidth changed by at least this many percent")
+	return cmd
+}
+
+// readReport loads a report from a JSON file or from a console log that carries a
+// PEERBOOT-REPORT line. Problems are usage errors (exit 2): the file is the argument.
+func readReport(path string) (*selftest.Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("reading the report: %w", err))
+	}
+	trimmed := bytes.TrimSpace(b)
+	if len(trimmed) > 0 && trimmed[0] == '{' {
+		r, err := selftest.Decode(trimmed)
+		if err != nil {
+			return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: %w", path, err))
+		}
+		return r, nil
+	}
+	r, err := selftest.FindLine(b)
+	if errors.Is(err, selftest.ErrNoMarker) {
+		return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: neither a report JSON nor a console log with a %s line", path, selftest.Marker))
+	}
+	if err != nil {
+		return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: %w", path, err))
+	}
+	return r, nil
+}
+
+// argsExactly is cobra.ExactArgs tagged as a usage error (exit 2), so that `report diff`
+// exits 1 only when the reports differ.
+func argsExactly(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if len(args) != n {
+			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: want %d argument(s), got %d", cmd.CommandPath(), n, len(args)))
+		}
+		return nil
+	}
+}

@@ -1,0 +1,395 @@
+package pcie
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/peerboot/peerboot/selftest/pcie/pcietest"
+)
+
+// space is handcrafted config space: a header with the capability-list bit set.
+func space(n int, headerType byte) []byte {
+	b := make([]byte, n)
+	binary.LittleEndian.PutUint16(b[0:], 0x10de)
+	binary.LittleEndian.PutUint16(b[2:], 0x2684)
+	binary.LittleEndian.PutUint32(b[8:], 0x030000a1)
+	binary.LittleEndian.PutUint16(b[6:], 0x0010)
+	b[0x0e] = headerType
+	return b
+}
+
+func put16(b []byte, off int, v uint16) { binary.LittleEndian.PutUint16(b[off:], v) }
+func put32(b []byte, off int, v uint32) { binary.LittleEndian.PutUint32(b[off:], v) }
+
+// extHdr is an extended capability header.
+func extHdr(id uint16, next int) uint32 { return uint32(id) | 1<<16 | uint32(next)<<20 }
+
+func capOffsets(cs []Cap) []int {
+	var out []int
+	for _, c := range cs {
+		out = append(out, c.Offset)
+	}
+	return out
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		bytes   func() []byte
+		wantErr bool
+		check   func(t *testing.T, c Config)
+	}{
+		{"shorter than a header", func() []byte { return space(63, 0) }, true, nil},
+		{"nothing answers", func() []byte {
+			b := space(256, 0)
+			put16(b, 0, 0xffff)
+			return b
+		}, true, nil},
+		{"header fields", func() []byte { return space(64, 0x80) }, false, func(t *testing.T, c Config) {
+			if c.Vendor != 0x10de || c.Device != 0x2684 || c.Class != 0x030000 || c.HeaderType != 0 || !c.MultiFunc {
+				t.Errorf("header = %04x:%04x class %06x type %d mf %v", c.Vendor, c.Device, c.Class, c.HeaderType, c.MultiFunc)
+			}
+		}},
+		{"64 bytes, list beyond them", func() []byte {
+			b := space(64, 0)
+			b[0x34] = 0x60
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if !c.Short || c.PCIe != nil || c.ACS != nil || len(c.Caps) != 0 {
+				t.Errorf("Short %v PCIe %v ACS %v caps %v", c.Short, c.PCIe, c.ACS, c.Caps)
+			}
+		}},
+		{"no capability list bit", func() []byte {
+			b := space(256, 0)
+			put16(b, 6, 0)
+			b[0x34], b[0x40] = 0x40, capIDPCIe
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if len(c.Caps) != 0 || c.PCIe != nil {
+				t.Errorf("caps %v read without the status bit", c.Caps)
+			}
+		}},
+		{"PCIe link registers", func() []byte {
+			b := space(256, 0)
+			b[0x34] = 0x41 // low bits are reserved and ignored
+			b[0x40], b[0x41] = 0x01, 0x60
+			b[0x60], b[0x61] = capIDPCIe, 0
+			put16(b, 0x62, 0x0012)             // v2, legacy endpoint
+			put32(b, 0x60+0x0c, 4|16<<4|3<<10) // 16 GT/s x16
+			put16(b, 0x60+0x12, 4|8<<4|0x1000) // trained x8
+			return b
+		}, false, func(t *testing.T, c Config) {
+			want := PCIeCap{Offset: 0x60, Version: 2, PortType: PortLegacyEndpoint, LinkCapSpeed: 4, LinkCapWidth: 16, LinkSpeed: 4, LinkWidth: 8}
+			if c.PCIe == nil || *c.PCIe != want {
+				t.Errorf("PCIe = %+v, want %+v", c.PCIe, want)
+			}
+			if !equalInts(capOffsets(c.Caps), []int{0x40, 0x60}) || c.Loop || c.Short {
+				t.Errorf("caps %v loop %v short %v", c.Caps, c.Loop, c.Short)
+			}
+		}},
+		{"capability pointing at itself", func() []byte {
+			b := space(256, 0)
+			b[0x34] = 0x40
+			b[0x40], b[0x41] = 0x01, 0x40
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if !c.Loop || !equalInts(capOffsets(c.Caps), []int{0x40}) {
+				t.Errorf("loop %v caps %v", c.Loop, c.Caps)
+			}
+		}},
+		{"capability cycle of two, PCIe kept", func() []byte {
+			b := space(256, 0)
+			b[0x34] = 0x40
+			b[0x40], b[0x41] = capIDPCIe, 0x80
+			b[0x80], b[0x81] = 0x05, 0x40
+			put16(b, 0x40+0x12, 3|4<<4)
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if !c.Loop || !equalInts(capOffsets(c.Caps), []int{0x40, 0x80}) || c.PCIe == nil || c.PCIe.LinkWidth != 4 {
+				t.Errorf("loop %v caps %v PCIe %+v", c.Loop, c.Caps, c.PCIe)
+			}
+		}},
+		{"pointer into the header ends the list", func() []byte {
+			b := space(256, 0)
+			b[0x34] = 0x40
+			b[0x40], b[0x41] = 0x01, 0x10
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if c.Loop || len(c.Caps) != 1 {
+				t.Errorf("loop %v caps %v", c.Loop, c.Caps)
+			}
+		}},
+		{"PCIe capability cut off", func() []byte {
+			b := space(256, 0)
+			b[0x34] = 0xf8
+			b[0xf8] = capIDPCIe
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if c.PCIe != nil || !c.Short {
+				t.Errorf("PCIe %+v short %v", c.PCIe, c.Short)
+			}
+		}},
+		{"bridge bus numbers", func() []byte {
+			b := space(64, 0x01)
+			b[0x19], b[0x1a] = 0x1b, 0x1c
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if c.HeaderType != 1 || c.SecondaryBus != 0x1b || c.SubordinateBus != 0x1c {
+				t.Errorf("type %d bus %x-%x", c.HeaderType, c.SecondaryBus, c.SubordinateBus)
+			}
+		}},
+		{"CardBus pointer at 0x14", func() []byte {
+			b := space(256, 0x02)
+			b[0x14], b[0x34] = 0x80, 0x40
+			b[0x80] = 0x01
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if !equalInts(capOffsets(c.Caps), []int{0x80}) {
+				t.Errorf("caps %v", c.Caps)
+			}
+		}},
+		{"unknown header type has no list", func() []byte {
+			b := space(256, 0x7f)
+			b[0x34], b[0x40] = 0x40, capIDPCIe
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if len(c.Caps) != 0 {
+				t.Errorf("caps %v", c.Caps)
+			}
+		}},
+		{"ACS after a backwards hop", func() []byte {
+			b := space(4096, 1)
+			put32(b, 0x100, extHdr(0x0001, 0x300))
+			put32(b, 0x300, extHdr(0x0019, 0x148))
+			put32(b, 0x148, extHdr(extCapACS, 0))
+			put16(b, 0x148+4, 0x7f)
+			put16(b, 0x148+6, acsRR|acsCR|0x11)
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if c.ACS == nil || c.ACS.Cap != 0x7f || c.ACS.Ctrl != 0x1d || !c.ACS.RequestRedirect || !c.ACS.CompletionRedirect || c.ACS.EgressControl {
+				t.Errorf("ACS = %+v", c.ACS)
+			}
+			if !equalInts(capOffsets(c.ExtCaps), []int{0x100, 0x300, 0x148}) || c.Loop {
+				t.Errorf("ext caps %v loop %v", c.ExtCaps, c.Loop)
+			}
+		}},
+		{"extended cycle after ACS", func() []byte {
+			b := space(4096, 1)
+			put32(b, 0x100, extHdr(extCapACS, 0x200))
+			put16(b, 0x106, acsEC)
+			put32(b, 0x200, extHdr(0x0001, 0x100))
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if !c.Loop || c.ACS == nil || !c.ACS.EgressControl || len(c.ExtCaps) != 2 {
+				t.Errorf("loop %v ACS %+v ext %v", c.Loop, c.ACS, c.ExtCaps)
+			}
+		}},
+		{"extended self loop", func() []byte {
+			b := space(4096, 0)
+			put32(b, 0x100, extHdr(0x0001, 0x100))
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if !c.Loop || len(c.ExtCaps) != 1 {
+				t.Errorf("loop %v ext %v", c.Loop, c.ExtCaps)
+			}
+		}},
+		{"ACS header in the last dword", func() []byte {
+			b := space(4096, 1)
+			put32(b, 0x100, extHdr(0x0001, 0xffc))
+			put32(b, 0xffc, extHdr(extCapACS, 0))
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if c.ACS != nil || !c.Short {
+				t.Errorf("ACS %+v short %v", c.ACS, c.Short)
+			}
+		}},
+		{"all-ones extended space", func() []byte {
+			b := space(4096, 0)
+			put32(b, 0x100, 0xffffffff)
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if len(c.ExtCaps) != 0 {
+				t.Errorf("ext %v", c.ExtCaps)
+			}
+		}},
+		{"256 bytes have no extended list", func() []byte {
+			b := space(256, 0)
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if len(c.ExtCaps) != 0 || c.Short {
+				t.Errorf("ext %v short %v", c.ExtCaps, c.Short)
+			}
+		}},
+		{"Resizable BAR, BAR1 at 32 GiB", func() []byte {
+			b := space(4096, 0)
+			put32(b, 0x100, extHdr(extCapReBAR, 0))
+			put32(b, 0x104, 0xffc0<<4)    // 64 MiB .. 32 GiB
+			put32(b, 0x108, 1|1<<5|15<<8) // BAR1, one entry, 2^35
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if len(c.ReBAR) != 1 || c.ReBAR[0] != (ReBAR{BAR: 1, Sizes: 0xffc0, Bytes: 32 << 30}) {
+				t.Errorf("ReBAR = %+v", c.ReBAR)
+			}
+		}},
+		{"bytes past 4096 ignored", func() []byte {
+			b := space(8192, 0)
+			put32(b, 0x100, extHdr(0x0001, 0)) // a valid list, then noise beyond 4 KiB
+			for i := 4096; i < len(b); i++ {
+				b[i] = 0xaa
+			}
+			return b
+		}, false, func(t *testing.T, c Config) {
+			if len(c.ExtCaps) != 1 || c.Short || c.Loop {
+				t.Errorf("ext %v short %v loop %v", c.ExtCaps, c.Short, c.Loop)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseConfig(tt.bytes())
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tt.wantErr)
+			}
+			if tt.check != nil {
+				tt.check(t, c)
+			}
+		})
+	}
+	if _, err := ParseConfig(func() []byte { b := space(64, 0); put16(b, 0, 0xffff); return b }()); !errors.Is(err, ErrNoDevice) {
+		t.Errorf("all-ones vendor: err = %v, want ErrNoDevice", err)
+	}
+}
+
+// TestParseConfigFixture parses what pcietest writes, which it encodes on its own:
+// the two agree on every register the self-test reads.
+func TestParseConfigFixture(t *testing.T) {
+	dir := t.TempDir()
+	l := pcietest.Xeon8GPU()
+	if err := l.Train("0000:1b:00.0", 3, 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := pcietest.Build(dir, l); err != nil {
+		t.Fatal(err)
+	}
+	read := func(bdf string) Config {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, "sys/bus/pci/devices", bdf, "config"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) != 4096 {
+			t.Fatalf("%s config is %d bytes", bdf, len(b))
+		}
+		c, err := ParseConfig(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.Loop || c.Short {
+			t.Errorf("%s: loop %v short %v", bdf, c.Loop, c.Short)
+		}
+		return c
+	}
+
+	gpu := read("0000:1b:00.0")
+	if gpu.Vendor != 0x10de || gpu.Device != 0x2684 || gpu.Class != 0x030000 || gpu.HeaderType != 0 {
+		t.Errorf("GPU header %04x:%04x %06x type %d", gpu.Vendor, gpu.Device, gpu.Class, gpu.HeaderType)
+	}
+	if p := gpu.PCIe; p == nil || p.PortType != PortLegacyEndpoint || p.LinkCapSpeed != 4 || p.LinkCapWidth != 16 || p.LinkSpeed != 3 || p.LinkWidth != 8 {
+		t.Errorf("GPU PCIe = %+v, want legacy endpoint, cap 16 GT/s x16, trained 8 GT/s x8", gpu.PCIe)
+	}
+	if len(gpu.ReBAR) != 2 || gpu.ReBAR[0].BAR != 1 || gpu.ReBAR[0].Bytes != 32<<30 || gpu.ReBAR[1].BAR != 3 || gpu.ReBAR[1].Bytes != 32<<20 {
+		t.Errorf("GPU ReBAR = %+v", gpu.ReBAR)
+	}
+	if gpu.ACS != nil {
+		t.Errorf("GPU has ACS %+v", gpu.ACS)
+	}
+	if len(gpu.ExtCaps) != 10 {
+		t.Errorf("GPU ext caps = %v, want the 10 of the fixture", gpu.ExtCaps)
+	}
+
+	dsp := read("0000:19:08.0")
+	if dsp.HeaderType != 1 || dsp.SecondaryBus != 0x1b || dsp.SubordinateBus != 0x1b {
+		t.Errorf("DSP type %d bus %x-%x", dsp.HeaderType, dsp.SecondaryBus, dsp.SubordinateBus)
+	}
+	if dsp.PCIe == nil || dsp.PCIe.PortType != PortSwitchDown || dsp.PCIe.LinkWidth != 8 {
+		t.Errorf("DSP PCIe = %+v, want a downstream port trained x8 with its GPU", dsp.PCIe)
+	}
+	if dsp.ACS == nil || dsp.ACS.Redirects() || dsp.ACS.Cap != 0x7f {
+		t.Errorf("DSP ACS = %+v, want capability 0x7f with redirect off", dsp.ACS)
+	}
+	if usp := read("0000:18:00.0"); usp.ACS != nil || usp.PCIe == nil || usp.PCIe.PortType != PortSwitchUp || usp.SubordinateBus != 0x1b {
+		t.Errorf("USP ACS %+v PCIe %+v sub %x", usp.ACS, usp.PCIe, usp.SubordinateBus)
+	}
+	if rp := read("0000:17:00.0"); rp.PCIe == nil || rp.PCIe.PortType != PortRootPort || rp.ACS == nil || !rp.ACS.RequestRedirect {
+		t.Errorf("root port PCIe %+v ACS %+v", rp.PCIe, rp.ACS)
+	}
+}
+
+func FuzzParseConfig(f *testing.F) {
+	dir := f.TempDir()
+	if err := pcietest.Build(dir, pcietest.Xeon8GPU()); err != nil {
+		f.Fatal(err)
+	}
+	for _, bdf := range []string{"0000:1a:00.0", "0000:1a:00.1", "0000:17:00.0", "0000:18:00.0", "0000:19:00.0"} {
+		b, err := os.ReadFile(filepath.Join(dir, "sys/bus/pci/devices", bdf, "config"))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+		f.Add(b[:64])
+		f.Add(b[:256])
+	}
+	loop := space(4096, 1)
+	loop[0x34], loop[0x40], loop[0x41] = 0x40, 0x10, 0x40
+	put32(loop, 0x100, extHdr(extCapACS, 0x100))
+	f.Add(loop)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		c, err := ParseConfig(b)
+		if err != nil {
+			return
+		}
+		if len(b) < 64 {
+			t.Fatalf("parsed %d bytes without error", len(b))
+		}
+		if len(c.Caps) > stdCapTTL || len(c.ExtCaps) > extCapTTL {
+			t.Fatalf("%d caps, %d extended: the walk was not bounded", len(c.Caps), len(c.ExtCaps))
+		}
+		for _, cp := range c.Caps {
+			if cp.Offset < 0x40 || cp.Offset >= len(b) || cp.Offset > 0xfc {
+				t.Fatalf("capability at %#x", cp.Offset)
+			}
+		}
+		for _, cp := range c.ExtCaps {
+			if cp.Offset < 0x100 || cp.Offset+4 > len(b) || cp.Offset+4 > maxCfgSize {
+				t.Fatalf("extended capability at %#x of %d bytes", cp.Offset, len(b))
+			}
+		}
+		if c.ACS != nil {
+			found := false
+			for _, cp := range c.ExtCaps {
+				found = found || cp.ID == extCapACS
+			}
+			if !found {
+				t.Fatal("ACS without an ACS header")
+			}
+		}
+		if c.PCIe != nil && (c.PCIe.LinkWidth > 63 || c.PCIe.LinkCapSpeed > 15) {
+			t.Fatalf("PCIe fields out of their bit ranges: %+v", c.PCIe)
+		}
+	})
+}

@@ -1,66 +1,11 @@
 package selftest
 
 import (
-	"errors"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 )
-
-// NVIDIAVendor is NVIDIA's PCI vendor id as sysfs spells it.
-const NVIDIAVendor = "0x10de"
-
-// ScanGPUs lists NVIDIA VGA (0x0300xx) and 3D (0x0302xx) controllers under
-// pciDevices (normally /sys/bus/pci/devices), sorted by BDF. It needs no driver, so it
-// is the one GPU count that does not depend on the thing under test. Audio and USB
-// functions of the same cards are skipped by the class check.
-func ScanGPUs(pciDevices string) ([]GPU, error) {
-	entries, err := os.ReadDir(pciDevices)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return []GPU{}, nil // no PCI bus at all (some VMs): zero GPUs, not an error
-		}
-		return nil, fmt.Errorf("scanning GPUs: %w", err)
-	}
-	gpus := []GPU{}
-	for _, e := range entries {
-		dir := filepath.Join(pciDevices, e.Name())
-		vendor := readTrim(dir, "vendor")
-		class := readTrim(dir, "class")
-		if !strings.EqualFold(vendor, NVIDIAVendor) || !isGPUClass(class) {
-			continue
-		}
-		g := GPU{
-			BDF:    e.Name(),
-			Vendor: strings.ToLower(vendor),
-			Device: strings.ToLower(readTrim(dir, "device")),
-			Class:  strings.ToLower(class),
-			Link: Link{
-				CurrentSpeed: readTrim(dir, "current_link_speed"),
-				MaxSpeed:     readTrim(dir, "max_link_speed"),
-				CurrentWidth: atoiOr(readTrim(dir, "current_link_width"), 0),
-				MaxWidth:     atoiOr(readTrim(dir, "max_link_width"), 0),
-			},
-			NUMANode: atoiOr(readTrim(dir, "numa_node"), -1),
-		}
-		if res, err := os.ReadFile(filepath.Join(dir, "resource")); err == nil {
-			g.BAR1Bytes = BAR1Size(string(res))
-		}
-		gpus = append(gpus, g)
-	}
-	sort.Slice(gpus, func(i, j int) bool { return gpus[i].BDF < gpus[j].BDF })
-	return gpus, nil
-}
-
-// isGPUClass accepts "0x0300xx" (VGA) and "0x0302xx" (3D controller, headless SKUs).
-func isGPUClass(class string) bool {
-	c := strings.ToLower(class)
-	return len(c) == 8 && (strings.HasPrefix(c, "0x0300") || strings.HasPrefix(c, "0x0302"))
-}
 
 // ParseResource reads a sysfs "resource" file: one "start end flags" line per resource,
 // BARs first. It returns each resource's size (0 for an unassigned one). On NVIDIA GPUs
@@ -100,22 +45,6 @@ func BAR1Size(resource string) int64 {
 		}
 	}
 	return 0
-}
-
-func readTrim(dir, name string) string {
-	b, err := os.ReadFile(filepath.Join(dir, name))
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
-}
-
-func atoiOr(s string, def int) int {
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return def
-	}
-	return n
 }
 
 // LoadedModules reports, for a box not booted by peerboot-init, which of names

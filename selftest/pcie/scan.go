@@ -76,7 +76,7 @@ func IsGPUClass(class string) bool {
 func scanGPU(realRoot, dir, bdf string) (selftest.GPU, bool) {
 	vendor := strings.ToLower(readTrim(dir, "vendor"))
 	class := strings.ToLower(readTrim(dir, "class"))
-	if vendor != selftest.NVIDIAVendor || !IsGPUClass(class) {
+	if vendor != nvidiaVendor || !IsGPUClass(class) {
 		return selftest.GPU{}, false
 	}
 	g := selftest.GPU{
@@ -225,3 +225,6 @@ func atoiOr(s string, def int) int {
 	}
 	return n
 }
+
+// nvidiaVendor is NVIDIA's PCI vendor id as sysfs spells it.
+const nvidiaVendor = "0x10de"

@@ -38,11 +38,7 @@ e2e: deps
 
 # Short fuzz runs of every parser of outside bytes.
 fuzz:
-	$(GO) test -run=^$$ -fuzz=FuzzLoad -fuzztime=30s ./recipe/
-	$(GO) test -run=^$$ -fuzz=FuzzParsePackages -fuzztime=30s ./apt/
-	$(GO) test -run=^$$ -fuzz=FuzzList -fuzztime=30s ./initramfs/
-	$(GO) test -run=^$$ -fuzz=FuzzData -fuzztime=30s ./debfile/
-	$(GO) test -run=^$$ -fuzz=FuzzCheck -fuzztime=30s ./patch/
+	sh scripts/fuzz.sh 30s
 
 clean:
 	rm -rf bin

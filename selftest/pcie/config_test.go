@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/pcie/pcietest"
 )
 
@@ -392,4 +393,29 @@ func FuzzParseConfig(f *testing.F) {
 			t.Fatalf("PCIe fields out of their bit ranges: %+v", c.PCIe)
 		}
 	})
+}
+
+// Config space and resource file of a real NVIDIA H200 (read on the development GPU
+// machine, a VM with the GPU passed through): a 3D controller whose BAR0 is 64-bit, so
+// NVIDIA's BAR1 (256 GiB) is resource line 2, not line 1 as on an RTX 4090.
+func TestRealH200(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("testdata", "h200-config.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Vendor != 0x10de || c.Device != 0x2335 || c.Class>>8 != 0x0302 || c.PCIe == nil {
+		t.Fatalf("config: vendor %#x device %#x class %#x pcie %+v", c.Vendor, c.Device, c.Class, c.PCIe)
+	}
+	t.Logf("H200 PCIe cap: %+v, ext caps %d", *c.PCIe, len(c.ExtCaps))
+	res, err := os.ReadFile(filepath.Join("testdata", "h200-resource"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := selftest.BAR1Size(string(res)); got != 256<<30 {
+		t.Errorf("BAR1Size = %d, want 256 GiB", got)
+	}
 }

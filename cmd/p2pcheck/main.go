@@ -62,7 +62,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var o options
 	fl := flag.NewFlagSet("p2pcheck", flag.ContinueOnError)
 	fl.SetOutput(stderr)
-	fl.BoolVar(&o.json, "json", false, "write the report JSON to stdout instead of the summary")
+	fl.BoolVar(&o.json, "json", false, "write the report JSON to stdout instead of the rendered report")
 	fl.StringVar(&o.out, "out", "", "also write the report JSON to this file")
 	fl.StringVar(&o.recipePath, "recipe", "", "resolved recipe (/etc/peerboot/recipe.toml); without it the box is judged by what it shows")
 	fl.StringVar(&o.modulesJSON, "modules-json", "", "module outcomes recorded by peerboot-init, merged into the report")
@@ -266,7 +266,7 @@ func emit(o *options, r *selftest.Report, stdout, stderr io.Writer) int {
 	if o.json {
 		_, err = stdout.Write(js)
 	} else {
-		_, err = io.WriteString(stdout, selftest.Summary(r))
+		_, err = io.WriteString(stdout, selftest.Render(r))
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "p2pcheck: writing report: %v\n", err)

@@ -50,7 +50,9 @@ func baseInput(o *options, rc *recipe.Recipe) *phaseInput {
 	// What the operator exported wins over the recipe: that is how a fix hint such as
 	// "set NCCL_P2P_LEVEL=SYS" is tried before the recipe is changed.
 	for _, kv := range os.Environ() {
-		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "NCCL_") {
+		// NCCL_VERSION is what NVIDIA's containers export to name the installed NCCL,
+		// not a setting.
+		if k, v, ok := strings.Cut(kv, "="); ok && strings.HasPrefix(k, "NCCL_") && k != "NCCL_VERSION" {
 			in.Env[k] = v
 		}
 	}

@@ -9,15 +9,16 @@ type Class int
 
 const (
 	OK        Class = 0
-	Internal  Class = 1 // a bug or an unclassified failure
-	Usage     Class = 2 // bad command line
-	Recipe    Class = 3 // recipe or lock file invalid
-	Stale     Class = 4 // lock missing or out of date with the recipe
-	Network   Class = 5 // a download or repository could not be reached
-	Integrity Class = 6 // hash or signature mismatch
-	HostTools Class = 7 // a required host tool is missing
-	Build     Class = 8 // a stage failed (compile, patch, image)
-	Selftest  Class = 9 // the self-test ran and its verdict is FAIL
+	Internal  Class = 1  // a bug or an unclassified failure
+	Usage     Class = 2  // bad command line
+	Recipe    Class = 3  // recipe or lock file invalid
+	Stale     Class = 4  // lock missing or out of date with the recipe
+	Network   Class = 5  // a download or repository could not be reached
+	Integrity Class = 6  // hash or signature mismatch
+	HostTools Class = 7  // a required host tool is missing
+	Build     Class = 8  // a stage failed (compile, patch, image)
+	Selftest  Class = 9  // the self-test ran and its verdict is FAIL
+	Device    Class = 10 // a target device was refused or could not be read or written
 )
 
 // Names lists the classes for documentation (README, `peerboot help exit-codes`).
@@ -36,6 +37,7 @@ var Names = []struct {
 	{HostTools, "host-tools", "a required host tool is missing: run `peerboot doctor`"},
 	{Build, "build", "a build stage failed"},
 	{Selftest, "selftest", "the self-test verdict is FAIL"},
+	{Device, "device", "the target device was refused (mounted, system disk, partition, too small, not removable without --force, not confirmed) or could not be read or written"},
 }
 
 type tagged struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -19,8 +20,8 @@ func lockCmd(g *globals) *cobra.Command {
 		Long: `lock downloads each repository's InRelease, verifies its OpenPGP signature against
 the recipe's keyring, checks the Packages indexes against InRelease's hashes, and pins
 every package the recipe needs (sources, EFI stub, and the userspace closure) into the
-lock file beside the recipe. With --check it writes nothing and fails if the lock
-file differs from a fresh resolve.`,
+lock file beside the recipe. With --check it writes nothing and, if the lock file
+differs from a fresh resolve, prints the difference and fails (exit 4).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := loadRecipe(recipeArg(args))
@@ -41,7 +42,8 @@ file differs from a fresh resolve.`,
 			old, _ := os.ReadFile(path)
 			if check {
 				if !bytes.Equal(old, f.Encode()) {
-					return exitcode.Tag(exitcode.Stale, fmt.Errorf("%s differs from a fresh resolve: run `peerboot lock %s`", path, r.Path))
+					fmt.Fprintf(cmd.OutOrStdout(), "--- %s (committed)\n+++ fresh resolve\n%s", path, lineDiff(string(old), string(f.Encode())))
+					return exitcode.Tag(exitcode.Stale, fmt.Errorf("%s differs from a fresh resolve (diff above): run `peerboot lock %s`", path, r.Path))
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%s is up to date (%d packages)\n", path, len(f.Debs))
 				return nil
@@ -63,4 +65,50 @@ file differs from a fresh resolve.`,
 	}
 	cmd.Flags().BoolVar(&check, "check", false, "fail if the lock file differs from a fresh resolve; write nothing")
 	return cmd
+}
+
+// lineDiff returns the lines only in a ("-") or only in b ("+"), each run of
+// changes headed by its line numbers, from a longest common subsequence.
+func lineDiff(a, b string) string {
+	x, y := strings.SplitAfter(a, "\n"), strings.SplitAfter(b, "\n")
+	n, m := len(x), len(y)
+	// lcs[i][j] is the LCS length of x[i:] and y[j:].
+	lcs := make([][]int32, n+1)
+	for i := range lcs {
+		lcs[i] = make([]int32, m+1)
+	}
+	for i := n - 1; i >= 0; i-- {
+		for j := m - 1; j >= 0; j-- {
+			if x[i] == y[j] {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	var out strings.Builder
+	inRun := false
+	line := func(prefix, s string, i, j int) {
+		if !inRun {
+			fmt.Fprintf(&out, "@@ -%d +%d @@\n", i+1, j+1)
+			inRun = true
+		}
+		out.WriteString(prefix + strings.TrimSuffix(s, "\n") + "\n")
+	}
+	i, j := 0, 0
+	for i < n || j < m {
+		switch {
+		case i < n && j < m && x[i] == y[j]:
+			inRun = false
+			i++
+			j++
+		case i < n && (j == m || lcs[i+1][j] >= lcs[i][j+1]):
+			line("-", x[i], i, j)
+			i++
+		default:
+			line("+", y[j], i, j)
+			j++
+		}
+	}
+	return out.String()
 }

@@ -1,0 +1,494 @@
+package flash
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/peerboot/peerboot/progress"
+)
+
+// DefaultBlockSize is the size of one write: large enough that per-call cost
+// vanishes, small enough that three buffers stay cheap.
+const DefaultBlockSize = 4 << 20
+
+// Options controls Flash.
+type Options struct {
+	Force       bool // allow a non-removable disk (or a non-512-byte one)
+	Yes         bool // do not ask
+	GrowReports bool // grow the PEERBOOT partition to fill the device afterwards
+	// Confirm is asked (unless Yes) after the checks pass, with the device
+	// line; false or an error refuses. Nil refuses unless Yes.
+	Confirm   func(d *Device) (bool, error)
+	Log       io.Writer // progress and messages; nil discards
+	BlockSize int       // default DefaultBlockSize; a multiple of 4096
+	Env       Env
+
+	// readBack, when set, sees every block read back before it is hashed:
+	// the tests corrupt one byte to prove a mismatch is caught.
+	readBack func(off int64, b []byte)
+}
+
+// Result is what a flash did and how fast.
+type Result struct {
+	Device  *Device
+	Bytes   int64
+	SHA256  string        // of the image, and of what was read back
+	Direct  bool          // O_DIRECT was used
+	Write   time.Duration // including the final fsync
+	Verify  time.Duration
+	Reports *GrowResult // set with GrowReports
+}
+
+// WriteRate and VerifyRate are in bytes per second.
+func (r *Result) WriteRate() float64  { return rate(r.Bytes, r.Write) }
+func (r *Result) VerifyRate() float64 { return rate(r.Bytes, r.Verify) }
+
+func rate(n int64, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+// MismatchError says the device does not hold what was written.
+type MismatchError struct {
+	Device, Image string
+	Want, Got     string // sha256 hex
+	Offset        int64  // first differing byte, -1 when the second pass found none
+	imageChanged  bool
+}
+
+func (e *MismatchError) Error() string {
+	if e.imageChanged {
+		return fmt.Sprintf("%s has sha256 %s, but %s lists %s: the image changed after it was built (the device holds the changed image)", e.Device, e.Got, e.Image, e.Want)
+	}
+	s := fmt.Sprintf("%s does not hold %s after writing: read back sha256 %s, want %s", e.Device, e.Image, e.Got, e.Want)
+	if e.Offset >= 0 {
+		s += fmt.Sprintf("; first difference at byte %d (%s in)", e.Offset, progress.Bytes(e.Offset))
+	}
+	return s + ": the stick may be failing or counterfeit (smaller than it claims)"
+}
+
+// Flash writes image to device after the safety checks, fsyncs, reads it back
+// and compares hashes, then grows the report partition when asked.
+func Flash(ctx context.Context, image, device string, opt Options) (*Result, error) {
+	log := opt.Log
+	if log == nil {
+		log = io.Discard
+	}
+	bs := opt.BlockSize
+	if bs == 0 {
+		bs = DefaultBlockSize
+	}
+	if bs <= 0 || bs%4096 != 0 {
+		return nil, fmt.Errorf("block size %d is not a positive multiple of 4096", bs)
+	}
+	img, err := os.Open(image)
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	defer img.Close()
+	info, err := img.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("image: %w", err)
+	}
+	if !info.Mode().IsRegular() || info.Size() == 0 {
+		return nil, fmt.Errorf("image %s is not a non-empty regular file", image)
+	}
+	size := info.Size()
+
+	// 1. Safety checks, then the person at the keyboard.
+	d, err := Inspect(device, opt.Env)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Check(size, opt.Force, opt.Env); err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(log, d.String())
+	if !opt.Yes {
+		ok := false
+		if opt.Confirm != nil {
+			if ok, err = opt.Confirm(d); err != nil {
+				return nil, &Refused{Device: d.Path, Reasons: []string{fmt.Sprintf("no confirmation: %v", err)}}
+			}
+		}
+		if !ok {
+			return nil, &Refused{Device: d.Path, Reasons: []string{"not confirmed (pass --yes to skip the question)"}}
+		}
+	}
+
+	// 2. Write. O_EXCL makes the kernel refuse a disk something mounted or
+	// claimed since the checks ran.
+	res := &Result{Device: d, Bytes: size}
+	start := time.Now()
+	direct, err := write(ctx, img, d, size, bs, log)
+	if err != nil {
+		return nil, err
+	}
+	res.Write, res.Direct = time.Since(start), direct
+
+	// 3. Read back from the device itself, not the page cache, and compare
+	// with the image's hash, computed meanwhile on another core.
+	start = time.Now()
+	imgSum := make(chan error, 1)
+	go func() {
+		var err error
+		res.SHA256, err = hashFile(image)
+		imgSum <- err
+	}()
+	got, err := readBack(ctx, d, size, bs, log, opt.readBack)
+	if herr := <-imgSum; herr != nil && err == nil {
+		err = herr
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Verify = time.Since(start)
+	sum := res.SHA256
+	if want, ok := listedSum(image); ok && want != sum {
+		return res, &MismatchError{Device: image, Image: filepath.Join(filepath.Dir(image), "SHA256SUMS"), Want: want, Got: sum, Offset: -1, imageChanged: true}
+	}
+	if got != sum {
+		off, ferr := firstDifference(img, d.Path, size, bs)
+		if ferr != nil {
+			off = -1
+		}
+		return res, &MismatchError{Device: d.Path, Image: image, Want: sum, Got: got, Offset: off}
+	}
+	// 4. Optionally, give the reports the rest of the stick; before the kernel
+	// is told about the new partitions, so a desktop's automounter cannot
+	// claim them first. Either way the kernel re-reads the table at the end.
+	if opt.GrowReports {
+		g, err := GrowReports(d.Path, log)
+		if err != nil {
+			return res, err
+		}
+		res.Reports = g
+	} else {
+		rereadPartitions(d.Path)
+	}
+	return res, nil
+}
+
+// block is one buffer in flight between the reader and the writer.
+type block struct {
+	buf []byte
+	n   int
+	off int64
+}
+
+// alignedBuffers returns n page-aligned buffers of size bs (O_DIRECT wants
+// the memory aligned to the logical block size; a page covers every disk).
+func alignedBuffers(n, bs int) ([][]byte, func(), error) {
+	mem, err := unix.Mmap(-1, 0, n*bs, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		return nil, nil, fmt.Errorf("allocating %d buffers of %d bytes: %w", n, bs, err)
+	}
+	bufs := make([][]byte, n)
+	for i := range bufs {
+		bufs[i] = mem[i*bs : (i+1)*bs : (i+1)*bs]
+	}
+	return bufs, func() { unix.Munmap(mem) }, nil
+}
+
+// openDevice opens the disk exclusively, with O_DIRECT when the kernel and
+// device allow it.
+func openDevice(path string, flags int) (*os.File, bool, error) {
+	f, err := os.OpenFile(path, flags|unix.O_DIRECT|unix.O_EXCL, 0)
+	if errors.Is(err, unix.EINVAL) {
+		f, err = os.OpenFile(path, flags|unix.O_EXCL, 0)
+		if err != nil {
+			return nil, false, fmt.Errorf("opening %s: %w", path, err)
+		}
+		return f, false, nil
+	}
+	if errors.Is(err, unix.EBUSY) {
+		return nil, false, &Refused{Device: path, Reasons: []string{"the kernel says it is busy (mounted or claimed since the checks ran)"}}
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("opening %s: %w", path, err)
+	}
+	return f, true, nil
+}
+
+// writers is how many writes are in flight at once: two keep the device
+// busy while the next block is handed over, and USB sticks gain from it.
+const writers = 2
+
+// write copies the image to the device, reading block i+2 while blocks i and
+// i+1 are written, then fsyncs. It does not hash: the verify pass hashes the
+// image and the read-back side by side, so the write runs at the device's pace.
+func write(ctx context.Context, img *os.File, d *Device, size int64, bs int, log io.Writer) (bool, error) {
+	dev, direct, err := openDevice(d.Path, os.O_WRONLY)
+	if err != nil {
+		return false, err
+	}
+	defer dev.Close()
+	bufs, free, err := alignedBuffers(writers+2, bs)
+	if err != nil {
+		return false, err
+	}
+	defer free()
+	lbs := int64(max(d.LogicalBlock, 512))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	empty := make(chan []byte, len(bufs))
+	full := make(chan block, len(bufs))
+	for _, b := range bufs {
+		empty <- b
+	}
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(full)
+		for off := int64(0); off < size; {
+			var buf []byte
+			select {
+			case buf = <-empty:
+			case <-ctx.Done():
+				readErr <- ctx.Err()
+				return
+			}
+			n, err := io.ReadFull(img, buf[:min(int64(bs), size-off)])
+			if err != nil {
+				readErr <- fmt.Errorf("reading %s: %w", img.Name(), err)
+				return
+			}
+			full <- block{buf, n, off}
+			off += int64(n)
+		}
+		readErr <- nil
+	}()
+
+	m := progress.New(log, "writing "+d.Path, "B", size)
+	var mu sync.Mutex
+	var tail []byte // an unaligned end, written without O_DIRECT
+	var werr error
+	var wg sync.WaitGroup
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range full {
+				if ctx.Err() != nil {
+					empty <- b.buf
+					continue
+				}
+				n := b.n
+				if direct && int64(n)%lbs != 0 {
+					aligned := int64(n) / lbs * lbs
+					mu.Lock()
+					tail = append([]byte(nil), b.buf[aligned:n]...)
+					mu.Unlock()
+					n = int(aligned)
+				}
+				if n > 0 {
+					if _, err := dev.WriteAt(b.buf[:n], b.off); err != nil {
+						mu.Lock()
+						if werr == nil {
+							werr = fmt.Errorf("writing %s at byte %d: %w", d.Path, b.off, err)
+						}
+						mu.Unlock()
+						cancel()
+					}
+				}
+				m.Add(int64(b.n))
+				empty <- b.buf
+			}
+		}()
+	}
+	wg.Wait()
+	rerr := <-readErr
+	if werr != nil {
+		return direct, werr
+	}
+	if rerr != nil {
+		return direct, rerr
+	}
+	if tail != nil {
+		if err := writeTail(d.Path, tail, size-int64(len(tail))); err != nil {
+			return direct, err
+		}
+	}
+	if err := dev.Sync(); err != nil {
+		return direct, fmt.Errorf("flushing %s: %w", d.Path, err)
+	}
+	m.Done()
+	return direct, nil
+}
+
+func writeTail(path string, b []byte, off int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, off); err != nil {
+		return fmt.Errorf("writing %s at byte %d: %w", path, off, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("flushing %s: %w", path, err)
+	}
+	return nil
+}
+
+// readBack hashes the first size bytes of the device, reading with O_DIRECT
+// (and after dropping the device's page cache) so the bytes come from the medium.
+func readBack(ctx context.Context, d *Device, size int64, bs int, log io.Writer, hook func(int64, []byte)) (string, error) {
+	dev, direct, err := openDevice(d.Path, os.O_RDONLY)
+	if err != nil {
+		return "", err
+	}
+	defer dev.Close()
+	dropCache(dev)
+	bufs, free, err := alignedBuffers(3, bs)
+	if err != nil {
+		return "", err
+	}
+	defer free()
+	lbs := int64(max(d.LogicalBlock, 512))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	empty := make(chan []byte, len(bufs))
+	full := make(chan block, len(bufs))
+	for _, b := range bufs {
+		empty <- b
+	}
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(full)
+		for off := int64(0); off < size; {
+			var buf []byte
+			select {
+			case buf = <-empty:
+			case <-ctx.Done():
+				readErr <- ctx.Err()
+				return
+			}
+			want := min(int64(bs), size-off)
+			ask := want
+			if direct && ask%lbs != 0 {
+				ask = (ask + lbs - 1) / lbs * lbs // the device is a whole number of blocks
+			}
+			n, err := dev.ReadAt(buf[:ask], off)
+			if int64(n) < want {
+				if err == nil || err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				readErr <- fmt.Errorf("reading back %s at byte %d: %w", d.Path, off, err)
+				return
+			}
+			full <- block{buf, int(want), off}
+			off += want
+		}
+		readErr <- nil
+	}()
+	h := sha256.New()
+	m := progress.New(log, "verifying "+d.Path, "B", size)
+	for b := range full {
+		if hook != nil {
+			hook(b.off, b.buf[:b.n])
+		}
+		h.Write(b.buf[:b.n])
+		m.Add(int64(b.n))
+		empty <- b.buf
+	}
+	if err := <-readErr; err != nil {
+		return "", err
+	}
+	m.Done()
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// dropCache flushes the device's buffer cache (BLKFLSBUF) and tells the
+// kernel the cached pages are not needed; a read without O_DIRECT then still
+// goes to the medium.
+func dropCache(f *os.File) {
+	unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKFLSBUF, 0)
+	unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
+}
+
+// rereadPartitions asks the kernel to re-read the partition table, so the
+// stick's partitions appear (and fsck or mount can use them) without replugging.
+func rereadPartitions(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKRRPART, 0); e != 0 {
+		return fmt.Errorf("re-reading the partition table of %s: %w", path, e)
+	}
+	return nil
+}
+
+func hashFile(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", fmt.Errorf("image: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hashing %s: %w", p, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// listedSum returns the image's sha256 from a SHA256SUMS beside it (a build
+// output directory), if there is one that lists it.
+func listedSum(image string) (string, bool) {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(image), "SHA256SUMS"))
+	if err != nil {
+		return "", false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		sum, name, ok := strings.Cut(line, "  ")
+		if ok && name == filepath.Base(image) {
+			return sum, true
+		}
+	}
+	return "", false
+}
+
+// firstDifference compares image and device block by block, for the error message.
+func firstDifference(img *os.File, dev string, size int64, bs int) (int64, error) {
+	f, err := os.Open(dev)
+	if err != nil {
+		return -1, err
+	}
+	defer f.Close()
+	dropCache(f)
+	a, b := make([]byte, bs), make([]byte, bs)
+	for off := int64(0); off < size; off += int64(bs) {
+		n := int(min(int64(bs), size-off))
+		if _, err := img.ReadAt(a[:n], off); err != nil {
+			return -1, err
+		}
+		if _, err := f.ReadAt(b[:n], off); err != nil {
+			return -1, err
+		}
+		if !bytes.Equal(a[:n], b[:n]) {
+			for i := range n {
+				if a[i] != b[i] {
+					return off + int64(i), nil
+				}
+			}
+		}
+	}
+	return -1, nil
+}

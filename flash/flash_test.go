@@ -1,0 +1,370 @@
+package flash
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/selftest"
+)
+
+// These tests write real block devices: loop devices over sparse files in a
+// temporary directory, detached again in cleanup. They need root and losetup.
+
+func needLoop(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("flash tests need root (losetup)")
+	}
+	for _, tool := range []string{"losetup", "fsck.vfat", "sgdisk"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		t.Skip("no /dev/loop-control")
+	}
+}
+
+func sh(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// loopDevice attaches a sparse file of size bytes with partition scanning on.
+func loopDevice(t *testing.T, size int64) string {
+	t.Helper()
+	backing := filepath.Join(t.TempDir(), "stick.raw")
+	if err := os.WriteFile(backing, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(backing, size); err != nil {
+		t.Fatal(err)
+	}
+	dev := sh(t, "losetup", "-f", "--show", "-P", backing)
+	t.Cleanup(func() {
+		if out, err := exec.Command("losetup", "-d", dev).CombinedOutput(); err != nil {
+			t.Errorf("losetup -d %s: %v\n%s", dev, err, out)
+		}
+	})
+	return dev
+}
+
+func testReport(started string) []byte {
+	r := selftest.New()
+	r.Recipe = selftest.RecipeRef{Name: "default", Digest: "sha256:" + strings.Repeat("ab", 32)}
+	r.Kernel = selftest.Kernel{Release: "6.1.0-peerboot"}
+	r.StartedAt = started
+	r.Verdict = selftest.Pass
+	b, err := selftest.Encode(r)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// testImage is a small disk as the image stage lays it out (FAT32 ESP, FAT16
+// PEERBOOT), with one report already on it as if the stick had been booted.
+func testImage(t *testing.T) string {
+	t.Helper()
+	const seed = "sha256:flash-test"
+	p := filepath.Join(t.TempDir(), "disk.img")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	efi := bytes.Repeat([]byte("peerboot UKI "), 200000)
+	err = image.WriteDisk(f, image.Disk{
+		DiskGUID: image.DeriveGUID(seed, "disk"), Epoch: 1700000000,
+		ESP: image.Partition{Size: 40 << 20, GUID: image.DeriveGUID(seed, "esp"), Label: "ESP", VolumeID: 1,
+			Files: map[string][]byte{"EFI/BOOT/BOOTX64.EFI": efi}},
+		Reports: image.Partition{Size: 32 << 20, GUID: image.DeriveGUID(seed, "reports"), Label: ReportsLabel, VolumeID: 2,
+			Files: map[string][]byte{"reports/": nil, "report-20250601T120000Z.json": testReport("2025-06-01T12:00:00Z")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func fileSHA(t *testing.T, p string) string {
+	t.Helper()
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// partition returns a node for partition n (1-based) of a flashed loop
+// device: the kernel's own (devtmpfs creates it after the table is re-read)
+// or, on kernels without partition support (some VM kernels), a second loop
+// device over the partition's byte range.
+func partition(t *testing.T, dev string, n int) string {
+	t.Helper()
+	node := fmt.Sprintf("%sp%d", dev, n)
+	for i := 0; i < 20; i++ {
+		if _, err := os.Stat(node); err == nil {
+			return node
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	f, err := os.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g, err := image.ReadGPT(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range g.Partitions {
+		if p.Index == n-1 {
+			loop := sh(t, "losetup", "-f", "--show", "-o", fmt.Sprint(p.Offset()), "--sizelimit", fmt.Sprint(p.Size()), dev)
+			t.Cleanup(func() { exec.Command("losetup", "-d", loop).Run() })
+			return loop
+		}
+	}
+	t.Fatalf("%s has no partition %d", dev, n)
+	return ""
+}
+
+func flashOpts() Options {
+	return Options{Force: true, Yes: true, BlockSize: 1 << 20}
+}
+
+func TestFlashVerifyGrow(t *testing.T) {
+	needLoop(t)
+	img := testImage(t)
+	dev := loopDevice(t, 256<<20)
+	var log bytes.Buffer
+	opt := flashOpts()
+	opt.Log = &log
+	opt.GrowReports = true
+	res, err := Flash(context.Background(), img, dev, opt)
+	if err != nil {
+		t.Fatalf("Flash: %v\n%s", err, log.String())
+	}
+	if res.SHA256 != fileSHA(t, img) {
+		t.Errorf("result sha256 %s is not the image's", res.SHA256)
+	}
+	if !res.Direct {
+		t.Error("O_DIRECT was not used on a loop device")
+	}
+	if res.Reports == nil || res.Reports.NewSize < 180<<20 || res.Reports.Kept != 1 {
+		t.Errorf("grow: %+v", res.Reports)
+	}
+	t.Logf("%s\nwrite %.1f MiB/s, verify %.1f MiB/s", log.String(), res.WriteRate()/(1<<20), res.VerifyRate()/(1<<20))
+
+	// The stick's table and both filesystems are sound, as the Linux tools see them.
+	if out := sh(t, "sgdisk", "-v", dev); !strings.Contains(out, "No problems found") {
+		t.Errorf("sgdisk -v %s:\n%s", dev, out)
+	}
+	for _, n := range []int{1, 2} {
+		sh(t, "fsck.vfat", "-n", partition(t, dev, n))
+	}
+	if out := sh(t, "fsck.vfat", "-n", "-v", partition(t, dev, 2)); !strings.Contains(out, "32 bit entries") {
+		t.Errorf("grown reports partition is not FAT32:\n%s", out)
+	}
+	// The report written before the grow is still there and decodes.
+	found, err := ReadReports(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || found[0].Err != nil || found[0].Report.Verdict != selftest.Pass || found[0].Path != "report-20250601T120000Z.json" {
+		t.Fatalf("reports after grow: %+v", found)
+	}
+	// Growing again is a no-op.
+	g, err := GrowReports(dev, nil)
+	if err != nil || g.NewSize != g.OldSize {
+		t.Errorf("second grow: %+v, %v", g, err)
+	}
+}
+
+// The real default image, when a build has produced it.
+func TestFlashDefaultImage(t *testing.T) {
+	needLoop(t)
+	img := os.Getenv("PEERBOOT_FLASH_IMAGE")
+	if img == "" {
+		img = "../out/default/disk.img"
+	}
+	st, err := os.Stat(img)
+	if err != nil {
+		t.Skipf("%s not built (make image): %v", img, err)
+	}
+	if testing.Short() {
+		t.Skip("-short: skipping the full-size write")
+	}
+	dev := loopDevice(t, st.Size()+64<<20)
+	opt := flashOpts()
+	opt.BlockSize = DefaultBlockSize
+	res, err := Flash(context.Background(), img, dev, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: %d bytes, write %v (%.1f MiB/s), verify %v (%.1f MiB/s)", img, res.Bytes,
+		res.Write.Round(time.Millisecond), res.WriteRate()/(1<<20), res.Verify.Round(time.Millisecond), res.VerifyRate()/(1<<20))
+	for _, n := range []int{1, 2} {
+		sh(t, "fsck.vfat", "-n", partition(t, dev, n))
+	}
+	if _, err := ReadReports(dev); err != nil {
+		t.Errorf("reports on the default image: %v", err)
+	}
+}
+
+func TestMismatchCaught(t *testing.T) {
+	needLoop(t)
+	img := testImage(t)
+	dev := loopDevice(t, 128<<20)
+	opt := flashOpts()
+	opt.readBack = func(off int64, b []byte) {
+		if off <= 50<<20 && 50<<20 < off+int64(len(b)) {
+			b[50<<20-off] ^= 0x01 // one bit, as a failing flash cell would
+		}
+	}
+	_, err := Flash(context.Background(), img, dev, opt)
+	var mm *MismatchError
+	if !errors.As(err, &mm) {
+		t.Fatalf("Flash with a corrupted read-back: %v, want a MismatchError", err)
+	}
+	if mm.Want != fileSHA(t, img) || mm.Got == mm.Want {
+		t.Errorf("mismatch: %+v", mm)
+	}
+	// The corruption was in the read-back only, so the second pass finds the
+	// medium itself intact.
+	if mm.Offset != -1 {
+		t.Errorf("first difference at %d, want none on the medium", mm.Offset)
+	}
+}
+
+func exists(p string) bool {
+	time.Sleep(200 * time.Millisecond)
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// fakePartitionSys builds a sysfs where block device part is a partition of disk.
+func fakePartitionSys(t *testing.T, part, disk string) string {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(part, &st); err != nil {
+		t.Fatal(err)
+	}
+	sys := t.TempDir()
+	dir := filepath.Join(sys, "devices/virtual/block", filepath.Base(disk), filepath.Base(disk)+"p2")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "partition"), []byte("2\n"), 0o644)
+	os.MkdirAll(filepath.Join(sys, "dev/block"), 0o755)
+	if err := os.Symlink(dir, filepath.Join(sys, "dev/block", fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)))); err != nil {
+		t.Fatal(err)
+	}
+	return sys
+}
+
+func refusedFor(t *testing.T, err error, want string) {
+	t.Helper()
+	var r *Refused
+	if !errors.As(err, &r) {
+		t.Fatalf("got %v, want a refusal mentioning %q", err, want)
+	}
+	if !strings.Contains(r.Error(), want) {
+		t.Errorf("refusal %q does not mention %q", r.Error(), want)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	needLoop(t)
+	img := testImage(t)
+	ctx := context.Background()
+
+	small := loopDevice(t, 32<<20)
+	_, err := Flash(ctx, img, small, flashOpts())
+	refusedFor(t, err, "larger than the device")
+
+	dev := loopDevice(t, 128<<20)
+	opt := flashOpts()
+	opt.Force = false
+	_, err = Flash(ctx, img, dev, opt)
+	refusedFor(t, err, "not a removable disk")
+
+	opt = flashOpts()
+	opt.Yes = false
+	opt.Confirm = func(d *Device) (bool, error) {
+		if !strings.Contains(d.String(), "loop device backed by") {
+			t.Errorf("confirmation line %q does not describe the device", d.String())
+		}
+		return false, nil
+	}
+	_, err = Flash(ctx, img, dev, opt)
+	refusedFor(t, err, "not confirmed")
+
+	_, err = Flash(ctx, img, img, flashOpts())
+	refusedFor(t, err, "not a block device")
+
+	// A partition of a disk.
+	if _, err := Flash(ctx, img, dev, flashOpts()); err != nil {
+		t.Fatal(err)
+	}
+	if part := dev + "p2"; exists(part) {
+		_, err = Flash(ctx, img, part, flashOpts())
+		refusedFor(t, err, "is a partition")
+	} else {
+		// No partition nodes on this kernel: a fake sysfs says the second
+		// loop device is partition 2 of the first.
+		other := loopDevice(t, 64<<20)
+		_, err = Flash(ctx, img, other, Options{Force: true, Yes: true, Env: Env{Sys: fakePartitionSys(t, other, dev)}})
+		refusedFor(t, err, "is a partition, not a whole disk: give "+dev)
+	}
+
+	// The running root and swap, staged through a fake /proc naming the loop device.
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil {
+		t.Fatal(err)
+	}
+	proc := t.TempDir()
+	os.MkdirAll(filepath.Join(proc, "self"), 0o755)
+	mi := fmt.Sprintf("22 1 %d:%d / / rw,relatime - ext4 %s rw\n", unix.Major(st.Rdev), unix.Minor(st.Rdev), dev)
+	os.WriteFile(filepath.Join(proc, "self/mountinfo"), []byte(mi), 0o644)
+	os.WriteFile(filepath.Join(proc, "swaps"), []byte("Filename\tType\tSize\tUsed\tPriority\n"+dev+"\tpartition\t1024\t0\t-2\n"), 0o644)
+	opt = flashOpts()
+	opt.Env = Env{Proc: proc}
+	_, err = Flash(ctx, img, dev, opt)
+	refusedFor(t, err, "running root filesystem")
+	refusedFor(t, err, "swap")
+
+	// A mounted filesystem on the whole disk.
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		t.Skip("mkfs.ext4 not installed")
+	}
+	sh(t, "mkfs.ext4", "-q", "-F", dev)
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", dev, mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount ext4 here: %v\n%s", err, out)
+	}
+	defer exec.Command("umount", mnt).Run()
+	_, err = Flash(ctx, img, dev, flashOpts())
+	refusedFor(t, err, "mounted at "+mnt)
+}

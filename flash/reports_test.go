@@ -1,0 +1,137 @@
+package flash
+
+import (
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/image/fat"
+	"github.com/peerboot/peerboot/selftest"
+)
+
+// These need no root: they work on image files.
+
+func TestReadReportsImage(t *testing.T) {
+	img := testImage(t)
+	found, err := ReadReports(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || found[0].Err != nil || found[0].Report.StartedAt != "2025-06-01T12:00:00Z" {
+		t.Fatalf("found %+v", found)
+	}
+	// A disk without a PEERBOOT partition, and a file that is no disk at all.
+	junk := filepath.Join(t.TempDir(), "junk")
+	os.WriteFile(junk, make([]byte, 1<<20), 0o644)
+	if _, err := ReadReports(junk); err == nil {
+		t.Error("a zero-filled file was read as a disk")
+	}
+}
+
+func TestGrowReportsFile(t *testing.T) {
+	img := testImage(t)
+	// A second report, in reports/, and one that does not decode.
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := image.ReadGPT(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, _ := g.Find(ReportsLabel)
+	f.Close()
+	addFiles(t, img, p, map[string][]byte{
+		"reports/report-20250602T080000Z.json": testReport("2025-06-02T08:00:00Z"),
+		"report-broken.json":                   []byte("{not json"),
+	})
+
+	// The "stick" is 300 MiB; the image was written at its start.
+	if err := os.Truncate(img, 300<<20); err != nil {
+		t.Fatal(err)
+	}
+	res, err := GrowReports(img, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Type != fat.FAT32 || res.NewSize != (300-1-41)<<20 || res.Kept != 3 {
+		t.Errorf("grow: %+v", res)
+	}
+	if _, err := exec.LookPath("sgdisk"); err == nil {
+		out, _ := exec.Command("sgdisk", "-v", img).CombinedOutput()
+		if !strings.Contains(string(out), "No problems found") {
+			t.Errorf("sgdisk -v after growing:\n%s", out)
+		}
+	}
+	if _, err := exec.LookPath("fsck.vfat"); err == nil {
+		f, _ := os.Open(img)
+		g, err := image.ReadGPT(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grown, _ := g.Find(ReportsLabel)
+		part := filepath.Join(t.TempDir(), "part")
+		b := make([]byte, grown.Size())
+		f.ReadAt(b, grown.Offset())
+		f.Close()
+		os.WriteFile(part, b, 0o644)
+		if out, err := exec.Command("fsck.vfat", "-n", part).CombinedOutput(); err != nil {
+			t.Errorf("fsck.vfat -n on the grown partition: %v\n%s", err, out)
+		}
+	}
+	found, err := ReadReports(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, fd := range found {
+		names = append(names, fd.Path)
+		if (fd.Err != nil) != (fd.Path == "report-broken.json") {
+			t.Errorf("%s: err %v", fd.Path, fd.Err)
+		}
+		if fd.Report != nil && fd.Report.Verdict != selftest.Pass {
+			t.Errorf("%s: verdict %s", fd.Path, fd.Report.Verdict)
+		}
+	}
+	if strings.Join(names, " ") != "report-20250601T120000Z.json reports/report-20250602T080000Z.json report-broken.json" {
+		t.Errorf("reports after growing, in order: %v", names)
+	}
+}
+
+// addFiles re-creates the partition's filesystem with extra files (the test's
+// stand-in for a booted stick's kernel writing reports).
+func addFiles(t *testing.T, img string, p image.GPTPartition, extra map[string][]byte) {
+	t.Helper()
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	old, err := fat.Open(sectionOf(f, p), p.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := old.Files()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range extra {
+		files[k] = v
+	}
+	delete(files, "reports/")
+	if _, err := fat.Write(offsetWriter(f, p), fat.Params{Size: p.Size(), Label: ReportsLabel, VolumeID: old.VolumeID(), Epoch: 1700000000, Files: files}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sectionOf(f *os.File, p image.GPTPartition) *io.SectionReader {
+	return io.NewSectionReader(f, p.Offset(), p.Size())
+}
+
+func offsetWriter(f *os.File, p image.GPTPartition) *io.OffsetWriter {
+	return io.NewOffsetWriter(f, p.Offset())
+}

@@ -1,0 +1,330 @@
+package oci
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sys/unix"
+	"oras.land/oras-go/v2/content"
+	"oras.land/oras-go/v2/registry/remote"
+
+	"github.com/peerboot/peerboot/progress"
+	"github.com/peerboot/peerboot/sign"
+)
+
+// PullOptions controls Pull.
+type PullOptions struct {
+	Remote
+	// Key is the artifact public key (a path, file:PATH or env:VAR). With it
+	// the pulled output must carry a signature that sign.Verify accepts;
+	// without it only digests are checked.
+	Key    string
+	DBCert string // also check the UKIs' Secure Boot signatures
+	Log    io.Writer
+}
+
+// PullResult describes what was pulled.
+type PullResult struct {
+	Image       ocispec.Descriptor
+	Annotations map[string]string
+	Files       int
+	Bytes       int64
+	Signed      bool // a signature referrer was found and pulled
+	Verified    bool // sign.Verify passed with the given key
+}
+
+// maxManifest bounds a manifest read from the registry.
+const maxManifest = 4 << 20
+
+// Pull fetches ref into dir. Everything goes to a temporary directory beside
+// dir first: each blob's sha256 and size are checked against its descriptor,
+// SHA256SUMS must list exactly the image's other layers with the same digests,
+// the provenance must be the one the manifest names, and with a key the
+// signature and provenance must verify (sign.Verify). Only then is the
+// directory renamed into place; on any failure dir is untouched.
+// An existing dir is replaced only when it is itself an output (has SHA256SUMS).
+func Pull(ctx context.Context, ref, dir string, opt PullOptions) (*PullResult, error) {
+	log := opt.Log
+	if log == nil {
+		log = io.Discard
+	}
+	r, err := ParseRef(ref)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckTarget(dir); err != nil {
+		return nil, err
+	}
+	repo, err := opt.repository(r)
+	if err != nil {
+		return nil, err
+	}
+
+	// 1. The image manifest.
+	img, err := repo.Resolve(ctx, r.Reference.Reference)
+	if err != nil {
+		return nil, fmt.Errorf("resolving %s: %w", ref, err)
+	}
+	var man ocispec.Manifest
+	if err := fetchJSON(ctx, repo, img, &man); err != nil {
+		return nil, fmt.Errorf("%s: %w", ref, err)
+	}
+	if man.ArtifactType != ArtifactImage {
+		return nil, fmt.Errorf("%s is a %q artifact, not a peerboot image (%s)", ref, man.ArtifactType, ArtifactImage)
+	}
+	res := &PullResult{Image: img, Annotations: man.Annotations}
+
+	parent := filepath.Dir(filepath.Clean(dir))
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".pull-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return nil, err
+	}
+
+	// 2. Every layer, digest-checked, into the temporary directory.
+	got := map[string]string{} // path -> sha256 hex
+	fetchLayers := func(layers []ocispec.Descriptor) error {
+		for _, l := range layers {
+			title := l.Annotations[ocispec.AnnotationTitle]
+			if err := safeRel(title); err != nil {
+				return integrity("%s: %w", ref, err)
+			}
+			if _, dup := got[title]; dup {
+				return integrity("%s: two layers are titled %s", ref, title)
+			}
+			if l.Digest.Algorithm() != "sha256" {
+				return integrity("%s: layer %s uses %s, want sha256", ref, title, l.Digest.Algorithm())
+			}
+			if err := fetchBlob(ctx, repo, l, filepath.Join(tmp, filepath.FromSlash(title)), title, log); err != nil {
+				return err
+			}
+			got[title] = l.Digest.Encoded()
+			res.Files++
+			res.Bytes += l.Size
+		}
+		return nil
+	}
+	if err := fetchLayers(man.Layers); err != nil {
+		return nil, err
+	}
+
+	// 3. SHA256SUMS names exactly the other layers, with the same digests.
+	sb, err := os.ReadFile(filepath.Join(tmp, sign.SumsFile))
+	if err != nil {
+		return nil, integrity("%s has no %s layer", ref, sign.SumsFile)
+	}
+	sums, err := sign.ParseSums(sb)
+	if err != nil {
+		return nil, integrity("%s: %s: %w", ref, sign.SumsFile, err)
+	}
+	listed := map[string]bool{sign.SumsFile: true}
+	for _, s := range sums {
+		listed[s.Path] = true
+		if got[s.Path] != s.SHA256 {
+			return nil, integrity("%s: %s lists %s with sha256 %s, the artifact has %q", ref, sign.SumsFile, s.Path, s.SHA256, got[s.Path])
+		}
+	}
+	for p := range got {
+		if !listed[p] {
+			return nil, integrity("%s: layer %s is not listed in %s", ref, p, sign.SumsFile)
+		}
+	}
+
+	// 4. The referrers: newest signature and provenance.
+	for _, typ := range []string{ArtifactSignature, ArtifactProvenance} {
+		d, ok, err := newestReferrer(ctx, repo, img, typ)
+		if err != nil {
+			return nil, fmt.Errorf("%s: listing referrers: %w", ref, err)
+		}
+		if !ok {
+			continue
+		}
+		var rm ocispec.Manifest
+		if err := fetchJSON(ctx, repo, d, &rm); err != nil {
+			return nil, fmt.Errorf("%s: %w", ref, err)
+		}
+		if rm.Subject == nil || rm.Subject.Digest != img.Digest {
+			return nil, integrity("%s: referrer %s does not have the image as its subject", ref, d.Digest)
+		}
+		for _, l := range rm.Layers {
+			switch l.Annotations[ocispec.AnnotationTitle] {
+			case sign.SumsSigFile, sign.ArtifactPubFile, sign.ProvenanceFile:
+			default:
+				return nil, integrity("%s: referrer %s carries an unexpected file %q", ref, d.Digest, l.Annotations[ocispec.AnnotationTitle])
+			}
+		}
+		if err := fetchLayers(rm.Layers); err != nil {
+			return nil, err
+		}
+		if typ == ArtifactSignature {
+			res.Signed = true
+		}
+	}
+	if want := man.Annotations[AnnotationProvenanceDigest]; want != "" {
+		if h, ok := got[sign.ProvenanceFile]; !ok || "sha256:"+h != want {
+			return nil, integrity("%s: the manifest names provenance %s, the attached one is %q", ref, want, h)
+		}
+	}
+
+	// 5. Signatures, when a key is given.
+	if opt.Key != "" {
+		if !res.Signed {
+			return nil, integrity("%s has no signature attached (%s), and a key was given", ref, ArtifactSignature)
+		}
+		if err := sign.Verify(ctx, tmp, sign.VerifyOptions{Key: opt.Key, DBCert: opt.DBCert, Log: log}); err != nil {
+			var verr *sign.VerifyError
+			if errors.As(err, &verr) {
+				return nil, &IntegrityError{fmt.Errorf("%s: %w", ref, err)}
+			}
+			return nil, err
+		}
+		res.Verified = true
+	}
+
+	// 6. Into place.
+	if err := install(tmp, dir); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// CheckTarget refuses to replace a directory that is not an earlier output.
+func CheckTarget(dir string) error {
+	if st, err := os.Stat(dir); err == nil && !st.IsDir() {
+		return fmt.Errorf("%s exists and is not a directory, so not a peerboot output: refusing to replace it", dir)
+	}
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && len(ents) == 0) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, sign.SumsFile)); err != nil {
+		return fmt.Errorf("%s exists and is not a peerboot output (no %s in it): refusing to replace it", dir, sign.SumsFile)
+	}
+	return nil
+}
+
+// install moves the verified temporary directory to dir, atomically swapping
+// out an earlier output (renameat2 RENAME_EXCHANGE) when there is one.
+func install(tmp, dir string) error {
+	if err := syncDir(tmp); err != nil {
+		return err
+	}
+	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+		if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dir, unix.RENAME_EXCHANGE); err != nil {
+			return fmt.Errorf("swapping in %s: %w", dir, err)
+		}
+		return nil // tmp now holds the old output; the caller removes it
+	} else if err == nil {
+		if err := os.Remove(dir); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("moving the pulled output to %s: %w", dir, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	return filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Sync()
+	})
+}
+
+func fetchJSON(ctx context.Context, repo *remote.Repository, d ocispec.Descriptor, v any) error {
+	if d.Size > maxManifest {
+		return fmt.Errorf("manifest %s is %d bytes, more than %d", d.Digest, d.Size, maxManifest)
+	}
+	rc, err := repo.Fetch(ctx, d)
+	if err != nil {
+		return fmt.Errorf("fetching manifest %s: %w", d.Digest, err)
+	}
+	defer rc.Close()
+	b, err := content.ReadAll(rc, d) // checks size and digest
+	if err != nil {
+		return integrity("manifest %s: %w", d.Digest, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("manifest %s: %w", d.Digest, err)
+	}
+	return nil
+}
+
+// fetchBlob streams one blob to path, hashing it on the way, and fails (the
+// partial file is in the temporary directory only) on any size or digest mismatch.
+func fetchBlob(ctx context.Context, repo *remote.Repository, d ocispec.Descriptor, path, title string, log io.Writer) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	rc, err := repo.Blobs().Fetch(ctx, d)
+	if err != nil {
+		return fmt.Errorf("fetching %s (%s): %w", title, d.Digest, err)
+	}
+	defer rc.Close()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h := sha256.New()
+	m := progress.New(log, "pull "+title, "B", d.Size)
+	n, err := io.Copy(io.MultiWriter(f, h, meterWriter{m}), io.LimitReader(rc, d.Size+1))
+	if err != nil {
+		return fmt.Errorf("fetching %s: %w", title, err)
+	}
+	m.Done()
+	if n != d.Size {
+		return integrity("%s: the registry sent %d bytes, the manifest says %d", title, n, d.Size)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != d.Digest.Encoded() {
+		return integrity("%s: the registry sent content with sha256 %s, the manifest says %s: the stored blob was altered", title, sum, d.Digest.Encoded())
+	}
+	return f.Close()
+}
+
+type meterWriter struct{ m *progress.Meter }
+
+func (w meterWriter) Write(p []byte) (int, error) { w.m.Add(int64(len(p))); return len(p), nil }
+
+// newestReferrer picks, among the image's referrers of one artifact type, the
+// one created last (a re-signed image has several).
+func newestReferrer(ctx context.Context, repo *remote.Repository, img ocispec.Descriptor, typ string) (ocispec.Descriptor, bool, error) {
+	var all []ocispec.Descriptor
+	err := repo.Referrers(ctx, img, typ, func(rs []ocispec.Descriptor) error {
+		all = append(all, rs...)
+		return nil
+	})
+	if err != nil || len(all) == 0 {
+		return ocispec.Descriptor{}, false, err
+	}
+	sort.SliceStable(all, func(i, j int) bool {
+		return all[i].Annotations[ocispec.AnnotationCreated] < all[j].Annotations[ocispec.AnnotationCreated]
+	})
+	return all[len(all)-1], true, nil
+}

@@ -42,3 +42,46 @@ fuzz:
 
 clean:
 	rm -rf bin
+
+# --- CI: .github/workflows/images.yml runs these targets, and only these; so can you.
+OUTDIR       ?= out/$(basename $(notdir $(RECIPE)))
+ARTIFACT_KEY ?= env:PEERBOOT_ARTIFACT_KEY
+ARTIFACT_PUB ?= env:PEERBOOT_ARTIFACT_PUB
+DB_KEY       ?=
+DB_CERT      ?=
+
+.PHONY: ci-matrix lock-check stage-keys repro-compare short-digest sign verify publish
+
+# The build matrix: every recipe with its driver flavour, as JSON (peerboot recipe matrix).
+ci-matrix: $(BIN)
+	@$(BIN) recipe matrix
+
+# Fails with the diff when RECIPE's committed lock is not what a fresh resolve gives.
+lock-check: $(BIN)
+	$(BIN) lock --check $(RECIPE)
+
+# name=action-key for every stage of RECIPE (the CI caches stage outputs under these).
+stage-keys: $(BIN)
+	@$(BIN) plan $(RECIPE) | awk '$$1 ~ /^[0-9]+[.]$$/ { print $$2 "=" $$NF }'
+
+# Another build of RECIPE (OTHER=its output directory) must give the same SHA256SUMS.
+repro-compare:
+	@test -n "$(OTHER)" || { echo "usage: make repro-compare RECIPE=... OTHER=DIR" >&2; exit 2; }
+	diff -u $(OTHER)/SHA256SUMS $(OUTDIR)/SHA256SUMS
+	@echo "$(OUTDIR): SHA256SUMS identical to $(OTHER)'s"
+
+# The first 12 hex digits of the sha256 of OUTDIR's SHA256SUMS: names one exact build.
+short-digest:
+	@sha256sum $(OUTDIR)/SHA256SUMS | cut -c1-12
+
+# Sign OUTDIR (keys are references: file:PATH or env:VAR; DB_KEY/DB_CERT add Secure Boot).
+sign: deps
+	$(BIN) sign $(OUTDIR) --artifact-key $(ARTIFACT_KEY) $(if $(DB_KEY),--db-key $(DB_KEY) --db-cert $(DB_CERT))
+
+verify: $(BIN)
+	$(BIN) verify $(OUTDIR) --key $(ARTIFACT_PUB) $(if $(DB_CERT),--db-cert $(DB_CERT))
+
+# Push OUTDIR to REF (oci://REGISTRY/REPO:TAG), plus TAGS ("t1 t2") on the same manifest.
+publish: $(BIN)
+	@test -n "$(REF)" || { echo "usage: make publish RECIPE=... REF=oci://REGISTRY/REPO:TAG [TAGS=...]" >&2; exit 2; }
+	$(BIN) publish $(OUTDIR) $(REF) $(foreach t,$(TAGS),--tag $(t))

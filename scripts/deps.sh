@@ -3,6 +3,11 @@
 # --packages`), only when some are missing.
 set -eu
 pkgs="$1"
+# Test-only: the oci tests start a loopback registry (Debian's docker-registry).
+pkgs="$pkgs docker-registry"
+# Test-only: the netboot store tests start PostgreSQL 15 on a unix socket; the fleet
+# page test loads the page in headless Chromium.
+pkgs="$pkgs postgresql chromium"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -43,7 +43,7 @@ type machine struct {
 	mknod    func(path string, mode uint32, dev int) error
 	now      func() time.Time
 	sleep    func(time.Duration)
-	post     func(url string, body []byte) error
+	post     func(url, token string, body []byte) error // token "": no Authorization header
 	// handOff takes the final action (shell, poweroff, reboot, halt). The real one
 	// never returns; a test's returns, and boot returns after it.
 	handOff func(action string)
@@ -174,7 +174,9 @@ func (m *machine) mountReports(st *bootState) string {
 // selftest runs p2pcheck with the init's record and returns the boot's report.
 func (m *machine) selftest(st *bootState, env map[string]string, total time.Duration) *selftest.Report {
 	recPath := m.path(initRecord)
-	args := []string{"--json", "--modules-json", recPath}
+	// NCCL's debug log lands beside the init record, so a failed boot keeps the
+	// transport lines the verdict judged.
+	args := []string{"--json", "--modules-json", recPath, "--log-dir", filepath.Dir(recPath)}
 	if st.recipe != nil {
 		args = append(args, "--recipe", m.path(recipePath))
 	}
@@ -223,7 +225,7 @@ func (m *machine) finish(st *bootState, r *selftest.Report, partition string) {
 	}
 	if st.plan.reportURL != "" {
 		js, _ := selftest.Encode(r)
-		if err := m.post(st.plan.reportURL, js); err != nil {
+		if err := m.post(st.plan.reportURL, st.plan.reportToken, js); err != nil {
 			m.say("report POST to %s failed: %v", st.plan.reportURL, err)
 		} else {
 			m.say("report POSTed to %s", st.plan.reportURL)
@@ -243,9 +245,17 @@ func (m *machine) crashed(st *bootState, p any, stack []byte) {
 	m.handOff(st.plan.onFail)
 }
 
-func httpPost(url string, body []byte) error {
+func httpPost(url, token string, body []byte) error {
 	c := &http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Post(url, "application/json", bytes.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
 	if err != nil {
 		return err
 	}

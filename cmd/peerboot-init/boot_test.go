@@ -74,8 +74,8 @@ func newFakeBox(t *testing.T, cmdline string, loader moduleLoader) *fakeBox {
 		mknod:    func(string, uint32, int) error { return nil },
 		now:      time.Now,
 		sleep:    func(time.Duration) {},
-		post: func(url string, body []byte) error {
-			b.posts = append(b.posts, url)
+		post: func(url, token string, body []byte) error {
+			b.posts = append(b.posts, url+" token="+token)
 			return errors.New("network unreachable")
 		},
 		handOff:       func(a string) { b.actions = append(b.actions, a) },
@@ -101,7 +101,7 @@ func (b *fakeBox) reportLines() []string {
 // and skipped, p2pcheck runs and fails on the missing libcuda, one report line, a file
 // on the partition, the POST attempted, on_fail from the command line.
 func TestBootSequence(t *testing.T) {
-	b := newFakeBox(t, "console=ttyS0 peerboot.on_fail=poweroff peerboot.report_url=http://10.0.2.2:9/r", &fakeLoader{errs: map[string]error{"nvidia": unix.ENODEV}})
+	b := newFakeBox(t, "console=ttyS0 peerboot.on_fail=poweroff peerboot.report_url=http://10.0.2.2:9/r peerboot.token=0123456789abcdef.t0k", &fakeLoader{errs: map[string]error{"nvidia": unix.ENODEV}})
 	b.m.run(&bootState{})
 
 	lines := b.reportLines()
@@ -127,7 +127,7 @@ func TestBootSequence(t *testing.T) {
 	if strings.Join(b.actions, ",") != "poweroff" {
 		t.Errorf("actions %v", b.actions)
 	}
-	if len(b.posts) != 1 || !strings.Contains(b.console.String(), "report POST to http://10.0.2.2:9/r failed: network unreachable") {
+	if len(b.posts) != 1 || b.posts[0] != "http://10.0.2.2:9/r token=0123456789abcdef.t0k" || !strings.Contains(b.console.String(), "report POST to http://10.0.2.2:9/r failed: network unreachable") {
 		t.Errorf("posts %v", b.posts)
 	}
 	wantMounts := "proc /proc,sysfs /sys,devtmpfs /dev,devpts /dev/pts,tmpfs /dev/shm,tmpfs /run,tmpfs /tmp,vfat /run/peerboot/reports"

@@ -28,17 +28,19 @@ func TestPlanBoot(t *testing.T) {
 		name                        string
 		onPass, onFail, url, cmd    string
 		wantPass, wantFail, wantURL string
+		wantToken                   string
 		warnings                    int
 	}{
-		{"recipe only", "poweroff", "shell", "", "", "poweroff", "shell", "", 0},
-		{"cmdline overrides", "shell", "shell", "http://a/", "peerboot.on_pass=poweroff peerboot.on_fail=reboot peerboot.report_url=http://b/", "poweroff", "reboot", "http://b/", 0},
-		{"bad override ignored", "halt", "halt", "", "peerboot.on_fail=explode", "halt", "halt", "", 1},
-		{"bad recipe value falls back to shell", "", "nonsense", "", "", "shell", "shell", "", 0},
+		{"recipe only", "poweroff", "shell", "", "", "poweroff", "shell", "", "", 0},
+		{"cmdline overrides", "shell", "shell", "http://a/", "peerboot.on_pass=poweroff peerboot.on_fail=reboot peerboot.report_url=http://b/", "poweroff", "reboot", "http://b/", "", 0},
+		{"token from the command line", "shell", "shell", "http://a/", "peerboot.report_url=http://s:8080/reports?node=52:54:00:12:34:56 peerboot.token=0123456789abcdef.ff", "shell", "shell", "http://s:8080/reports?node=52:54:00:12:34:56", "0123456789abcdef.ff", 0},
+		{"bad override ignored", "halt", "halt", "", "peerboot.on_fail=explode", "halt", "halt", "", "", 1},
+		{"bad recipe value falls back to shell", "", "nonsense", "", "", "shell", "shell", "", "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := planBoot(tt.onPass, tt.onFail, tt.url, parseCmdline(tt.cmd))
-			if p.onPass != tt.wantPass || p.onFail != tt.wantFail || p.reportURL != tt.wantURL || len(p.warnings) != tt.warnings {
+			if p.onPass != tt.wantPass || p.onFail != tt.wantFail || p.reportURL != tt.wantURL || p.reportToken != tt.wantToken || len(p.warnings) != tt.warnings {
 				t.Errorf("got %+v", p)
 			}
 		})

@@ -35,7 +35,7 @@ func main() {
 	}
 	root.PersistentFlags().StringVar(&g.cache, "cache", "", "store directory (default $PEERBOOT_CACHE or ~/.cache/peerboot)")
 	root.PersistentFlags().StringVar(&g.aptDir, "apt-dir", "/etc/apt", "apt configuration whose sources give mirror = \"system\"")
-	root.AddCommand(versionCmd(), lockCmd(g), buildCmd(g), runCmd(g), fetchCmd(g), planCmd(g), storeCmd(g), doctorCmd(), recipeCmd(), exitCodesCmd(), keysCmd(), signCmd(), verifyCmd())
+	root.AddCommand(versionCmd(), lockCmd(g), buildCmd(g), runCmd(g), fetchCmd(g), planCmd(g), storeCmd(g), doctorCmd(), recipeCmd(), exitCodesCmd(), keysCmd(), signCmd(), verifyCmd(), flashCmd(), reportsCmd(), publishCmd(), pullCmd(), reportCmd(), serveCmd())
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return exitcode.Tag(exitcode.Usage, err) })
 	err := root.ExecuteContext(ctx)
 	if err != nil {

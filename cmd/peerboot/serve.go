@@ -1,0 +1,320 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/peerboot/peerboot/exitcode"
+	"github.com/peerboot/peerboot/netboot"
+	"github.com/peerboot/peerboot/recipe"
+)
+
+type serveFlags struct {
+	out, listen, publicURL, inventory, recipe, db string
+	maxReport                                     string
+	rate                                          time.Duration
+	burst                                         int
+	reportTokens                                  []string
+	auth, pageToken                               string
+	demo, logJSON                                 bool
+	tftp, tftpDir, proxyDHCP                      string
+}
+
+func serveCmd() *cobra.Command {
+	f := &serveFlags{}
+	cmd := &cobra.Command{
+		Use:   "serve [OUTDIR...] [--inventory FILE] [--listen ADDR] [--demo]",
+		Short: "Netboot nodes over HTTP, collect their self-test reports, show the fleet",
+		Long: `serve is an HTTP boot service for iPXE and UEFI HTTP boot, a collector for the
+self-test reports the nodes POST back, and the fleet pages that show them.
+
+It serves each OUTDIR (default: every build under --out) as written by peerboot build
+and peerboot sign. Point iPXE (DHCP option 67, or an embedded script) at
+
+    chain http://SERVER:8080/boot.ipxe?mac=${net0/mac}
+
+and each node gets a script for its recipe's current build, chosen by --inventory (MAC
+or hostname glob -> recipe and extra kernel arguments; without one every node boots
+--recipe), with the sha256 of each file, and a kernel command line carrying
+peerboot.report_url= and the build's peerboot.token=. UEFI HTTP boot takes the UKI at
+/uefi/boot.efi (or /uefi/RECIPE.efi); its command line is baked in, so it reports to its
+recipe's boot.report_url with a --report-token.
+
+Reports are stored with their history per node (MAC, hostname, serial) in SQLite
+(--db PATH, default OUT/reports.db, WAL, fsync on commit) or PostgreSQL (--db with a
+DSN: postgres://... or "host=... dbname=..."). The fleet pages are at / and /nodes/NODE,
+with the same data as JSON under /api/. --auth USER:PASSWORD (or $PEERBOOT_SERVE_AUTH)
+and --page-token protect the pages, never the boot files.
+
+--tftp ADDR adds a read-only TFTP server (same file rules) for firmware that can only
+TFTP a first-stage iPXE; --proxy-dhcp IFACE answers PXE clients only, on IFACE, for
+networks whose DHCP server cannot be changed. Both are off by default.
+
+--demo serves out/default (make image builds it) on 127.0.0.1:8080 with a throwaway
+database holding two example nodes (8-GPU and 4-GPU fixture reports).`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runServe(cmd.Context(), f, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.out, "out", "out", "output root whose builds are served when no OUTDIR is given")
+	fl.StringVar(&f.listen, "listen", ":8080", "address to listen on")
+	fl.StringVar(&f.publicURL, "public-url", "", "URL nodes reach this server at (default: the Host they asked for)")
+	fl.StringVar(&f.inventory, "inventory", "", "TOML inventory: MAC or hostname glob -> recipe and kernel arguments")
+	fl.StringVar(&f.recipe, "recipe", "", "recipe every node boots without an inventory (default: the only build, or \"default\")")
+	fl.StringVar(&f.db, "db", "", "report database: an SQLite file (default OUT/reports.db) or a PostgreSQL DSN")
+	fl.StringVar(&f.maxReport, "max-report", "4MiB", "largest report accepted")
+	fl.DurationVar(&f.rate, "rate", 10*time.Second, "reports per node: one per this, after --burst")
+	fl.IntVar(&f.burst, "burst", 3, "reports a node may send at once")
+	fl.StringArrayVar(&f.reportTokens, "report-token", nil, "extra report token accepted for any build (UKI and disk boots); repeatable")
+	fl.StringVar(&f.auth, "auth", "", "USER:PASSWORD for the pages (default $PEERBOOT_SERVE_AUTH)")
+	fl.StringVar(&f.pageToken, "page-token", "", "bearer token for the pages and the JSON API")
+	fl.BoolVar(&f.demo, "demo", false, "serve out/default on 127.0.0.1:8080 with two example nodes in a throwaway database")
+	fl.BoolVar(&f.logJSON, "log-json", false, "log as JSON lines instead of text")
+	fl.StringVar(&f.tftp, "tftp", "", "also serve TFTP on this address (e.g. :69): the first-stage iPXE of --tftp-dir and a boot.ipxe chaining to HTTP")
+	fl.StringVar(&f.tftpDir, "tftp-dir", "", "first-stage iPXE files served over TFTP, e.g. a copy of Debian's ipxe.efi and undionly.kpxe (cp -L: symlinks out of the directory are refused)")
+	fl.StringVar(&f.proxyDHCP, "proxy-dhcp", "", "answer PXE clients on this interface as a ProxyDHCP (the site's DHCP server keeps giving addresses)")
+	return cmd
+}
+
+func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr io.Writer) error {
+	usage := func(err error) error { return exitcode.Tag(exitcode.Usage, err) }
+	if f.demo {
+		if len(args) > 0 {
+			return usage(errors.New("--demo serves out/default: give no OUTDIR"))
+		}
+		dir := filepath.Join(f.out, "default")
+		if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
+			return usage(fmt.Errorf("--demo serves %s, which has no build: run `make image` (or bin/peerboot fetch && bin/peerboot build) first", dir))
+		}
+		args = []string{dir}
+		if f.listen == ":8080" {
+			f.listen = "127.0.0.1:8080"
+		}
+	}
+	dirs := args
+	if len(dirs) == 0 {
+		var err error
+		if dirs, err = netboot.FindOutputs(f.out); err != nil {
+			return usage(err)
+		}
+	}
+	builds, err := netboot.LoadBuilds(dirs)
+	if err != nil {
+		return usage(err)
+	}
+	max, err := recipe.ParseSize(f.maxReport)
+	if err != nil || max <= 0 {
+		return usage(fmt.Errorf("--max-report: want a size such as 4MiB, got %q", f.maxReport))
+	}
+	opt := netboot.Options{Builds: builds, DefaultRecipe: f.recipe, PublicURL: f.publicURL, MaxReportBytes: int64(max),
+		RateEvery: f.rate, RateBurst: f.burst, StaticTokens: f.reportTokens, PageToken: f.pageToken}
+	if opt.Log = slog.New(slog.NewTextHandler(stderr, nil)); f.logJSON {
+		opt.Log = slog.New(slog.NewJSONHandler(stderr, nil))
+	}
+	auth := f.auth
+	if auth == "" {
+		auth = os.Getenv("PEERBOOT_SERVE_AUTH")
+	}
+	if auth != "" {
+		u, p, ok := strings.Cut(auth, ":")
+		if !ok || u == "" || p == "" {
+			return usage(errors.New("--auth: want USER:PASSWORD"))
+		}
+		opt.PageUser, opt.PagePassword = u, p
+	}
+	if f.inventory != "" {
+		inv, err := netboot.LoadInventory(f.inventory)
+		if err != nil {
+			return exitcode.Tag(exitcode.Recipe, err)
+		}
+		if err := inv.CheckRecipes(f.inventory, builds.Recipes()); err != nil {
+			return exitcode.Tag(exitcode.Recipe, err)
+		}
+		opt.Inventory = inv
+	}
+
+	db := f.db
+	if f.demo && db == "" {
+		tmp, err := os.MkdirTemp("", "peerboot-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		db = filepath.Join(tmp, "reports.db")
+	}
+	if db == "" {
+		db = filepath.Join(f.out, "reports.db")
+		if err := os.MkdirAll(f.out, 0o755); err != nil {
+			return err
+		}
+	}
+	store, err := netboot.OpenStore(ctx, db)
+	if err != nil {
+		return usage(err)
+	}
+	defer store.Close()
+	if f.demo {
+		if err := netboot.SeedDemo(ctx, store, time.Now()); err != nil {
+			return fmt.Errorf("seeding the demo database: %w", err)
+		}
+	}
+	opt.Store = store
+	srv, err := netboot.New(ctx, opt)
+	if err != nil {
+		return usage(err)
+	}
+
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return exitcode.Tag(exitcode.Network, fmt.Errorf("listening on %s: %w", f.listen, err))
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	base := f.publicURL
+	if base == "" {
+		base = "http://" + displayAddr(ln.Addr().String())
+	}
+	fmt.Fprintf(stdout, "peerboot serve: listening on %s (database %s)\n", ln.Addr(), redactDSN(db))
+	for _, b := range builds.All() {
+		formats := []string{}
+		if b.HasPXE() {
+			formats = append(formats, "pxe")
+		}
+		if b.HasUKI() {
+			formats = append(formats, "uki")
+		}
+		fmt.Fprintf(stdout, "  %-12s build %s (%s) from %s\n", b.Recipe, b.ID, strings.Join(formats, ", "), b.Dir)
+	}
+	fmt.Fprintf(stdout, "  fleet:      %s/\n", base)
+	fmt.Fprintf(stdout, "  iPXE:       chain %s/boot.ipxe?mac=${net0/mac}\n", base)
+	fmt.Fprintf(stdout, "  UEFI HTTP:  %s/uefi/boot.efi\n", base)
+	if f.demo {
+		b := builds.All()[0]
+		fmt.Fprintf(stdout, "  a report:   curl -H 'Authorization: Bearer %s' --data-binary @report.json '%s/reports?node=52:54:00:12:34:56'\n", srv.Token(b.ID), base)
+		fmt.Fprintf(stdout, "  (demo: the database is temporary; Ctrl-C ends it)\n")
+	}
+
+	errc := make(chan error, 3)
+	go func() { errc <- hs.Serve(ln) }()
+	if f.tftp != "" || f.proxyDHCP != "" {
+		if err := startPXEHelpers(ctx, f, ln.Addr().String(), opt.Log, stdout, errc); err != nil {
+			hs.Close()
+			return err
+		}
+	}
+	select {
+	case err := <-errc:
+		hs.Close()
+		return exitcode.Tag(exitcode.Network, fmt.Errorf("serving: %w", err))
+	case <-ctx.Done():
+	}
+	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := hs.Shutdown(shut); err != nil {
+		return fmt.Errorf("stopping the server: %w", err)
+	}
+	fmt.Fprintln(stdout, "peerboot serve: stopped")
+	return nil
+}
+
+// displayAddr turns a wildcard listen address into one a browser can open.
+func displayAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// redactDSN hides a password in a PostgreSQL DSN before it is printed.
+func redactDSN(s string) string {
+	if i := strings.Index(s, "password="); i >= 0 {
+		end := strings.IndexAny(s[i:], " &")
+		if end < 0 {
+			end = len(s) - i
+		}
+		return s[:i] + "password=xxx" + s[i+end:]
+	}
+	if strings.Contains(s, "://") && strings.Contains(s, "@") {
+		scheme, rest, _ := strings.Cut(s, "://")
+		userinfo, host, _ := strings.Cut(rest, "@")
+		user, _, _ := strings.Cut(userinfo, ":")
+		return scheme + "://" + user + ":xxx@" + host
+	}
+	return s
+}
+
+// startPXEHelpers starts the optional TFTP server and ProxyDHCP responder; both send
+// iPXE on to the HTTP boot script, so they need the URL nodes reach it at.
+func startPXEHelpers(ctx context.Context, f *serveFlags, httpAddr string, log *slog.Logger, stdout io.Writer, errc chan<- error) error {
+	usage := func(err error) error { return exitcode.Tag(exitcode.Usage, err) }
+	_, port, _ := net.SplitHostPort(httpAddr)
+	base := strings.TrimRight(f.publicURL, "/")
+	var serverIP net.IP
+	if f.proxyDHCP != "" {
+		ifc, err := net.InterfaceByName(f.proxyDHCP)
+		if err != nil {
+			return usage(fmt.Errorf("--proxy-dhcp: %w", err))
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				serverIP = ipn.IP.To4()
+				break
+			}
+		}
+		if serverIP == nil {
+			return usage(fmt.Errorf("--proxy-dhcp: %s has no IPv4 address", f.proxyDHCP))
+		}
+		if base == "" {
+			base = "http://" + net.JoinHostPort(serverIP.String(), port)
+		}
+	}
+	if base == "" {
+		host, _, _ := net.SplitHostPort(httpAddr)
+		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() || ip.IsLoopback() {
+			return usage(errors.New("--tftp needs --public-url (the HTTP address nodes reach, for the boot.ipxe it serves)"))
+		}
+		base = "http://" + httpAddr
+	}
+	chain := base + "/boot.ipxe?mac=${net0/mac}"
+	if f.tftp != "" {
+		if f.tftpDir == "" {
+			return usage(errors.New("--tftp needs --tftp-dir: mkdir tftp && cp -L /usr/lib/ipxe/undionly.kpxe /usr/lib/ipxe/ipxe.efi tftp/ (from Debian's ipxe package)"))
+		}
+		if fi, err := os.Stat(f.tftpDir); err != nil || !fi.IsDir() {
+			return usage(fmt.Errorf("--tftp-dir %s: not a directory", f.tftpDir))
+		}
+		pc, err := net.ListenPacket("udp4", f.tftp)
+		if err != nil {
+			return exitcode.Tag(exitcode.Network, fmt.Errorf("--tftp %s: %w", f.tftp, err))
+		}
+		t := &netboot.TFTP{Dir: f.tftpDir, Chain: chain, Log: log}
+		go func() { errc <- t.Serve(ctx, pc) }()
+		fmt.Fprintf(stdout, "  TFTP:       %s (%s, and boot.ipxe -> %s)\n", pc.LocalAddr(), f.tftpDir, chain)
+	}
+	if f.proxyDHCP != "" {
+		pc, err := netboot.ListenProxyDHCP(ctx, f.proxyDHCP, "0.0.0.0:67")
+		if err != nil {
+			return exitcode.Tag(exitcode.Network, err)
+		}
+		p := &netboot.ProxyDHCP{Interface: f.proxyDHCP, ServerIP: serverIP, Chain: chain, Log: log}
+		go func() { errc <- p.Serve(ctx, pc) }()
+		fmt.Fprintf(stdout, "  ProxyDHCP:  %s (%s): PXE clients only\n", f.proxyDHCP, serverIP)
+	}
+	return nil
+}

@@ -1,0 +1,192 @@
+package netboot
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// nodeWord is what a hostname, serial or node id may be: it is written into boot
+// scripts and URLs, so nothing iPXE or a shell would read as syntax.
+var nodeWord = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+
+// nodeIdentity is who asked: the MAC iPXE gives as ${net0/mac}, and the DHCP
+// hostname and SMBIOS serial when the chain passes them.
+type nodeIdentity struct {
+	ID, MAC, Host, Serial string
+}
+
+// A hostname or serial iPXE could not give cleanly (unset, or SMBIOS text such as
+// "To Be Filled By O.E.M.") is dropped, never a reason to refuse the boot; dropped
+// lists them for the log.
+func parseIdentity(q url.Values) (n nodeIdentity, dropped []string, err error) {
+	if m := q.Get("mac"); m != "" {
+		mac, err := NormalizeMAC(m)
+		if err != nil {
+			return n, nil, err
+		}
+		n.MAC = mac
+	}
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{"host", &n.Host}, {"serial", &n.Serial}} {
+		v := strings.TrimSpace(q.Get(f.key))
+		if v == "" {
+			continue
+		}
+		if !nodeWord.MatchString(v) {
+			dropped = append(dropped, fmt.Sprintf("%s=%q", f.key, v))
+			continue
+		}
+		*f.dst = v
+	}
+	switch {
+	case n.MAC != "":
+		n.ID = n.MAC
+	case n.Serial != "":
+		n.ID = "serial:" + n.Serial
+	case n.Host != "":
+		n.ID = "host:" + n.Host
+	default:
+		return n, dropped, errors.New("want ?mac=${net0/mac} (and optionally &host=${hostname:uristring}&serial=${serial:uristring})")
+	}
+	return n, dropped, nil
+}
+
+// bootScript answers a node's iPXE chain with a script for its recipe's current build:
+// absolute URLs with the build id in them (a rebuild mid-boot cannot mix two builds),
+// the sha256 of each file, and the recipe's kernel command line plus the inventory's
+// arguments, the report URL and the build's report token.
+func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) {
+	id, dropped, err := parseIdentity(r.URL.Query())
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, "boot script refused", err)
+		return
+	}
+	if len(dropped) > 0 {
+		s.log.Warn("boot script: ignoring unusable node fields", "node", id.ID, "fields", strings.Join(dropped, " "))
+	}
+	m, ok := s.opt.Inventory.Lookup(id.MAC, id.Host)
+	if !ok {
+		s.fail(w, r, http.StatusNotFound, "boot script refused", fmt.Errorf("no inventory rule for node %s and no default recipe", id.ID), "node", id.ID)
+		return
+	}
+	b, err := s.opt.Builds.Get(m.Recipe)
+	if err != nil {
+		s.fail(w, r, http.StatusNotFound, "boot script refused", err, "node", id.ID)
+		return
+	}
+	if !b.HasPXE() {
+		s.fail(w, r, http.StatusNotFound, "boot script refused", fmt.Errorf("the build of %s has no PXE bundle (outputs.formats lacks \"pxe\")", b.Recipe), "node", id.ID)
+		return
+	}
+	base, err := s.baseURL(r)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, "boot script refused", err)
+		return
+	}
+	s.mu.Lock()
+	s.issued[b.ID] = b.Recipe
+	s.mu.Unlock()
+
+	files := base + "/builds/" + b.Recipe + "/" + b.ID + "/pxe/"
+	args := strings.Join(strings.Fields(strings.Join([]string{
+		"initrd=initrd.img", b.Cmdline, m.Args,
+		"peerboot.report_url=" + base + "/reports?node=" + id.ID,
+		"peerboot.token=" + s.Token(b.ID),
+	}, " ")), " ")
+	var sb strings.Builder
+	sb.WriteString("#!ipxe\n")
+	fmt.Fprintf(&sb, "# peerboot serve: node %s", id.ID)
+	if m.Name != "" {
+		fmt.Fprintf(&sb, " (%s)", m.Name)
+	}
+	fmt.Fprintf(&sb, " -> recipe %s, build %s\n", b.Recipe, b.ID)
+	fmt.Fprintf(&sb, "# sha256 %s  vmlinuz\n", b.Files["pxe/vmlinuz"])
+	fmt.Fprintf(&sb, "# sha256 %s  initrd.img\n", b.Files["pxe/initrd.img"])
+	fmt.Fprintf(&sb, "echo peerboot: %s build %s\n", b.Recipe, b.ID)
+	fmt.Fprintf(&sb, "kernel %svmlinuz %s\n", files, args)
+	fmt.Fprintf(&sb, "initrd --name initrd.img %sinitrd.img\n", files)
+	sb.WriteString("boot\n")
+
+	if err := s.opt.Store.RecordBoot(r.Context(), Boot{NodeID: id.ID, MAC: id.MAC, Hostname: id.Host, Serial: id.Serial,
+		Recipe: b.Recipe, Build: b.ID, Remote: remoteIP(r), At: s.opt.Now()}); err != nil {
+		s.log.Error("recording a boot", "node", id.ID, "error", err.Error())
+	}
+	s.log.Info("boot script", "node", id.ID, "recipe", b.Recipe, "build", b.ID, "remote", r.RemoteAddr)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	fmt.Fprint(w, sb.String())
+}
+
+// buildFile serves one listed file of a build. A build id that is no longer current
+// is 410 Gone: the node re-chains /boot.ipxe and gets the new build whole.
+func (s *Server) buildFile(w http.ResponseWriter, r *http.Request) {
+	recipe, id, file := r.PathValue("recipe"), r.PathValue("build"), r.PathValue("file")
+	b, err := s.opt.Builds.Get(recipe)
+	if err != nil {
+		s.fail(w, r, http.StatusNotFound, "file refused", err)
+		return
+	}
+	if id != b.ID && id != "latest" {
+		s.fail(w, r, http.StatusGone, "file refused", fmt.Errorf("build %s of %s was replaced by %s: fetch /boot.ipxe again", id, recipe, b.ID))
+		return
+	}
+	s.serveBuildFile(w, r, b, file)
+}
+
+func (s *Server) serveBuildFile(w http.ResponseWriter, r *http.Request, b *Build, file string) {
+	f, fi, err := b.Open(file)
+	switch {
+	case errors.Is(err, errRefused):
+		s.fail(w, r, http.StatusForbidden, "file refused", err, "recipe", b.Recipe, "file", file)
+		return
+	case errors.Is(err, fs.ErrNotExist):
+		s.fail(w, r, http.StatusNotFound, "file refused", err, "recipe", b.Recipe, "file", file)
+		return
+	case err != nil:
+		s.fail(w, r, http.StatusInternalServerError, "file refused", err, "recipe", b.Recipe, "file", file)
+		return
+	}
+	defer f.Close()
+	if h := b.Files[file]; h != "" {
+		w.Header().Set("ETag", `"`+h+`"`)
+		w.Header().Set("X-Checksum-Sha256", h)
+	}
+	if strings.HasSuffix(file, ".ipxe") || strings.HasSuffix(file, "SHA256SUMS") {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	} else if !strings.HasSuffix(file, ".json") && !strings.HasSuffix(file, ".jsonl") {
+		w.Header().Set("Content-Type", "application/octet-stream")
+	}
+	// ServeContent does Range, If-Range, If-None-Match and Content-Length.
+	http.ServeContent(w, r, fi.Name(), fi.ModTime(), f)
+}
+
+// uefi serves a UKI for UEFI HTTP boot: /uefi/boot.efi is the default recipe's,
+// /uefi/NAME.efi a named recipe's. The UKI's command line is baked in (and signed),
+// so such a node reports to its recipe's boot.report_url with a static token.
+func (s *Server) uefi(w http.ResponseWriter, r *http.Request) {
+	name, ok := strings.CutSuffix(r.PathValue("name"), ".efi")
+	if !ok {
+		s.fail(w, r, http.StatusNotFound, "file refused", errors.New("want /uefi/boot.efi or /uefi/RECIPE.efi"))
+		return
+	}
+	if name == "boot" {
+		name = s.opt.Inventory.Default
+	}
+	b, err := s.opt.Builds.Get(name)
+	if err != nil {
+		s.fail(w, r, http.StatusNotFound, "file refused", err)
+		return
+	}
+	if !b.HasUKI() {
+		s.fail(w, r, http.StatusNotFound, "file refused", fmt.Errorf("the build of %s has no UKI", b.Recipe))
+		return
+	}
+	s.serveBuildFile(w, r, b, "peerboot.efi")
+}

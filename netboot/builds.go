@@ -1,0 +1,327 @@
+package netboot
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// metaFiles are served beside the images when the output has them.
+var metaFiles = []string{"manifest.json", "SHA256SUMS", "SHA256SUMS.sig", "provenance.intoto.jsonl", "cosign.pub"}
+
+// Build is one published output directory (out/<recipe>/ as `peerboot build` and
+// `peerboot sign` leave it).
+type Build struct {
+	Recipe       string
+	RecipeDigest string
+	ID           string            // 16 hex digits of sha256(manifest.json, SHA256SUMS): changes with every rebuild or signing
+	Dir          string            // absolute
+	Files        map[string]string // servable path -> sha256 hex (SHA256SUMS when present: it is what `sign` rewrites)
+	Cmdline      string            // the kernel arguments of pxe/boot.ipxe
+	Loaded       time.Time
+	root         *os.Root
+	stamp        string
+}
+
+// HasPXE reports whether the build has the PXE bundle.
+func (b *Build) HasPXE() bool {
+	return b.Files["pxe/vmlinuz"] != "" && b.Files["pxe/initrd.img"] != ""
+}
+
+// HasUKI reports whether the build has a UKI (signed, after `peerboot sign`).
+func (b *Build) HasUKI() bool { return b.Files["peerboot.efi"] != "" }
+
+type manifest struct {
+	Recipe       string `json:"recipe"`
+	RecipeDigest string `json:"recipe_digest"`
+	Outputs      []struct {
+		Path   string `json:"path"`
+		SHA256 string `json:"sha256"`
+	} `json:"outputs"`
+}
+
+// buildStamp changes when the directory is swapped by a rebuild or re-signed.
+func buildStamp(dir string) string {
+	var b strings.Builder
+	for _, name := range []string{".", "manifest.json", "SHA256SUMS"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			b.WriteString("-;")
+			continue
+		}
+		ino := uint64(0)
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			ino = st.Ino
+		}
+		fmt.Fprintf(&b, "%d/%d/%d;", ino, fi.Size(), fi.ModTime().UnixNano())
+	}
+	return b.String()
+}
+
+// LoadBuild reads one output directory.
+func LoadBuild(dir string) (*Build, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	stamp := buildStamp(abs)
+	mj, err := os.ReadFile(filepath.Join(abs, "manifest.json"))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s is not a build output (no manifest.json): make one with `peerboot build`", dir)
+		}
+		return nil, fmt.Errorf("reading the build output: %w", err)
+	}
+	var m manifest
+	if err := json.Unmarshal(mj, &m); err != nil {
+		return nil, fmt.Errorf("%s/manifest.json: %w", dir, err)
+	}
+	if m.Recipe == "" {
+		return nil, fmt.Errorf("%s/manifest.json: no recipe name", dir)
+	}
+	b := &Build{Recipe: m.Recipe, RecipeDigest: m.RecipeDigest, Dir: abs, Files: map[string]string{}, Loaded: time.Now(), stamp: stamp}
+	for _, o := range m.Outputs {
+		b.Files[o.Path] = o.SHA256
+	}
+	sums, err := os.ReadFile(filepath.Join(abs, "SHA256SUMS"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("reading the build output: %w", err)
+	}
+	if err == nil {
+		listed, err := parseSums(sums)
+		if err != nil {
+			return nil, fmt.Errorf("%s/SHA256SUMS: %w", dir, err)
+		}
+		for p, h := range listed {
+			b.Files[p] = h
+		}
+	}
+	for p := range b.Files {
+		if err := checkRelPath(p); err != nil {
+			return nil, fmt.Errorf("%s lists %q: %w", dir, p, err)
+		}
+	}
+	for _, f := range metaFiles {
+		if _, ok := b.Files[f]; !ok {
+			if _, err := os.Lstat(filepath.Join(abs, f)); err == nil {
+				b.Files[f] = "" // served, hash unknown (it is the list of hashes, or signs it)
+			}
+		}
+	}
+	sum := sha256.New()
+	sum.Write(mj)
+	sum.Write(sums)
+	b.ID = hex.EncodeToString(sum.Sum(nil))[:16]
+	if ipxe, err := os.ReadFile(filepath.Join(abs, "pxe", "boot.ipxe")); err == nil {
+		b.Cmdline = kernelArgs(ipxe)
+	}
+	if b.root, err = os.OpenRoot(abs); err != nil {
+		return nil, fmt.Errorf("opening the build output: %w", err)
+	}
+	return b, nil
+}
+
+// parseSums reads sha256sum's output format: "HEX  PATH" or "HEX *PATH".
+func parseSums(data []byte) (map[string]string, error) {
+	out := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		h, p, ok := strings.Cut(line, " ")
+		if !ok || len(h) != 64 || !isHex(h) || len(p) < 2 || (p[0] != ' ' && p[0] != '*') {
+			return nil, fmt.Errorf("line %d: want \"SHA256  PATH\", got %q", n, line)
+		}
+		out[p[1:]] = strings.ToLower(h)
+	}
+	return out, sc.Err()
+}
+
+func isHex(s string) bool {
+	_, err := hex.DecodeString(s)
+	return err == nil
+}
+
+// kernelArgs returns the arguments of the first "kernel IMAGE ARGS..." line of an
+// iPXE script: the recipe's kernel command line for a PXE boot.
+func kernelArgs(script []byte) string {
+	for _, line := range strings.Split(string(script), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 1 && (f[0] == "kernel" || f[0] == "chain") {
+			return strings.Join(f[min(2, len(f)):], " ")
+		}
+	}
+	return ""
+}
+
+var errRefused = errors.New("refused")
+
+// checkRelPath accepts only clean, relative, slash-separated paths with no hidden
+// component: what a build lists and a node may ask for.
+func checkRelPath(p string) error {
+	switch {
+	case p == "" || strings.ContainsAny(p, "\\\x00"):
+		return fmt.Errorf("%w: not a file name", errRefused)
+	case strings.HasPrefix(p, "/") || path.Clean(p) != p:
+		return fmt.Errorf("%w: not a clean relative path", errRefused)
+	}
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return fmt.Errorf("%w: leaves the output directory", errRefused)
+		}
+		if strings.HasPrefix(part, ".") {
+			return fmt.Errorf("%w: hidden file", errRefused)
+		}
+	}
+	return nil
+}
+
+// Open opens a file the build lists. The path must be clean and listed, and it is
+// opened through an os.Root, so a symlink that leads out of the output directory is
+// refused even if it appears after the build was loaded.
+func (b *Build) Open(p string) (*os.File, fs.FileInfo, error) {
+	if err := checkRelPath(p); err != nil {
+		return nil, nil, err
+	}
+	if _, ok := b.Files[p]; !ok {
+		return nil, nil, fmt.Errorf("%w: %s is not an output of %s", fs.ErrNotExist, p, b.Recipe)
+	}
+	f, err := b.root.Open(p)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", errRefused, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, nil, fmt.Errorf("%w: %s is not a regular file", errRefused, p)
+	}
+	return f, fi, nil
+}
+
+// Builds is the set of outputs served, reloaded when a rebuild swaps a directory.
+type Builds struct {
+	mu       sync.Mutex
+	dirs     []string
+	byRecipe map[string]*Build
+}
+
+// LoadBuilds reads every directory; two outputs of one recipe are an error.
+func LoadBuilds(dirs []string) (*Builds, error) {
+	bs := &Builds{dirs: dirs, byRecipe: map[string]*Build{}}
+	if len(dirs) == 0 {
+		return nil, errors.New("no build output to serve")
+	}
+	for _, d := range dirs {
+		b, err := LoadBuild(d)
+		if err != nil {
+			return nil, err
+		}
+		if other, ok := bs.byRecipe[b.Recipe]; ok {
+			return nil, fmt.Errorf("%s and %s are both builds of recipe %s: serve one", other.Dir, b.Dir, b.Recipe)
+		}
+		bs.byRecipe[b.Recipe] = b
+	}
+	return bs, nil
+}
+
+// FindOutputs lists the build outputs under root (out/ by default): each
+// subdirectory with a manifest.json.
+func FindOutputs(root string) ([]string, error) {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return nil, fmt.Errorf("listing build outputs: %w", err)
+	}
+	var dirs []string
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(root, e.Name(), "manifest.json")); err == nil {
+			dirs = append(dirs, filepath.Join(root, e.Name()))
+		}
+	}
+	if len(dirs) == 0 {
+		return nil, fmt.Errorf("no build output under %s: run `peerboot build RECIPE` first", root)
+	}
+	return dirs, nil
+}
+
+// Get returns the current build of a recipe, reloading it if its directory changed.
+func (bs *Builds) Get(recipe string) (*Build, error) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	b, ok := bs.byRecipe[recipe]
+	if !ok {
+		return nil, fmt.Errorf("recipe %q is not served (serving %s): %w", recipe, strings.Join(bs.recipes(), ", "), ErrNotFound)
+	}
+	if buildStamp(b.Dir) != b.stamp {
+		nb, err := LoadBuild(b.Dir)
+		if err != nil {
+			return b, nil // mid-swap or broken: keep serving what was loaded
+		}
+		if nb.Recipe == recipe {
+			b.root.Close()
+			bs.byRecipe[recipe] = nb
+			b = nb
+		}
+	}
+	return b, nil
+}
+
+// All returns every served build, by recipe name.
+func (bs *Builds) All() []*Build {
+	var out []*Build
+	for _, r := range bs.Recipes() {
+		if b, err := bs.Get(r); err == nil {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Recipes lists the recipe names served, sorted.
+func (bs *Builds) Recipes() []string {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	return bs.recipes()
+}
+
+func (bs *Builds) recipes() []string {
+	out := make([]string, 0, len(bs.byRecipe))
+	for r := range bs.byRecipe {
+		out = append(out, r)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ByID finds the build a token was issued for, current or not.
+func (bs *Builds) byID(id string) *Build {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, b := range bs.byRecipe {
+		if b.ID == id {
+			return b
+		}
+	}
+	return nil
+}

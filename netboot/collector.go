@@ -1,0 +1,239 @@
+package netboot
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/peerboot/peerboot/selftest"
+)
+
+// postReport stores one self-test report. In order: the token (401 missing, 403
+// wrong), the node (400), the node's rate (429), the size (413), the JSON (400), the
+// schema and content (422), a replay of a stored report (409). 201 means the report
+// is committed to the database.
+func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
+	start := s.opt.Now()
+	tok := bearer(r)
+	if tok == "" {
+		s.fail(w, r, http.StatusUnauthorized, "report refused", errors.New("no token: send Authorization: Bearer TOKEN (the image gets it as peerboot.token=)"))
+		return
+	}
+	buildID, ok := s.checkToken(tok)
+	if !ok {
+		s.fail(w, r, http.StatusForbidden, "report refused", errors.New("the token is not one this server issued"))
+		return
+	}
+	node, err := reportNode(r)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, "report refused", err)
+		return
+	}
+	if wait := s.limit.take(node); wait > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
+		s.fail(w, r, http.StatusTooManyRequests, "report refused", fmt.Errorf("node %s sends reports too often: retry in %s", node, wait.Round(time.Second)), "node", node)
+		return
+	}
+	max := s.opt.MaxReportBytes
+	if r.ContentLength > max {
+		s.fail(w, r, http.StatusRequestEntityTooLarge, "report refused", fmt.Errorf("%d bytes, the limit is %d", r.ContentLength, max), "node", node)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		s.fail(w, r, http.StatusRequestEntityTooLarge, "report refused", fmt.Errorf("more than %d bytes", max), "node", node)
+		return
+	case err != nil:
+		s.fail(w, r, http.StatusBadRequest, "report refused", fmt.Errorf("reading the body: %w", err), "node", node)
+		return
+	}
+	rep, status, err := decodeReport(body)
+	if err != nil {
+		s.fail(w, r, status, "report refused", err, "node", node)
+		return
+	}
+	recipe := rep.Recipe.Name
+	if buildID != "" {
+		s.mu.Lock()
+		issued, known := s.issued[buildID]
+		s.mu.Unlock()
+		if known {
+			if recipe != "" && recipe != issued {
+				s.fail(w, r, http.StatusUnprocessableEntity, "report refused", fmt.Errorf("the report is from recipe %q, the token is for %q", recipe, issued), "node", node)
+				return
+			}
+			recipe = issued
+		}
+	}
+	sum := sha256.Sum256(body)
+	sr := &StoredReport{NodeID: node, ReceivedAt: s.opt.Now(), Recipe: recipe, Build: buildID, Verdict: rep.Verdict,
+		SHA256: hex.EncodeToString(sum[:]), Remote: remoteIP(r), Body: body}
+	id, err := s.opt.Store.AddReport(r.Context(), sr)
+	switch {
+	case errors.Is(err, ErrDuplicate):
+		s.fail(w, r, http.StatusConflict, "report refused", fmt.Errorf("replayed: report sha256 %s was already received", sr.SHA256[:16]), "node", node)
+		return
+	case err != nil:
+		s.fail(w, r, http.StatusServiceUnavailable, "report not stored", err, "node", node)
+		return
+	}
+	s.log.Info("report stored", "id", id, "node", node, "recipe", recipe, "build", buildID, "verdict", rep.Verdict,
+		"bytes", len(body), "ms", s.opt.Now().Sub(start).Milliseconds())
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprintf("/api/reports/%d", id))
+	w.WriteHeader(http.StatusCreated)
+	json.NewEncoder(w).Encode(map[string]any{"id": id, "node": node, "verdict": rep.Verdict, "sha256": sr.SHA256})
+}
+
+// bearer takes the token from Authorization: Bearer, X-Peerboot-Token or ?token=.
+func bearer(r *http.Request) string {
+	if a := r.Header.Get("Authorization"); a != "" {
+		if t, ok := strings.CutPrefix(a, "Bearer "); ok {
+			return strings.TrimSpace(t)
+		}
+	}
+	if t := r.Header.Get("X-Peerboot-Token"); t != "" {
+		return strings.TrimSpace(t)
+	}
+	return r.URL.Query().Get("token")
+}
+
+// reportNode is the node a report is filed under: ?node= from the report URL the boot
+// script gave, else X-Peerboot-Node, else the client address.
+func reportNode(r *http.Request) (string, error) {
+	n := r.URL.Query().Get("node")
+	if n == "" {
+		n = r.Header.Get("X-Peerboot-Node")
+	}
+	if n == "" {
+		return "ip:" + remoteIP(r), nil
+	}
+	if mac, err := NormalizeMAC(n); err == nil {
+		return mac, nil
+	}
+	if !nodeWord.MatchString(n) {
+		return "", fmt.Errorf("node: want a MAC or up to 64 of A-Z a-z 0-9 . _ : -, got %q", n)
+	}
+	return n, nil
+}
+
+// decodeReport checks a body with one parse: JSON (400), then schema 2 and a coherent
+// content (422).
+func decodeReport(body []byte) (*selftest.Report, int, error) {
+	rep, err := selftest.Decode(body)
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syntax) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return nil, http.StatusBadRequest, fmt.Errorf("the body is not JSON: %w", err)
+	case errors.As(err, &typ) && typ.Field == "":
+		return nil, http.StatusUnprocessableEntity, errors.New("not a self-test report: want a JSON object")
+	case err != nil:
+		return nil, http.StatusUnprocessableEntity, err
+	}
+	if err := checkReport(rep); err != nil {
+		return nil, http.StatusUnprocessableEntity, err
+	}
+	return rep, 0, nil
+}
+
+// checkReport refuses reports the pages could not show truthfully.
+func checkReport(r *selftest.Report) error {
+	if r.Verdict != selftest.Pass && r.Verdict != selftest.Fail {
+		return fmt.Errorf("verdict %q: want pass or fail", r.Verdict)
+	}
+	failed := false
+	for i, f := range r.Findings {
+		switch f.Status {
+		case selftest.SevFail:
+			failed = true
+		case selftest.SevWarn, selftest.SevInfo:
+		default:
+			return fmt.Errorf("findings[%d]: status %q, want fail, warn or info", i, f.Status)
+		}
+	}
+	if failed && r.Verdict == selftest.Pass {
+		return errors.New("verdict pass with a fail finding")
+	}
+	n := len(r.GPUs)
+	if n > 64 {
+		return fmt.Errorf("%d GPUs: at most 64", n)
+	}
+	for i, p := range r.Pairs {
+		if p.A < 0 || p.B <= p.A || p.B >= 64 || (n > 0 && p.B >= n) {
+			return fmt.Errorf("pairs[%d]: GPUs %d,%d with %d GPUs", i, p.A, p.B, n)
+		}
+	}
+	for i, c := range r.Copies {
+		if c.Src < 0 || c.Dst < 0 || c.Src >= 64 || c.Dst >= 64 || c.GBps < 0 || c.GBps > 1e4 {
+			return fmt.Errorf("copies[%d]: src %d, dst %d, %g GB/s out of range", i, c.Src, c.Dst, c.GBps)
+		}
+	}
+	if r.NCCL != nil {
+		for i, sz := range r.NCCL.Sizes {
+			if sz.Bytes <= 0 || sz.BusBW < 0 || sz.BusBW > 1e4 {
+				return fmt.Errorf("nccl.sizes[%d]: %d bytes, %g GB/s out of range", i, sz.Bytes, sz.BusBW)
+			}
+		}
+	}
+	return nil
+}
+
+// limiter is a token bucket per node.
+type limiter struct {
+	mu      sync.Mutex
+	every   time.Duration
+	burst   float64
+	now     func() time.Time
+	buckets map[string]*bucket
+}
+
+type bucket struct {
+	tokens float64
+	at     time.Time
+}
+
+func newLimiter(every time.Duration, burst int, now func() time.Time) *limiter {
+	return &limiter{every: every, burst: float64(burst), now: now, buckets: map[string]*bucket{}}
+}
+
+// take spends one token of key's bucket; it returns how long to wait when empty.
+func (l *limiter) take(key string) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	b := l.buckets[key]
+	if b == nil {
+		if len(l.buckets) > 100000 {
+			l.prune(now)
+		}
+		b = &bucket{tokens: l.burst, at: now}
+		l.buckets[key] = b
+	}
+	b.tokens = min(l.burst, b.tokens+float64(now.Sub(b.at))/float64(l.every))
+	b.at = now
+	if b.tokens < 1 {
+		return time.Duration((1 - b.tokens) * float64(l.every))
+	}
+	b.tokens--
+	return 0
+}
+
+// prune forgets buckets that have refilled: they behave as new ones.
+func (l *limiter) prune(now time.Time) {
+	for k, b := range l.buckets {
+		if b.tokens+float64(now.Sub(b.at))/float64(l.every) >= l.burst {
+			delete(l.buckets, k)
+		}
+	}
+}

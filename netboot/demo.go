@@ -1,0 +1,186 @@
+package netboot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/peerboot/peerboot/selftest"
+)
+
+// Fixture reports: what the two GPU recipes' nodes report, made up but shaped like a
+// real boot (the topology of the platform, RTX 4090 copy rates, an NCCL sweep). The
+// demo seeds its throwaway database with them and the tests draw pages from them.
+
+// DemoPlatform selects a fixture.
+type DemoPlatform int
+
+const (
+	// Xeon8GPU is recipes/xeon-8gpu.toml: 2 sockets, 4 GPUs behind two PCIe switches each.
+	Xeon8GPU DemoPlatform = iota
+	// Epyc4GPU is recipes/epyc-4gpu.toml: one socket, a root port per GPU.
+	Epyc4GPU
+)
+
+// DemoReport makes a fixture report. boot varies the measurements slightly; broken
+// corrupts the copies from GPU 5 to GPU 6 (8-GPU only) so the verdict fails.
+func DemoReport(p DemoPlatform, boot int, broken bool) *selftest.Report {
+	r := selftest.New()
+	n, recipe := 8, "xeon-8gpu"
+	if p == Epyc4GPU {
+		n, recipe = 4, "epyc-4gpu"
+	}
+	r.Recipe = selftest.RecipeRef{Name: recipe, Digest: "sha256:" + hexOf(recipe)}
+	r.Kernel = selftest.Kernel{Release: "6.12.57-peerboot", Cmdline: "console=ttyS0,115200 panic=-1 iommu=pt pci=realloc"}
+	r.StartedAt = time.Date(2026, 11, 20, 8, boot, 0, 0, time.UTC).Format(time.RFC3339)
+	r.Tool = "p2pcheck demo"
+	r.NVML = selftest.NVML{Library: "libnvidia-ml.so.1", Loaded: true, Init: &selftest.Status{Name: "NVML_SUCCESS"}, DriverVersion: "550.163.01", CUDAVersion: 12040}
+	r.CUDA = selftest.CUDA{Library: "libcuda.so.1", Loaded: true, CuInit: &selftest.Status{Name: "CUDA_SUCCESS"}, DriverVersion: 12040}
+	r.Modules = []selftest.Module{{Name: "nvidia", Result: selftest.ModLoaded, Params: "NVreg_EnableResizableBar=1", KernelLog: []string{}}}
+	vram := int64(48 << 30)
+	for i := 0; i < n; i++ {
+		bus := 0x01 + i*0x10
+		if p == Xeon8GPU && i >= 4 {
+			bus = 0x81 + (i-4)*0x10
+		}
+		r.GPUs = append(r.GPUs, selftest.GPU{
+			BDF: fmt.Sprintf("0000:%02x:00.0", bus), Vendor: "0x10de", Device: "0x2684", Class: "0x030000",
+			NUMANode: numa(p, i), BAR1Bytes: 32 << 30, VRAMBytes: &vram, IOMMUGroup: 20 + i,
+			Link: selftest.Link{CurrentSpeed: "16.0 GT/s PCIe", MaxSpeed: "16.0 GT/s PCIe", CurrentWidth: 16, MaxWidth: 16},
+		})
+	}
+	yes := true
+	for a := 0; a < n; a++ {
+		for b := a + 1; b < n; b++ {
+			t := topo(p, a, b)
+			r.Pairs = append(r.Pairs, selftest.Pair{A: a, B: b, Topology: t, NVMLTopology: t, P2PRead: "OK", P2PWrite: "OK", CanAccessPeer: &yes, Path: []string{}, ACSOn: []string{}})
+		}
+	}
+	for s := 0; s < n; s++ {
+		r.Copies = append(r.Copies, selftest.Copy{Src: s, Dst: s, Method: selftest.MethodCE, Direction: selftest.DirLocal, Bytes: 256 << 20,
+			GBps: round1(905 + jitter(boot, s, s)*20), Samples: []float64{}, Verified: true})
+		for d := 0; d < n; d++ {
+			if s == d {
+				continue
+			}
+			g := rate(topo(p, min(s, d), max(s, d))) * (1 + 0.03*jitter(boot, s, d))
+			c := selftest.Copy{Src: s, Dst: d, Method: selftest.MethodCE, Direction: selftest.DirWrite, Bytes: 256 << 20,
+				GBps: round1(g), Samples: []float64{round1(g * 0.99), round1(g), round1(g * 1.01)}, LinkGBps: 31.5, Verified: true}
+			if broken && s == 5 && d == 6 {
+				c.Mismatch = &selftest.Mismatch{Offset: 0x40000000 - 4096, Want: 0x5a5a0000, Got: 0, Words: 1024}
+				r.Add(selftest.SevFail, "copy.mismatch", "GPU5 → GPU6 copy-engine write corrupted 1024 words at offset 0x3ffff000",
+					"a peer write landed outside the BAR1 window: the driver needs the dynamic-BAR1 patch")
+			}
+			r.Copies = append(r.Copies, c)
+		}
+	}
+	nccl := &selftest.NCCL{Library: "libnccl.so.2", Version: 22304, Ranks: n, Env: map[string]string{"NCCL_P2P_LEVEL": "SYS"}}
+	peak := 21.0
+	if p == Epyc4GPU {
+		peak = 23.5
+	}
+	for b := int64(1 << 20); b <= 1<<30; b <<= 1 {
+		// A saturating curve: small messages are latency-bound.
+		bw := round2(peak * (1 - math.Exp(-float64(b)/float64(24<<20))) * (1 + 0.01*jitter(boot, int(b>>20), 0)))
+		nccl.Sizes = append(nccl.Sizes, selftest.NCCLSize{Bytes: b, TimeUS: round1(float64(b) / (bw * 1e9 * float64(n) / float64(2*(n-1))) * 1e6), AlgBW: round2(bw * float64(n) / float64(2*(n-1))), BusBW: bw})
+		for i := 0; i < n; i++ {
+			if b == 1<<20 {
+				nccl.Transports = append(nccl.Transports, selftest.Transport{From: i, To: (i + 1) % n, Via: "P2P/direct pointer", P2P: true})
+			}
+		}
+	}
+	nccl.BusBWAtMax = nccl.Sizes[len(nccl.Sizes)-1].BusBW
+	r.NCCL = nccl
+	r.Add(selftest.SevInfo, "p2p.status", fmt.Sprintf("NVML reports P2P read and write OK for all %d pairs", len(r.Pairs)), "")
+	if p == Xeon8GPU {
+		r.Add(selftest.SevWarn, "topology.sys", "16 pairs cross sockets (SYS): peer traffic goes over UPI", "keep tensor-parallel groups within a socket")
+	}
+	r.Settle()
+	return r
+}
+
+func numa(p DemoPlatform, i int) int {
+	if p == Xeon8GPU && i >= 4 {
+		return 1
+	}
+	return 0
+}
+
+func topo(p DemoPlatform, a, b int) string {
+	if p == Epyc4GPU {
+		if a/2 == b/2 {
+			return selftest.TopoPHB
+		}
+		return selftest.TopoNODE
+	}
+	switch {
+	case a/4 != b/4:
+		return selftest.TopoSYS
+	case a/2 == b/2:
+		return selftest.TopoPIX
+	default:
+		return selftest.TopoNODE
+	}
+}
+
+func rate(t string) float64 {
+	switch t {
+	case selftest.TopoPIX:
+		return 25.8
+	case selftest.TopoPXB, selftest.TopoPHB:
+		return 24.9
+	case selftest.TopoNODE:
+		return 22.4
+	}
+	return 15.7
+}
+
+// jitter is a fixed pseudo-random number in [-1, 1] per (boot, a, b).
+func jitter(boot, a, b int) float64 {
+	h := sha256.Sum256([]byte(fmt.Sprint(boot, a, b)))
+	return float64(int(h[0])-128) / 128
+}
+
+func round1(v float64) float64 { return math.Round(v*10) / 10 }
+func round2(v float64) float64 { return math.Round(v*100) / 100 }
+
+func hexOf(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+// SeedDemo stores fixture histories for two made-up nodes: an 8-GPU node whose latest
+// boot fails after a passing one, and a 4-GPU node that passes twice.
+func SeedDemo(ctx context.Context, st Store, now time.Time) error {
+	nodes := []struct {
+		id, host, serial string
+		p                DemoPlatform
+		broken           []bool
+	}{
+		{"02:00:00:00:08:01", "demo-xeon-8gpu", "DEMO8GPU01", Xeon8GPU, []bool{false, true}},
+		{"02:00:00:00:04:01", "demo-epyc-4gpu", "DEMO4GPU01", Epyc4GPU, []bool{false, false}},
+	}
+	for _, n := range nodes {
+		for i, broken := range n.broken {
+			at := now.Add(time.Duration(i-len(n.broken)) * time.Hour)
+			if err := st.RecordBoot(ctx, Boot{NodeID: n.id, MAC: n.id, Hostname: n.host, Serial: n.serial, Recipe: "demo", Build: "demo", Remote: "demo", At: at}); err != nil {
+				return err
+			}
+			body, err := selftest.Encode(DemoReport(n.p, i, broken))
+			if err != nil {
+				return err
+			}
+			rep, _ := selftest.Decode(body)
+			sum := sha256.Sum256(body)
+			_, err = st.AddReport(ctx, &StoredReport{NodeID: n.id, ReceivedAt: at.Add(5 * time.Minute), Recipe: rep.Recipe.Name, Build: "demo",
+				Verdict: rep.Verdict, SHA256: hex.EncodeToString(sum[:]), Remote: "demo", Body: body})
+			if err != nil && err != ErrDuplicate {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,313 @@
+package netboot
+
+import (
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/peerboot/peerboot/selftest"
+)
+
+//go:embed templates/*.html
+var templateFS embed.FS
+
+var pageTemplates = template.Must(template.New("").Funcs(template.FuncMap{
+	"when": func(t time.Time) string {
+		if t.IsZero() {
+			return "never"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05Z")
+	},
+	"gbps": func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
+	"size": sizeLabel,
+}).ParseFS(templateFS, "templates/*.html"))
+
+// pages guards the fleet pages and the JSON API with the optional basic auth or token.
+func (s *Server) pages(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if s.opt.PageUser == "" && s.opt.PageToken == "" {
+			h(w, r)
+			return
+		}
+		if s.opt.PageUser != "" {
+			if u, p, ok := r.BasicAuth(); ok &&
+				subtle.ConstantTimeCompare([]byte(u), []byte(s.opt.PageUser)) == 1 &&
+				subtle.ConstantTimeCompare([]byte(p), []byte(s.opt.PagePassword)) == 1 {
+				h(w, r)
+				return
+			}
+		}
+		if s.opt.PageToken != "" {
+			if t := bearer(r); t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(s.opt.PageToken)) == 1 {
+				h(w, r)
+				return
+			}
+		}
+		if s.opt.PageUser != "" {
+			w.Header().Set("WWW-Authenticate", `Basic realm="peerboot fleet"`)
+		}
+		s.fail(w, r, http.StatusUnauthorized, "page refused", errors.New("log in (basic auth) or send Authorization: Bearer TOKEN"))
+	})
+}
+
+// NodeView is a node as the pages and the API show it.
+type NodeView struct {
+	ID        string          `json:"id"`
+	Name      string          `json:"name,omitempty"` // from the inventory
+	MAC       string          `json:"mac,omitempty"`
+	Hostname  string          `json:"hostname,omitempty"`
+	Serial    string          `json:"serial,omitempty"`
+	FirstSeen time.Time       `json:"first_seen"`
+	LastSeen  time.Time       `json:"last_seen"`
+	Boots     int64           `json:"boots"`
+	Reports   int64           `json:"reports"`
+	Latest    *ReportView     `json:"latest"`
+	History   []ReportSummary `json:"history,omitempty"`
+	Changes   []Change        `json:"changes_since_previous"`
+	Previous  *ReportSummary  `json:"previous,omitempty"`
+}
+
+// ReportSummary is a report without its body.
+type ReportSummary struct {
+	ID         int64     `json:"id"`
+	ReceivedAt time.Time `json:"received_at"`
+	Recipe     string    `json:"recipe"`
+	Build      string    `json:"build"`
+	Verdict    string    `json:"verdict"`
+	SHA256     string    `json:"sha256"`
+}
+
+// ReportView is a decoded report with what the pages draw from it.
+type ReportView struct {
+	ReportSummary
+	GPUs       int                `json:"gpus"`
+	Findings   []selftest.Finding `json:"findings"`
+	Failing    []selftest.Finding `json:"-"`
+	BusBWAtMax float64            `json:"busbw_at_max"`
+	Heatmap    *Heatmap           `json:"heatmap,omitempty"`
+	NCCL       *Curve             `json:"nccl,omitempty"`
+	Report     *selftest.Report   `json:"-"`
+	Error      string             `json:"error,omitempty"`
+}
+
+func summary(r *StoredReport) ReportSummary {
+	return ReportSummary{ID: r.ID, ReceivedAt: r.ReceivedAt, Recipe: r.Recipe, Build: r.Build, Verdict: r.Verdict, SHA256: r.SHA256}
+}
+
+func reportView(r *StoredReport, full bool) *ReportView {
+	v := &ReportView{ReportSummary: summary(r), Findings: []selftest.Finding{}}
+	rep, err := selftest.Decode(r.Body)
+	if err != nil {
+		v.Error = err.Error()
+		return v
+	}
+	v.Report = rep
+	v.GPUs = len(rep.GPUs)
+	v.Findings = rep.Findings
+	for _, f := range rep.Findings {
+		if f.Status == selftest.SevFail || f.Status == selftest.SevWarn {
+			v.Failing = append(v.Failing, f)
+		}
+	}
+	if rep.NCCL != nil {
+		v.BusBWAtMax = rep.NCCL.BusBWAtMax
+	}
+	if full {
+		v.Heatmap = NewHeatmap(rep)
+		v.NCCL = NewCurve(rep)
+	}
+	return v
+}
+
+func (s *Server) nodeView(n *NodeSummary) NodeView {
+	v := NodeView{ID: n.ID, MAC: n.MAC, Hostname: n.Hostname, Serial: n.Serial, FirstSeen: n.FirstSeen, LastSeen: n.LastSeen,
+		Boots: n.Boots, Reports: n.Reports, Changes: []Change{}}
+	if m, ok := s.opt.Inventory.Lookup(n.MAC, n.Hostname); ok {
+		v.Name = m.Name
+	}
+	if n.Latest != nil {
+		v.Latest = reportView(n.Latest, false)
+	}
+	return v
+}
+
+type fleetData struct {
+	Nodes                []NodeView
+	Pass, Fail, NoReport int
+	Builds               []*Build
+	Generated            time.Time
+}
+
+func (s *Server) fleet(r *http.Request) (*fleetData, error) {
+	nodes, err := s.opt.Store.Nodes(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	d := &fleetData{Nodes: []NodeView{}, Builds: s.opt.Builds.All(), Generated: s.opt.Now()}
+	for i := range nodes {
+		v := s.nodeView(&nodes[i])
+		switch {
+		case v.Latest == nil:
+			d.NoReport++
+		case v.Latest.Verdict == selftest.Pass:
+			d.Pass++
+		default:
+			d.Fail++
+		}
+		d.Nodes = append(d.Nodes, v)
+	}
+	return d, nil
+}
+
+func (s *Server) fleetPage(w http.ResponseWriter, r *http.Request) {
+	d, err := s.fleet(r)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "fleet page", err)
+		return
+	}
+	s.render(w, r, "fleet.html", d)
+}
+
+func (s *Server) apiNodes(w http.ResponseWriter, r *http.Request) {
+	d, err := s.fleet(r)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "nodes", err)
+		return
+	}
+	writeJSON(w, d.Nodes)
+}
+
+// node loads one node with a full view of its latest (or ?report=ID) report, the
+// change since the report before it, and its history.
+func (s *Server) node(r *http.Request) (*NodeView, int, error) {
+	n, err := s.opt.Store.Node(r.Context(), r.PathValue("node"))
+	if errors.Is(err, ErrNotFound) {
+		return nil, http.StatusNotFound, err
+	}
+	if err != nil {
+		return nil, http.StatusInternalServerError, err
+	}
+	v := s.nodeView(n)
+	hist, err := s.opt.Store.Reports(r.Context(), n.ID, 50)
+	if err != nil {
+		return nil, http.StatusInternalServerError, err
+	}
+	for i := range hist {
+		v.History = append(v.History, summary(&hist[i]))
+	}
+	if len(hist) == 0 {
+		return &v, 0, nil
+	}
+	at := 0
+	if q := r.URL.Query().Get("report"); q != "" {
+		id, _ := strconv.ParseInt(q, 10, 64)
+		at = -1
+		for i := range hist {
+			if hist[i].ID == id {
+				at = i
+			}
+		}
+		if at < 0 {
+			return nil, http.StatusNotFound, fmt.Errorf("node %s has no report %q among its last %d", n.ID, q, len(hist))
+		}
+	}
+	cur, err := s.opt.Store.Report(r.Context(), hist[at].ID)
+	if err != nil {
+		return nil, http.StatusInternalServerError, err
+	}
+	v.Latest = reportView(cur, true)
+	if at+1 < len(hist) && v.Latest.Report != nil {
+		prev, err := s.opt.Store.Report(r.Context(), hist[at+1].ID)
+		if err != nil {
+			return nil, http.StatusInternalServerError, err
+		}
+		if pr, err := selftest.Decode(prev.Body); err == nil {
+			v.Changes = DiffReports(pr, v.Latest.Report)
+			ps := summary(prev)
+			v.Previous = &ps
+		}
+	}
+	return &v, 0, nil
+}
+
+func (s *Server) nodePage(w http.ResponseWriter, r *http.Request) {
+	v, status, err := s.node(r)
+	if err != nil {
+		s.fail(w, r, status, "node page", err)
+		return
+	}
+	s.render(w, r, "node.html", v)
+}
+
+func (s *Server) apiNode(w http.ResponseWriter, r *http.Request) {
+	v, status, err := s.node(r)
+	if err != nil {
+		s.fail(w, r, status, "node", err)
+		return
+	}
+	writeJSON(w, v)
+}
+
+func (s *Server) apiReport(w http.ResponseWriter, r *http.Request) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, "report", fmt.Errorf("want a report number, got %q", r.PathValue("id")))
+		return
+	}
+	rep, err := s.opt.Store.Report(r.Context(), id)
+	if errors.Is(err, ErrNotFound) {
+		s.fail(w, r, http.StatusNotFound, "report", err)
+		return
+	}
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "report", err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Peerboot-Node", rep.NodeID)
+	w.Write(rep.Body)
+}
+
+type buildView struct {
+	Recipe       string            `json:"recipe"`
+	RecipeDigest string            `json:"recipe_digest"`
+	ID           string            `json:"build"`
+	Dir          string            `json:"dir"`
+	PXE          bool              `json:"pxe"`
+	UKI          bool              `json:"uki"`
+	Cmdline      string            `json:"cmdline"`
+	Files        map[string]string `json:"files"`
+}
+
+func (s *Server) apiBuilds(w http.ResponseWriter, r *http.Request) {
+	out := []buildView{}
+	for _, b := range s.opt.Builds.All() {
+		out = append(out, buildView{Recipe: b.Recipe, RecipeDigest: b.RecipeDigest, ID: b.ID, Dir: b.Dir, PXE: b.HasPXE(), UKI: b.HasUKI(), Cmdline: b.Cmdline, Files: b.Files})
+	}
+	writeJSON(w, out)
+}
+
+func (s *Server) render(w http.ResponseWriter, r *http.Request, name string, data any) {
+	var sb strings.Builder
+	if err := pageTemplates.ExecuteTemplate(&sb, name, data); err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "rendering "+name, err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:")
+	w.Write([]byte(sb.String()))
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}

@@ -1,0 +1,359 @@
+package netboot
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Inventory maps nodes to recipes. A file looks like
+//
+//	default = "default"          # recipe for nodes no rule names; omit to refuse them
+//	args = "console=ttyS0,115200" # kernel arguments for every node (optional)
+//
+//	[[node]]
+//	mac = "52:54:00:12:34:56"    # exactly one of mac and host
+//	name = "rack1-n01"           # shown on the fleet page (optional)
+//	recipe = "xeon-8gpu"
+//	args = "pci=realloc"         # appended for this node (optional)
+//
+//	[[node]]
+//	host = "gpu-b-*"             # a glob on the DHCP hostname iPXE reports
+//	recipe = "epyc-4gpu"
+//
+// A MAC rule wins over a hostname rule; hostname rules are tried in file order.
+type Inventory struct {
+	Default string `toml:"default"`
+	Args    string `toml:"args"`
+	Nodes   []Rule `toml:"node"`
+}
+
+// Rule is one [[node]] table.
+type Rule struct {
+	MAC        string `toml:"mac"`
+	Host       string `toml:"host"`
+	Name       string `toml:"name"`
+	Recipe     string `toml:"recipe"`
+	Args       string `toml:"args"`
+	Line       int    `toml:"-"` // where the table starts
+	recipeLine int
+}
+
+// Match is what the inventory says about one node.
+type Match struct {
+	Recipe string
+	Name   string
+	Args   string // inventory-wide args, then the rule's
+	Rule   int    // 1-based line of the rule; 0: the default
+}
+
+// InventoryError is one problem at file:line.
+type InventoryError struct {
+	File string
+	Line int
+	Key  string
+	Msg  string
+}
+
+func (e *InventoryError) Error() string {
+	loc := e.File
+	if e.Line > 0 {
+		loc = fmt.Sprintf("%s:%d", e.File, e.Line)
+	}
+	if e.Key != "" {
+		return loc + ": " + e.Key + ": " + e.Msg
+	}
+	return loc + ": " + e.Msg
+}
+
+// InventoryErrors is every problem found, in line order.
+type InventoryErrors []*InventoryError
+
+func (es InventoryErrors) Error() string {
+	s := make([]string, len(es))
+	for i, e := range es {
+		s[i] = e.Error()
+	}
+	return strings.Join(s, "\n")
+}
+
+var tomlLine = regexp.MustCompile(`line (\d+)(?: \(last key "[^"]*"\))?: `)
+
+var recipeName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
+
+// LoadInventory reads and checks an inventory file.
+func LoadInventory(file string) (*Inventory, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading the inventory: %w", err)
+	}
+	return ParseInventory(file, data)
+}
+
+// ParseInventory checks everything it can without knowing the served recipes and
+// reports all problems at once as file:line: key: message.
+func ParseInventory(file string, data []byte) (*Inventory, error) {
+	inv := &Inventory{}
+	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(inv)
+	if err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return nil, InventoryErrors{{File: file, Line: pe.Position.Line, Msg: pe.Message}}
+		}
+		line := 0
+		if m := tomlLine.FindStringSubmatch(err.Error()); m != nil {
+			line, _ = strconv.Atoi(m[1])
+		}
+		return nil, InventoryErrors{{File: file, Line: line, Msg: strings.TrimPrefix(tomlLine.ReplaceAllString(err.Error(), ""), "toml: ")}}
+	}
+	lines := inventoryLines(data)
+	var errs InventoryErrors
+	add := func(key string, line int, format string, args ...any) {
+		errs = append(errs, &InventoryError{File: file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)})
+	}
+	for _, k := range md.Undecoded() {
+		key := strings.Join(k, ".")
+		add(key, lines.find(k), "unknown key (want default, args, and [[node]] tables with mac or host, name, recipe, args)")
+	}
+	if inv.Default != "" && !recipeName.MatchString(inv.Default) {
+		add("default", lines.top["default"], "want a recipe name ([a-z0-9][a-z0-9._-]*), got %q", inv.Default)
+	}
+	if err := checkArgs(inv.Args); err != nil {
+		add("args", lines.top["args"], "%v", err)
+	}
+	macs := map[string]int{}
+	for i := range inv.Nodes {
+		r := &inv.Nodes[i]
+		r.Line = lines.table(i)
+		key := fmt.Sprintf("node[%d]", i)
+		at := func(k string) int {
+			if l := lines.inTable(i, k); l > 0 {
+				return l
+			}
+			return r.Line
+		}
+		r.recipeLine = at("recipe")
+		switch {
+		case r.MAC == "" && r.Host == "":
+			add(key, r.Line, "want mac or host")
+		case r.MAC != "" && r.Host != "":
+			add(key, r.Line, "want mac or host, not both")
+		case r.MAC != "":
+			mac, err := NormalizeMAC(r.MAC)
+			if err != nil {
+				add(key+".mac", at("mac"), "want a MAC address like 52:54:00:12:34:56, got %q", r.MAC)
+				break
+			}
+			if first, dup := macs[mac]; dup {
+				add(key+".mac", at("mac"), "%s is already given at line %d", mac, first)
+			}
+			macs[mac] = at("mac")
+			r.MAC = mac
+		default:
+			if _, err := path.Match(r.Host, ""); err != nil || strings.ContainsAny(r.Host, " \t/") {
+				add(key+".host", at("host"), "want a hostname or glob (*, ?, [a-z]), got %q", r.Host)
+			}
+		}
+		if r.Recipe == "" && inv.Default == "" {
+			add(key+".recipe", r.Line, "want a recipe name (there is no default)")
+		}
+		if r.Recipe != "" && !recipeName.MatchString(r.Recipe) {
+			add(key+".recipe", at("recipe"), "want a recipe name ([a-z0-9][a-z0-9._-]*), got %q", r.Recipe)
+		}
+		if err := checkArgs(r.Args); err != nil {
+			add(key+".args", at("args"), "%v", err)
+		}
+		if strings.ContainsAny(r.Name, "\x00\r\n") {
+			add(key+".name", at("name"), "want one line, got %q", r.Name)
+		}
+	}
+	if len(errs) > 0 {
+		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Line < errs[j].Line })
+		return nil, errs
+	}
+	return inv, nil
+}
+
+// CheckRecipes refuses an inventory that names a recipe no build serves.
+func (inv *Inventory) CheckRecipes(file string, served []string) error {
+	have := map[string]bool{}
+	for _, r := range served {
+		have[r] = true
+	}
+	var errs InventoryErrors
+	if inv.Default != "" && !have[inv.Default] {
+		errs = append(errs, &InventoryError{File: file, Key: "default", Msg: fmt.Sprintf("recipe %q is not served (serving %s)", inv.Default, strings.Join(served, ", "))})
+	}
+	for i, r := range inv.Nodes {
+		if r.Recipe != "" && !have[r.Recipe] {
+			errs = append(errs, &InventoryError{File: file, Line: r.recipeLine, Key: fmt.Sprintf("node[%d].recipe", i), Msg: fmt.Sprintf("recipe %q is not served (serving %s)", r.Recipe, strings.Join(served, ", "))})
+		}
+	}
+	if len(errs) > 0 {
+		return errs
+	}
+	return nil
+}
+
+// Lookup finds the recipe for a node; ok is false when no rule matches and there is no default.
+func (inv *Inventory) Lookup(mac, host string) (Match, bool) {
+	pick := func(r Rule) Match {
+		m := Match{Recipe: r.Recipe, Name: r.Name, Args: joinArgs(inv.Args, r.Args), Rule: r.Line}
+		if m.Recipe == "" {
+			m.Recipe = inv.Default
+		}
+		return m
+	}
+	if mac != "" {
+		for _, r := range inv.Nodes {
+			if r.MAC != "" && r.MAC == mac {
+				return pick(r), true
+			}
+		}
+	}
+	if host != "" {
+		for _, r := range inv.Nodes {
+			if r.Host != "" {
+				if ok, _ := path.Match(r.Host, host); ok {
+					return pick(r), true
+				}
+			}
+		}
+	}
+	if inv.Default == "" {
+		return Match{}, false
+	}
+	return Match{Recipe: inv.Default, Args: inv.Args}, true
+}
+
+func joinArgs(a, b string) string {
+	return strings.TrimSpace(a + " " + b)
+}
+
+// checkArgs refuses kernel arguments that would change the iPXE script around them:
+// iPXE expands ${...} and treats && || as operators; a newline would start a command.
+func checkArgs(s string) error {
+	for _, c := range s {
+		if c < 0x20 || c == 0x7f {
+			return fmt.Errorf("want one line of printable characters, got %q", s)
+		}
+	}
+	for _, bad := range []string{"$", "&", "|", "#", ";"} {
+		if strings.Contains(s, bad) {
+			return fmt.Errorf("%q cannot appear in kernel arguments (iPXE would interpret it), got %q", bad, s)
+		}
+	}
+	for _, f := range strings.Fields(s) {
+		if strings.HasPrefix(f, "peerboot.report_url=") || strings.HasPrefix(f, "peerboot.token=") {
+			return fmt.Errorf("%s is set by the server, not the inventory", strings.SplitN(f, "=", 2)[0])
+		}
+	}
+	return nil
+}
+
+// NormalizeMAC accepts 52:54:00:12:34:56, 52-54-00-12-34-56 or 525400123456, any
+// case, and returns lower-case colon form.
+func NormalizeMAC(s string) (string, error) {
+	if len(s) == 12 && isHex(s) {
+		var b strings.Builder
+		for i := 0; i < 12; i += 2 {
+			if i > 0 {
+				b.WriteByte(':')
+			}
+			b.WriteString(s[i : i+2])
+		}
+		s = b.String()
+	}
+	hw, err := net.ParseMAC(s)
+	if err != nil || len(hw) != 6 {
+		return "", fmt.Errorf("want a MAC address like 52:54:00:12:34:56, got %q", s)
+	}
+	return hw.String(), nil
+}
+
+// invLines locates keys: top-level keys, [[node]] headers and keys inside them.
+type invLines struct {
+	top    map[string]int
+	tables []int
+	keys   []map[string]int
+}
+
+func inventoryLines(data []byte) invLines {
+	l := invLines{top: map[string]int{}}
+	for i, raw := range strings.Split(string(data), "\n") {
+		n := i + 1
+		line := strings.TrimSpace(raw)
+		if strings.HasPrefix(line, "[[") {
+			name := strings.TrimSpace(strings.Trim(stripTOMLComment(line), "[] "))
+			if name == "node" {
+				l.tables = append(l.tables, n)
+				l.keys = append(l.keys, map[string]int{})
+			}
+			continue
+		}
+		if strings.HasPrefix(line, "[") {
+			continue
+		}
+		k, _, ok := strings.Cut(line, "=")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k = strings.Trim(strings.TrimSpace(k), `"'`)
+		if len(l.tables) == 0 {
+			if _, seen := l.top[k]; !seen {
+				l.top[k] = n
+			}
+		} else if m := l.keys[len(l.keys)-1]; m[k] == 0 {
+			m[k] = n
+		}
+	}
+	return l
+}
+
+func stripTOMLComment(s string) string {
+	if i := strings.IndexByte(s, '#'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func (l invLines) table(i int) int {
+	if i < len(l.tables) {
+		return l.tables[i]
+	}
+	return 0
+}
+
+func (l invLines) inTable(i int, key string) int {
+	if i < len(l.keys) {
+		return l.keys[i][key]
+	}
+	return 0
+}
+
+// find locates an undecoded key such as ["node", "0"?, "macc"] or ["colour"].
+func (l invLines) find(k []string) int {
+	if len(k) == 1 {
+		return l.top[k[0]]
+	}
+	if k[0] == "node" {
+		// BurntSushi reports keys of array tables without an index: take the first table
+		// that has the key.
+		last := k[len(k)-1]
+		for i := range l.keys {
+			if n := l.keys[i][last]; n > 0 {
+				return n
+			}
+		}
+	}
+	return l.top[k[0]]
+}

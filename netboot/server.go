@@ -1,0 +1,226 @@
+// Package netboot is `peerboot serve`: an HTTP boot service for iPXE and UEFI HTTP
+// boot that serves build outputs, a collector for the self-test reports the nodes POST
+// back, and the fleet pages that show them.
+//
+// Routes:
+//
+//	GET  /boot.ipxe?mac=&host=&serial=        the node's iPXE script (inventory: MAC or hostname -> recipe)
+//	GET  /builds/{recipe}/{build}/{file...}   a file of a build output (Range, ETag = sha256)
+//	GET  /uefi/boot.efi, /uefi/{recipe}.efi   the UKI, for UEFI HTTP boot
+//	POST /reports?node=                       a self-test report (Authorization: Bearer TOKEN)
+//	GET  /, /nodes/{node}                     the fleet pages
+//	GET  /api/nodes, /api/nodes/{node}, /api/reports/{id}, /api/builds   the same as JSON
+//
+// Beside it, off by default: a read-only TFTP server for a first-stage iPXE (TFTP) and
+// a ProxyDHCP responder that answers PXE clients only (ProxyDHCP).
+package netboot
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options configure a Server; Builds and Store are required.
+type Options struct {
+	Builds    *Builds
+	Inventory *Inventory // nil: every node boots DefaultRecipe
+	// DefaultRecipe is used without an inventory; "" picks the only build, or "default".
+	DefaultRecipe string
+	Store         Store
+	// PublicURL is the base the nodes reach this server at ("http://10.0.0.1:8080"),
+	// written into boot scripts and report URLs. "": the Host the node asked for.
+	PublicURL string
+	Log       *slog.Logger
+	// MaxReportBytes bounds a report body (default 4 MiB).
+	MaxReportBytes int64
+	// RateEvery and RateBurst limit reports per node: a burst, then one per RateEvery
+	// (defaults 3 and 10s).
+	RateEvery time.Duration
+	RateBurst int
+	// StaticTokens are accepted for any build: for UKI and disk boots, whose report
+	// URL comes from the recipe and cannot carry a per-build token.
+	StaticTokens []string
+	// Pages and the JSON API need these when set (the boot files and /reports never do).
+	PageUser, PagePassword string
+	PageToken              string
+	// Secret keys the per-build tokens; nil: the store's (made on first start).
+	Secret []byte
+	// Now is the clock (tests).
+	Now func() time.Time
+}
+
+// Server is the HTTP boot service, report collector and fleet dashboard.
+type Server struct {
+	opt    Options
+	mux    *http.ServeMux
+	log    *slog.Logger
+	secret []byte
+	limit  *limiter
+	// issued remembers the recipe of every build a token was made for in this process,
+	// so a node that booted a build since replaced still reports under its recipe.
+	mu     sync.Mutex
+	issued map[string]string
+}
+
+// New makes a Server; it reads (or creates) the token secret from the store.
+func New(ctx context.Context, opt Options) (*Server, error) {
+	if opt.Builds == nil || opt.Store == nil {
+		return nil, errors.New("netboot: Builds and Store are required")
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if opt.MaxReportBytes <= 0 {
+		opt.MaxReportBytes = 4 << 20
+	}
+	if opt.RateEvery <= 0 {
+		opt.RateEvery = 10 * time.Second
+	}
+	if opt.RateBurst <= 0 {
+		opt.RateBurst = 3
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	if opt.PublicURL != "" {
+		opt.PublicURL = strings.TrimRight(opt.PublicURL, "/")
+		if !strings.HasPrefix(opt.PublicURL, "http://") && !strings.HasPrefix(opt.PublicURL, "https://") {
+			return nil, fmt.Errorf("public URL %q: want http://HOST[:PORT]", opt.PublicURL)
+		}
+	}
+	recipes := opt.Builds.Recipes()
+	if opt.Inventory == nil && opt.DefaultRecipe == "" {
+		switch {
+		case len(recipes) == 1:
+			opt.DefaultRecipe = recipes[0]
+		case contains(recipes, "default"):
+			opt.DefaultRecipe = "default"
+		default:
+			return nil, fmt.Errorf("serving %s: say which recipe nodes boot (an inventory or a default recipe)", strings.Join(recipes, ", "))
+		}
+	}
+	if opt.Inventory == nil {
+		opt.Inventory = &Inventory{Default: opt.DefaultRecipe}
+	}
+	if err := opt.Inventory.CheckRecipes("inventory", recipes); err != nil {
+		return nil, err
+	}
+	s := &Server{opt: opt, log: opt.Log, issued: map[string]string{}}
+	s.limit = newLimiter(opt.RateEvery, opt.RateBurst, opt.Now)
+	s.secret = opt.Secret
+	if s.secret == nil {
+		sec, err := opt.Store.Secret(ctx, func() ([]byte, error) {
+			b := make([]byte, 32)
+			_, err := rand.Read(b)
+			return b, err
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.secret = sec
+	}
+	for _, b := range opt.Builds.All() {
+		s.issued[b.ID] = b.Recipe
+	}
+	s.routes()
+	return s, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /boot.ipxe", s.bootScript)
+	m.HandleFunc("GET /builds/{recipe}/{build}/{file...}", s.buildFile)
+	m.HandleFunc("GET /uefi/{name}", s.uefi)
+	m.HandleFunc("POST /reports", s.postReport)
+	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
+	m.Handle("GET /{$}", s.pages(s.fleetPage))
+	m.Handle("GET /nodes/{node}", s.pages(s.nodePage))
+	m.Handle("GET /api/nodes", s.pages(s.apiNodes))
+	m.Handle("GET /api/nodes/{node}", s.pages(s.apiNode))
+	m.Handle("GET /api/reports/{id}", s.pages(s.apiReport))
+	m.Handle("GET /api/builds", s.pages(s.apiBuilds))
+	s.mux = m
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Token is the report token of one build: the build id and an HMAC of it under the
+// server's secret, so the server checks it without remembering what it handed out.
+func (s *Server) Token(buildID string) string {
+	m := hmac.New(sha256.New, s.secret)
+	io.WriteString(m, "peerboot report token\x00"+buildID)
+	return buildID + "." + hex.EncodeToString(m.Sum(nil))[:32]
+}
+
+// checkToken returns the build id a token was issued for, or "" for a static token.
+func (s *Server) checkToken(tok string) (string, bool) {
+	for _, st := range s.opt.StaticTokens {
+		if subtle.ConstantTimeCompare([]byte(tok), []byte(st)) == 1 {
+			return "", true
+		}
+	}
+	id, _, ok := strings.Cut(tok, ".")
+	if !ok || len(id) != 16 || !isHex(id) {
+		return "", false
+	}
+	return id, hmac.Equal([]byte(tok), []byte(s.Token(id)))
+}
+
+// baseURL is where nodes reach this server: PublicURL, else the Host they asked.
+func (s *Server) baseURL(r *http.Request) (string, error) {
+	if s.opt.PublicURL != "" {
+		return s.opt.PublicURL, nil
+	}
+	host := r.Host
+	if host == "" || len(host) > 255 {
+		return "", errors.New("no Host header: start the server with --public-url")
+	}
+	for _, c := range host {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(".-:[]", c)) {
+			return "", fmt.Errorf("Host %q is not a host name: start the server with --public-url", host)
+		}
+	}
+	return "http://" + host, nil
+}
+
+// remoteIP is the client's address without the port.
+func remoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
+}
+
+// fail answers an error in plain text and logs it.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, what string, err error, attrs ...any) {
+	attrs = append([]any{"status", status, "path", r.URL.Path, "remote", r.RemoteAddr, "error", err.Error()}, attrs...)
+	s.log.Warn(what, attrs...)
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "%s: %v\n", what, err)
+}

@@ -1,0 +1,482 @@
+package netboot
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+	_ "modernc.org/sqlite"             // database/sql driver "sqlite", no cgo
+)
+
+// dialect is what differs between SQLite and PostgreSQL. Queries use $N placeholders,
+// which both accept, and ON CONFLICT / RETURNING, which both implement.
+type dialect struct {
+	name   string
+	id     string // an auto-numbered primary key column type
+	blob   string
+	lockTx string // run first in a migration transaction to keep two servers apart
+	// serialize: one writer at a time, in Go, rather than SQLite's busy-wait.
+	serialize bool
+}
+
+var (
+	sqliteDialect   = dialect{name: "sqlite", id: "INTEGER PRIMARY KEY AUTOINCREMENT", blob: "BLOB", serialize: true}
+	postgresDialect = dialect{name: "postgres", id: "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", blob: "BYTEA", lockTx: "SELECT pg_advisory_xact_lock(727265)"}
+)
+
+// migrations are applied in order, each in its own transaction, and recorded in
+// schema_migrations; never edit a released one, append a new one. {{ID}} and {{BLOB}}
+// become the dialect's types.
+var migrations = []string{
+	// 1: nodes, reports (unique by sha256: a replay is refused by the database itself), boots.
+	`CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE nodes (
+	id TEXT PRIMARY KEY,
+	mac TEXT NOT NULL DEFAULT '',
+	hostname TEXT NOT NULL DEFAULT '',
+	serial TEXT NOT NULL DEFAULT '',
+	first_seen BIGINT NOT NULL,
+	last_seen BIGINT NOT NULL,
+	boots BIGINT NOT NULL DEFAULT 0
+);
+CREATE TABLE reports (
+	id {{ID}},
+	node_id TEXT NOT NULL REFERENCES nodes (id),
+	received_at BIGINT NOT NULL,
+	recipe TEXT NOT NULL,
+	build TEXT NOT NULL,
+	verdict TEXT NOT NULL,
+	sha256 TEXT NOT NULL UNIQUE,
+	remote TEXT NOT NULL,
+	body {{BLOB}} NOT NULL
+);
+CREATE INDEX reports_by_node ON reports (node_id, id);
+CREATE TABLE boots (
+	id {{ID}},
+	node_id TEXT NOT NULL REFERENCES nodes (id),
+	at BIGINT NOT NULL,
+	recipe TEXT NOT NULL,
+	build TEXT NOT NULL,
+	remote TEXT NOT NULL
+);
+CREATE INDEX boots_by_node ON boots (node_id, id);`,
+	// 2: look nodes up by MAC, hostname or serial.
+	`CREATE INDEX nodes_by_mac ON nodes (mac);
+CREATE INDEX nodes_by_hostname ON nodes (hostname);
+CREATE INDEX nodes_by_serial ON nodes (serial);`,
+}
+
+type sqlStore struct {
+	db  *sql.DB
+	d   dialect
+	wmu sync.Mutex // held around write transactions when d.serialize
+	// reqs feeds the group committer (SQLite); nil: AddReport commits itself.
+	reqs    chan *addReq
+	stopped chan struct{}
+	closeMu sync.RWMutex
+	closed  bool
+}
+
+// OpenStore opens the report store named by spec: a PostgreSQL DSN
+// ("postgres://..." or "postgresql://...", or key=value with host=) or else the path of
+// an SQLite database file, created if missing. Migrations run before it returns.
+func OpenStore(ctx context.Context, spec string) (Store, error) {
+	if strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://") || strings.Contains(spec, "host=") {
+		return OpenPostgres(ctx, spec)
+	}
+	return OpenSQLite(ctx, spec)
+}
+
+// OpenSQLite opens (or creates) an SQLite database in WAL mode with full fsync, so a
+// report acknowledged to a node survives a crash of the server or the machine.
+func OpenSQLite(ctx context.Context, path string) (Store, error) {
+	q := url.Values{}
+	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(1)"} {
+		q.Add("_pragma", p)
+	}
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("opening report database %s: %w", path, err)
+	}
+	s := &sqlStore{db: db, d: sqliteDialect}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("report database %s: %w", path, err)
+	}
+	s.reqs, s.stopped = make(chan *addReq, 1024), make(chan struct{})
+	go s.committer()
+	var mode string
+	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
+		db.Close()
+		return nil, fmt.Errorf("report database %s: journal mode %q, want wal (%v)", path, mode, err)
+	}
+	return s, nil
+}
+
+// OpenPostgres connects to PostgreSQL with pgx and applies the migrations.
+func OpenPostgres(ctx context.Context, dsn string) (Store, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("opening PostgreSQL: %w", err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
+	}
+	s := &sqlStore{db: db, d: postgresDialect}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("PostgreSQL: %w", err)
+	}
+	return s, nil
+}
+
+func (s *sqlStore) Close() error {
+	if s.reqs != nil {
+		s.closeMu.Lock()
+		if !s.closed {
+			s.closed = true
+			close(s.reqs)
+			<-s.stopped
+		}
+		s.closeMu.Unlock()
+	}
+	return s.db.Close()
+}
+
+// migrate applies the migrations the database has not seen, each in a transaction.
+func (s *sqlStore) migrate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
+		return fmt.Errorf("creating schema_migrations: %w", err)
+	}
+	for i, m := range migrations {
+		version := i + 1
+		err := s.write(ctx, func(tx *sql.Tx) error {
+			if s.d.lockTx != "" {
+				if _, err := tx.ExecContext(ctx, s.d.lockTx); err != nil {
+					return err
+				}
+			}
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = $1`, version).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+			text := strings.NewReplacer("{{ID}}", s.d.id, "{{BLOB}}", s.d.blob).Replace(m)
+			for _, stmt := range strings.Split(text, ";") {
+				if strings.TrimSpace(stmt) == "" {
+					continue
+				}
+				if _, err := tx.ExecContext(ctx, stmt); err != nil {
+					return err
+				}
+			}
+			_, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES ($1, $2)`, version, time.Now().UnixMicro())
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migration %d: %w", version, err)
+		}
+	}
+	var newest int
+	if err := s.db.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&newest); err != nil {
+		return fmt.Errorf("reading schema version: %w", err)
+	}
+	if newest > len(migrations) {
+		return fmt.Errorf("the database has schema version %d, this peerboot knows %d: use a newer peerboot", newest, len(migrations))
+	}
+	return nil
+}
+
+// write runs fn in a transaction, committed when fn returns nil.
+func (s *sqlStore) write(ctx context.Context, fn func(*sql.Tx) error) error {
+	if s.d.serialize {
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// addReq is one AddReport waiting for the committer.
+type addReq struct {
+	r    *StoredReport
+	done chan error
+}
+
+// AddReport commits the report before it returns. On SQLite, reports that arrive
+// together share one transaction (group commit): one fsync for a burst instead of one
+// per report, each report still all-or-nothing behind its own savepoint.
+func (s *sqlStore) AddReport(ctx context.Context, r *StoredReport) (int64, error) {
+	if r.ReceivedAt.IsZero() {
+		r.ReceivedAt = time.Now()
+	}
+	req := &addReq{r: r, done: make(chan error, 1)}
+	if s.reqs == nil {
+		s.commitBatch(ctx, []*addReq{req})
+	} else {
+		s.closeMu.RLock()
+		if s.closed {
+			s.closeMu.RUnlock()
+			return 0, errors.New("storing report: the store is closed")
+		}
+		s.reqs <- req
+		s.closeMu.RUnlock()
+	}
+	err := <-req.done
+	if errors.Is(err, ErrDuplicate) {
+		return 0, ErrDuplicate
+	}
+	if err != nil {
+		return 0, fmt.Errorf("storing report: %w", err)
+	}
+	return r.ID, nil
+}
+
+// committer commits whatever AddReport calls are queued, up to 256 at a time.
+func (s *sqlStore) committer() {
+	defer close(s.stopped)
+	for req := range s.reqs {
+		batch := []*addReq{req}
+	more:
+		for len(batch) < 256 {
+			select {
+			case r, ok := <-s.reqs:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		s.commitBatch(context.Background(), batch)
+	}
+}
+
+func (s *sqlStore) commitBatch(ctx context.Context, batch []*addReq) {
+	results := make([]error, len(batch))
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		for i, req := range batch {
+			if _, err := tx.ExecContext(ctx, "SAVEPOINT report"); err != nil {
+				return err
+			}
+			err := insertReport(ctx, tx, req.r)
+			if err != nil {
+				if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT report"); rerr != nil {
+					return rerr
+				}
+			}
+			if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT report"); err != nil {
+				return err
+			}
+			results[i] = err
+		}
+		return nil
+	})
+	for i, req := range batch {
+		if err != nil && results[i] == nil {
+			results[i] = err // the commit failed: nothing of the batch is stored
+		}
+		req.done <- results[i]
+	}
+}
+
+func insertReport(ctx context.Context, tx *sql.Tx, r *StoredReport) error {
+	at := r.ReceivedAt.UnixMicro()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO nodes (id, first_seen, last_seen) VALUES ($1, $2, $2)
+ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen`, r.NodeID, at); err != nil {
+		return err
+	}
+	err := tx.QueryRowContext(ctx, `INSERT INTO reports (node_id, received_at, recipe, build, verdict, sha256, remote, body)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (sha256) DO NOTHING RETURNING id`,
+		r.NodeID, at, r.Recipe, r.Build, r.Verdict, r.SHA256, r.Remote, r.Body).Scan(&r.ID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrDuplicate
+	}
+	return err
+}
+
+func (s *sqlStore) RecordBoot(ctx context.Context, b Boot) error {
+	if b.At.IsZero() {
+		b.At = time.Now()
+	}
+	at := b.At.UnixMicro()
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO nodes (id, mac, hostname, serial, first_seen, last_seen, boots)
+VALUES ($1, $2, $3, $4, $5, $5, 1)
+ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, boots = nodes.boots + 1,
+	mac = CASE WHEN excluded.mac <> '' THEN excluded.mac ELSE nodes.mac END,
+	hostname = CASE WHEN excluded.hostname <> '' THEN excluded.hostname ELSE nodes.hostname END,
+	serial = CASE WHEN excluded.serial <> '' THEN excluded.serial ELSE nodes.serial END`,
+			b.NodeID, b.MAC, b.Hostname, b.Serial, at); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO boots (node_id, at, recipe, build, remote) VALUES ($1, $2, $3, $4, $5)`,
+			b.NodeID, at, b.Recipe, b.Build, b.Remote)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("recording boot of %s: %w", b.NodeID, err)
+	}
+	return nil
+}
+
+const nodeColumns = `n.id, n.mac, n.hostname, n.serial, n.first_seen, n.last_seen, n.boots,
+	(SELECT COUNT(*) FROM reports c WHERE c.node_id = n.id),
+	r.id, r.received_at, r.recipe, r.build, r.verdict, r.sha256, r.remote, r.body
+FROM nodes n LEFT JOIN reports r ON r.id = (SELECT MAX(x.id) FROM reports x WHERE x.node_id = n.id)`
+
+func scanNode(sc interface{ Scan(...any) error }) (*NodeSummary, error) {
+	var (
+		n                                   NodeSummary
+		first, last                         int64
+		rid, rat                            sql.NullInt64
+		recipe, build, verdict, sum, remote sql.NullString
+		body                                []byte
+	)
+	if err := sc.Scan(&n.ID, &n.MAC, &n.Hostname, &n.Serial, &first, &last, &n.Boots, &n.Reports,
+		&rid, &rat, &recipe, &build, &verdict, &sum, &remote, &body); err != nil {
+		return nil, err
+	}
+	n.FirstSeen, n.LastSeen = time.UnixMicro(first).UTC(), time.UnixMicro(last).UTC()
+	if rid.Valid {
+		n.Latest = &StoredReport{ID: rid.Int64, NodeID: n.ID, ReceivedAt: time.UnixMicro(rat.Int64).UTC(), Recipe: recipe.String,
+			Build: build.String, Verdict: verdict.String, SHA256: sum.String, Remote: remote.String, Body: body}
+	}
+	return &n, nil
+}
+
+func (s *sqlStore) Nodes(ctx context.Context) ([]NodeSummary, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+nodeColumns+` ORDER BY COALESCE(r.received_at, n.last_seen) DESC, n.id`)
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	defer rows.Close()
+	out := []NodeSummary{}
+	for rows.Next() {
+		n, err := scanNode(rows)
+		if err != nil {
+			return nil, fmt.Errorf("listing nodes: %w", err)
+		}
+		out = append(out, *n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	return out, nil
+}
+
+func (s *sqlStore) Node(ctx context.Context, key string) (*NodeSummary, error) {
+	n, err := scanNode(s.db.QueryRowContext(ctx, `SELECT `+nodeColumns+`
+WHERE n.id = $1 OR n.mac = $1 OR n.hostname = $1 OR n.serial = $1
+ORDER BY CASE WHEN n.id = $1 THEN 0 ELSE 1 END, n.last_seen DESC LIMIT 1`, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("node %q: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading node %q: %w", key, err)
+	}
+	return n, nil
+}
+
+func (s *sqlStore) Reports(ctx context.Context, nodeID string, limit int) ([]StoredReport, error) {
+	q := `SELECT id, node_id, received_at, recipe, build, verdict, sha256, remote FROM reports WHERE node_id = $1 ORDER BY id DESC`
+	args := []any{nodeID}
+	if limit > 0 {
+		q += ` LIMIT $2`
+		args = append(args, limit)
+	}
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("listing reports of %s: %w", nodeID, err)
+	}
+	defer rows.Close()
+	out := []StoredReport{}
+	for rows.Next() {
+		var r StoredReport
+		var at int64
+		if err := rows.Scan(&r.ID, &r.NodeID, &at, &r.Recipe, &r.Build, &r.Verdict, &r.SHA256, &r.Remote); err != nil {
+			return nil, fmt.Errorf("listing reports of %s: %w", nodeID, err)
+		}
+		r.ReceivedAt = time.UnixMicro(at).UTC()
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("listing reports of %s: %w", nodeID, err)
+	}
+	return out, nil
+}
+
+func (s *sqlStore) Report(ctx context.Context, id int64) (*StoredReport, error) {
+	var r StoredReport
+	var at int64
+	err := s.db.QueryRowContext(ctx, `SELECT id, node_id, received_at, recipe, build, verdict, sha256, remote, body FROM reports WHERE id = $1`, id).
+		Scan(&r.ID, &r.NodeID, &at, &r.Recipe, &r.Build, &r.Verdict, &r.SHA256, &r.Remote, &r.Body)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("report %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading report %d: %w", id, err)
+	}
+	r.ReceivedAt = time.UnixMicro(at).UTC()
+	return &r, nil
+}
+
+func (s *sqlStore) Count(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM reports`).Scan(&n); err != nil {
+		return 0, fmt.Errorf("counting reports: %w", err)
+	}
+	return n, nil
+}
+
+func (s *sqlStore) Secret(ctx context.Context, create func() ([]byte, error)) ([]byte, error) {
+	read := func() ([]byte, error) {
+		var v string
+		err := s.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'token_secret'`).Scan(&v)
+		if err != nil {
+			return nil, err
+		}
+		return hex.DecodeString(v)
+	}
+	if b, err := read(); err == nil {
+		return b, nil
+	} else if !errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("reading the token secret: %w", err)
+	}
+	fresh, err := create()
+	if err != nil {
+		return nil, fmt.Errorf("making a token secret: %w", err)
+	}
+	// Two servers starting at once: the first insert wins and both read it back.
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('token_secret', $1) ON CONFLICT (key) DO NOTHING`, hex.EncodeToString(fresh))
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storing the token secret: %w", err)
+	}
+	b, err := read()
+	if err != nil {
+		return nil, fmt.Errorf("reading the token secret: %w", err)
+	}
+	return b, nil
+}

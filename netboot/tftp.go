@@ -1,0 +1,280 @@
+package netboot
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// TFTP is a read-only TFTP server (RFC 1350, with the blksize, tsize and timeout
+// options of RFC 2347-2349) for firmware that can only TFTP a first-stage iPXE:
+// it serves the files of one directory (Debian's ipxe package puts ipxe.efi and
+// undionly.kpxe in /usr/lib/ipxe) under the same rules as the HTTP files (clean
+// relative names, no hidden files, no symlink out of the directory), and a generated
+// boot.ipxe that chains to the HTTP server.
+type TFTP struct {
+	Dir string // first-stage files; "" serves only boot.ipxe
+	// Chain is the URL boot.ipxe chains to, e.g. http://10.0.0.1:8080/boot.ipxe?mac=${net0/mac}.
+	Chain string
+	Log   *slog.Logger
+	// Listen opens the socket of one transfer (a new port per transfer, as RFC 1350
+	// wants); nil: UDP on the listener's address, port 0.
+	Listen func(local net.Addr) (net.PacketConn, error)
+	// Timeout per packet and Retries before a transfer is dropped (defaults 2s, 5).
+	Timeout time.Duration
+	Retries int
+}
+
+// TFTP opcodes and error codes.
+const (
+	tftpRRQ   = 1
+	tftpWRQ   = 2
+	tftpDATA  = 3
+	tftpACK   = 4
+	tftpERROR = 5
+	tftpOACK  = 6
+
+	tftpErrNotFound = 1
+	tftpErrAccess   = 2
+	tftpErrIllegal  = 4
+	tftpErrOption   = 8
+)
+
+// Serve answers requests on pc until ctx ends.
+func (t *TFTP) Serve(ctx context.Context, pc net.PacketConn) error {
+	if t.Log == nil {
+		t.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	go func() {
+		<-ctx.Done()
+		pc.Close()
+	}()
+	buf := make([]byte, 1500)
+	for {
+		n, peer, err := pc.ReadFrom(buf)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("tftp: %w", err)
+		}
+		pkt := append([]byte(nil), buf[:n]...)
+		go t.handle(ctx, pc.LocalAddr(), peer, pkt)
+	}
+}
+
+// tftpRequest is a parsed RRQ or WRQ.
+type tftpRequest struct {
+	op       uint16
+	filename string
+	mode     string
+	options  map[string]string
+}
+
+func parseTFTPRequest(p []byte) (*tftpRequest, error) {
+	if len(p) < 4 {
+		return nil, errors.New("short packet")
+	}
+	r := &tftpRequest{op: binary.BigEndian.Uint16(p), options: map[string]string{}}
+	if r.op != tftpRRQ && r.op != tftpWRQ {
+		return nil, fmt.Errorf("opcode %d is not a request", r.op)
+	}
+	fields := bytes.Split(p[2:], []byte{0})
+	if len(fields) < 3 || len(fields[len(fields)-1]) != 0 {
+		return nil, errors.New("request not NUL-terminated")
+	}
+	fields = fields[:len(fields)-1]
+	r.filename, r.mode = string(fields[0]), strings.ToLower(string(fields[1]))
+	if r.mode != "octet" && r.mode != "netascii" {
+		return nil, fmt.Errorf("mode %q: want octet", r.mode)
+	}
+	for i := 2; i+1 < len(fields); i += 2 {
+		r.options[strings.ToLower(string(fields[i]))] = string(fields[i+1])
+	}
+	return r, nil
+}
+
+func (t *TFTP) handle(ctx context.Context, local, peer net.Addr, pkt []byte) {
+	listen := t.Listen
+	if listen == nil {
+		listen = func(local net.Addr) (net.PacketConn, error) {
+			host, _, _ := net.SplitHostPort(local.String())
+			return net.ListenPacket("udp", net.JoinHostPort(host, "0"))
+		}
+	}
+	conn, err := listen(local)
+	if err != nil {
+		t.Log.Error("tftp: opening a transfer socket", "error", err.Error())
+		return
+	}
+	defer conn.Close()
+	req, err := parseTFTPRequest(pkt)
+	if err != nil {
+		t.Log.Warn("tftp refused", "remote", peer.String(), "error", err.Error())
+		sendTFTPError(conn, peer, tftpErrIllegal, err.Error())
+		return
+	}
+	if req.op == tftpWRQ {
+		t.Log.Warn("tftp refused", "remote", peer.String(), "file", req.filename, "error", "write request")
+		sendTFTPError(conn, peer, tftpErrAccess, "read-only server")
+		return
+	}
+	data, err := t.open(req.filename)
+	if err != nil {
+		code := uint16(tftpErrNotFound)
+		if errors.Is(err, errRefused) {
+			code = tftpErrAccess
+		}
+		t.Log.Warn("tftp refused", "remote", peer.String(), "file", req.filename, "error", err.Error())
+		sendTFTPError(conn, peer, code, err.Error())
+		return
+	}
+	if err := t.send(ctx, conn, peer, req, data); err != nil {
+		t.Log.Warn("tftp transfer failed", "remote", peer.String(), "file", req.filename, "error", err.Error())
+		return
+	}
+	t.Log.Info("tftp sent", "remote", peer.String(), "file", req.filename, "bytes", len(data))
+}
+
+// open returns a file's bytes: boot.ipxe is generated, the rest come from Dir.
+func (t *TFTP) open(name string) ([]byte, error) {
+	name = strings.TrimPrefix(name, "/") // firmware often asks for "/undionly.kpxe"
+	if name == "boot.ipxe" && t.Chain != "" {
+		return []byte("#!ipxe\ndhcp\nchain " + t.Chain + "\n"), nil
+	}
+	if err := checkRelPath(name); err != nil {
+		return nil, err
+	}
+	if t.Dir == "" {
+		return nil, fmt.Errorf("%s: %w", name, fs.ErrNotExist)
+	}
+	root, err := os.OpenRoot(t.Dir)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	f, err := root.Open(name)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", errRefused, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is not a regular file", errRefused, name)
+	}
+	if fi.Size() > 64<<20 {
+		return nil, fmt.Errorf("%w: %s is over 64 MiB: serve it over HTTP", errRefused, name)
+	}
+	return io.ReadAll(f)
+}
+
+// send runs one read transfer: OACK when options were asked, then DATA blocks, each
+// retransmitted until its ACK comes (block numbers roll over past 65535).
+func (t *TFTP) send(ctx context.Context, conn net.PacketConn, peer net.Addr, req *tftpRequest, data []byte) error {
+	timeout, retries := t.Timeout, t.Retries
+	if timeout <= 0 {
+		timeout = 2 * time.Second
+	}
+	if retries <= 0 {
+		retries = 5
+	}
+	blksize := 512
+	var oack []string
+	if v, ok := req.options["blksize"]; ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 8 {
+			sendTFTPError(conn, peer, tftpErrOption, "bad blksize")
+			return fmt.Errorf("blksize %q", v)
+		}
+		blksize = min(n, 1468) // one Ethernet frame, no IP fragments
+		oack = append(oack, "blksize", strconv.Itoa(blksize))
+	}
+	if _, ok := req.options["tsize"]; ok {
+		oack = append(oack, "tsize", strconv.Itoa(len(data)))
+	}
+	if v, ok := req.options["timeout"]; ok {
+		if n, err := strconv.Atoi(v); err == nil && n >= 1 && n <= 255 {
+			timeout = time.Duration(n) * time.Second
+			oack = append(oack, "timeout", v)
+		}
+	}
+	// exchange sends pkt until an ACK of block arrives from peer.
+	ack := make([]byte, 1500)
+	exchange := func(pkt []byte, block uint16) error {
+		for try := 0; try <= retries; try++ {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if _, err := conn.WriteTo(pkt, peer); err != nil {
+				return err
+			}
+			deadline := time.Now().Add(timeout)
+			for {
+				conn.SetReadDeadline(deadline)
+				n, from, err := conn.ReadFrom(ack)
+				if err != nil {
+					var ne net.Error
+					if errors.As(err, &ne) && ne.Timeout() {
+						break // retransmit
+					}
+					return err
+				}
+				if from.String() != peer.String() {
+					sendTFTPError(conn, from, 5, "unknown transfer ID")
+					continue
+				}
+				if n >= 4 && binary.BigEndian.Uint16(ack) == tftpERROR {
+					return fmt.Errorf("the client gave up: %s", strings.TrimRight(string(ack[4:n]), "\x00"))
+				}
+				if n >= 4 && binary.BigEndian.Uint16(ack) == tftpACK && binary.BigEndian.Uint16(ack[2:]) == block {
+					return nil
+				}
+			}
+		}
+		return fmt.Errorf("no ACK for block %d after %d tries", block, retries+1)
+	}
+	if len(oack) > 0 {
+		pkt := []byte{0, tftpOACK}
+		for _, s := range oack {
+			pkt = append(append(pkt, s...), 0)
+		}
+		if err := exchange(pkt, 0); err != nil {
+			return err
+		}
+	}
+	pkt := make([]byte, 4+blksize)
+	for block, off := uint16(1), 0; ; block, off = block+1, off+blksize {
+		end := min(off+blksize, len(data))
+		binary.BigEndian.PutUint16(pkt, tftpDATA)
+		binary.BigEndian.PutUint16(pkt[2:], block)
+		n := copy(pkt[4:], data[off:end])
+		if err := exchange(pkt[:4+n], block); err != nil {
+			return err
+		}
+		if n < blksize {
+			return nil
+		}
+	}
+}
+
+func sendTFTPError(conn net.PacketConn, to net.Addr, code uint16, msg string) {
+	pkt := []byte{0, tftpERROR, byte(code >> 8), byte(code)}
+	pkt = append(append(pkt, msg...), 0)
+	conn.WriteTo(pkt, to)
+}

@@ -167,8 +167,12 @@ func (b *runner) kernel(ctx context.Context, scratch, out string) error {
 	}
 	hintFile := filepath.Join(b.opt.Store.Root, "hints", "kernel-steps-"+r.Kernel.Base)
 	hint, _ := readInt(hintFile)
+	var cert []byte
+	if ms := b.plan.ModSign; ms != nil {
+		cert = ms.CertPEM
+	}
 	res, err := kernel.Build(ctx, kernel.Options{
-		Source: src, Base: r.Kernel.Base, Fragments: frags, Patches: patches, Epoch: epoch,
+		Source: src, Base: r.Kernel.Base, Fragments: frags, Patches: patches, ModuleSigCert: cert, Epoch: epoch,
 		Jobs: b.opt.Jobs, Log: b.opt.Log, LogFile: filepath.Join(scratch, "kernel.log"), ObjectsHint: hint,
 	}, out)
 	if err != nil {

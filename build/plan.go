@@ -5,6 +5,7 @@ package build
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,11 +15,13 @@ import (
 	"strings"
 
 	"github.com/peerboot/peerboot/driver"
+	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/kernel"
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/overlay"
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/rootfs"
+	"github.com/peerboot/peerboot/sign/keyref"
 	"github.com/peerboot/peerboot/store"
 )
 
@@ -54,6 +57,45 @@ type Plan struct {
 	Recipe *recipe.Resolved
 	Tools  Tools
 	Stages []*Stage
+	// ModSign is what the recipe's sign.module_cert and sign.module_key name;
+	// nil when the recipe signs no modules.
+	ModSign *ModuleSigning
+}
+
+// ModuleSigning is the recipe's module-signing material as the stages use it:
+// the kernel stage compiles the certificate into its built-in keyring, the
+// rootfs stage signs every module with the key. Only digests enter the keys.
+type ModuleSigning struct {
+	CertPEM []byte // sign.module_cert, normalised to one PEM CERTIFICATE block
+	KeyRef  string // sign.module_key, a "file:" path made relative to the recipe; "" = none
+	KeyHash string // digest of the key reference's bytes (never the key itself)
+}
+
+// moduleSigning reads sign.module_cert and sign.module_key, relative paths
+// taken from the recipe's directory.
+func moduleSigning(r *recipe.Resolved) (*ModuleSigning, error) {
+	if r.Sign.ModuleCert == "" && r.Sign.ModuleKey == "" {
+		return nil, nil
+	}
+	if r.Sign.ModuleCert == "" {
+		return nil, exitcode.Tag(exitcode.Recipe, fmt.Errorf("%s: sign.module_key needs sign.module_cert: the kernel must be built to trust the key", r.Path))
+	}
+	dir := filepath.Dir(r.Path)
+	ref := keyref.Resolve(r.Sign.ModuleCert, dir)
+	cert, err := keyref.LoadCert(ref)
+	if err != nil {
+		return nil, exitcode.Tag(exitcode.Recipe, fmt.Errorf("%s: sign.module_cert: %w", r.Path, err))
+	}
+	m := &ModuleSigning{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})}
+	if r.Sign.ModuleKey != "" {
+		m.KeyRef = keyref.Resolve(r.Sign.ModuleKey, dir)
+		b, _, err := keyref.Read(m.KeyRef)
+		if err != nil {
+			return nil, exitcode.Tag(exitcode.Recipe, fmt.Errorf("%s: sign.module_key: %w", r.Path, err))
+		}
+		m.KeyHash = digest(b)
+	}
+	return m, nil
 }
 
 // Tools are peerboot's own binaries that go into the image.
@@ -108,6 +150,11 @@ func MakePlan(r *recipe.Resolved, ins []lock.Input, un []lock.Unresolved, st *st
 	}
 
 	epoch := strconv.FormatInt(r.SourceDateEpoch, 10)
+	ms, err := moduleSigning(r)
+	if err != nil {
+		return nil, err
+	}
+	p.ModSign = ms
 
 	k := &Stage{Name: "kernel"}
 	inputs(k, lock.RoleKernelSource)
@@ -124,6 +171,9 @@ func MakePlan(r *recipe.Resolved, ins []lock.Input, un []lock.Unresolved, st *st
 			return nil, fmt.Errorf("kernel.patches: %w", err)
 		}
 		k.Items = append(k.Items, Item{"input", "patch " + f, digest(b)})
+	}
+	if ms != nil { // only then: a recipe without module signing keeps its kernel key
+		k.Items = append(k.Items, Item{"input", "module certificate", digest(ms.CertPEM)})
 	}
 	k.Items = append(k.Items, field("kernel.base", r.Kernel.Base), field("source_date_epoch", epoch))
 	p.add(k, st)
@@ -151,6 +201,10 @@ func MakePlan(r *recipe.Resolved, ins []lock.Input, un []lock.Unresolved, st *st
 		return nil, fmt.Errorf("overlay: %w", err)
 	}
 	rf.Items = append(rf.Items, Item{"input", "overlay", ov})
+	if ms != nil && ms.KeyRef != "" {
+		// The key's digest, not the key: a new key re-signs every module.
+		rf.Items = append(rf.Items, Item{"input", "module signing key", ms.KeyHash})
+	}
 	for _, t := range []struct{ name, path string }{{"peerboot-init", tools.Init}, {"p2pcheck", tools.P2PCheck}} {
 		b, err := os.ReadFile(t.path)
 		if err != nil {
@@ -161,7 +215,9 @@ func MakePlan(r *recipe.Resolved, ins []lock.Input, un []lock.Unresolved, st *st
 	}
 	rf.Items = append(rf.Items,
 		field("platform", r.Platform), field("driver.params", r.Driver.Params), field("env", r.Env),
-		field("selftest", r.Selftest), field("boot", r.Boot), field("name", r.Name), field("source_date_epoch", epoch))
+		field("selftest", r.Selftest), field("boot", r.Boot), field("name", r.Name), field("source_date_epoch", epoch),
+		// The self-test's verdict reads driver.p2p from the recipe copy in the image.
+		field("driver.p2p", r.Driver.P2P))
 	p.add(rf, st)
 
 	ir := &Stage{Name: "initramfs"}

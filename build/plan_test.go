@@ -1,10 +1,18 @@
 package build
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/recipe"
@@ -50,6 +58,21 @@ func planFor(t *testing.T, dir string) map[string]string {
 	return keys
 }
 
+// testCert is a PEM self-signed certificate; serial tells two apart.
+func testCert(t *testing.T, serial int64) string {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "plan test"},
+		NotBefore: time.Unix(1700000000, 0), NotAfter: time.Unix(1800000000, 0)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+}
+
 // Which stages a change re-runs: the keys are the whole story.
 func TestKeysFollowTheirInputs(t *testing.T) {
 	dir := t.TempDir()
@@ -73,6 +96,14 @@ func TestKeysFollowTheirInputs(t *testing.T) {
 			b, _ := os.ReadFile(filepath.Join(dir, "t.toml"))
 			write("t.toml", strings.Replace(string(b), `cmdline = "console=ttyS0"`, `cmdline = "console=ttyS0 quiet"`, 1))
 		}, []string{"image", "sign"}},
+		{"module signing on", func() {
+			write("module.crt", testCert(t, 1))
+			write("module.key", "key v1")
+			b, _ := os.ReadFile(filepath.Join(dir, "t.toml"))
+			write("t.toml", string(b)+"[sign]\nmodule_key = \"file:module.key\"\nmodule_cert = \"file:module.crt\"\n")
+		}, []string{"kernel", "driver", "rootfs", "initramfs", "image", "sign"}},
+		{"module key", func() { write("module.key", "key v2") }, []string{"rootfs", "initramfs", "image", "sign"}},
+		{"module certificate", func() { write("module.crt", testCert(t, 2)) }, []string{"kernel", "driver", "rootfs", "initramfs", "image", "sign"}},
 	}
 	prev := base
 	for _, c := range cases {

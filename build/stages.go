@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"maps"
@@ -21,6 +23,7 @@ import (
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/overlay"
 	"github.com/peerboot/peerboot/rootfs"
+	"github.com/peerboot/peerboot/sign/keyref"
 )
 
 // Stage output layouts read by later stages.
@@ -89,7 +92,18 @@ func (b *runner) rootfs(ctx context.Context, scratch, out string) error {
 	if err != nil {
 		return err
 	}
+	var modKey crypto.Signer
+	var modCert *x509.Certificate
+	if ms := b.plan.ModSign; ms != nil && ms.KeyRef != "" {
+		if modKey, err = keyref.LoadSigner(ms.KeyRef); err != nil {
+			return fmt.Errorf("sign.module_key: %w", err)
+		}
+		if modCert, err = keyref.ParseCert(ms.CertPEM); err != nil {
+			return fmt.Errorf("sign.module_cert: %w", err)
+		}
+	}
 	return rootfs.Build(ctx, rootfs.Options{
+		ModuleKey: modKey, ModuleCert: modCert,
 		Debs: debs, Release: rel, DriverVersion: r.Driver.Version,
 		KernelModules: filepath.Join(kout, kernel.ModulesDir, "lib", "modules", rel),
 		DriverModules: kos, Overlay: overlay.FS(), Files: files,

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"flag"
 	"io/fs"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -544,5 +545,36 @@ func startCPU(b *testing.B, who int) func() {
 	start := get()
 	return func() {
 		b.ReportMetric(float64((get()-start).Milliseconds())/float64(b.N), "cpu-ms/op")
+	}
+}
+
+func TestReadFiles(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]string{"usr/lib/modules/6.1/kernel/a.ko": "module a", "usr/lib/modules/6.1/updates/b.ko": strings.Repeat("b", 70000), "etc/hostname": "node\n", "empty.ko": ""}
+	for p, body := range files {
+		os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+		os.WriteFile(filepath.Join(root, p), []byte(body), 0o644)
+	}
+	os.Symlink("a.ko", filepath.Join(root, "usr/lib/modules/6.1/kernel/link.ko"))
+	var buf bytes.Buffer
+	if _, err := Pack(context.Background(), root, 1700000000, &buf); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	err := ReadFiles(&buf, func(p string) bool { return strings.HasSuffix(p, ".ko") }, func(p string, data []byte) error {
+		got[p] = string(data)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for p, body := range files {
+		if strings.HasSuffix(p, ".ko") {
+			want[p] = body
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("ReadFiles gave %d files %v, want the 3 regular .ko files", len(got), slices.Sorted(maps.Keys(got)))
 	}
 }

@@ -103,16 +103,41 @@ func listPath(s string) string {
 	return s
 }
 
+// ReadFiles reads a (possibly zstd-compressed) newc cpio and calls fn with the
+// path and contents of each regular file for which want(path) is true, in
+// archive order. Only those files are held in memory, one at a time, and no
+// more of each than the archive really holds.
+func ReadFiles(r io.Reader, want func(path string) bool, fn func(path string, data []byte) error) error {
+	rc, err := NewReader(r)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	return readArchiveData(rc, want, func(h rawHeader) error {
+		if h.data == nil {
+			return nil
+		}
+		return fn(h.name, h.data)
+	})
+}
+
 // rawHeader is one parsed newc entry, as stored.
 type rawHeader struct {
 	ino, mode, uid, gid, nlink, mtime, size uint32
 	name, target                            string
+	data                                    []byte // a regular file's contents, when asked for
 }
 
 // readArchive calls fn for each entry of a newc stream up to the trailer.
 // File data is skipped, never buffered, so memory stays bounded whatever
 // sizes the headers claim.
 func readArchive(r io.Reader, fn func(rawHeader) error) error {
+	return readArchiveData(r, nil, fn)
+}
+
+// readArchiveData is readArchive that also reads the data of the regular files
+// want accepts (into rawHeader.data, non-nil).
+func readArchiveData(r io.Reader, want func(string) bool, fn func(rawHeader) error) error {
 	var buf [newcHdrLen]byte
 	var off int64 // for error messages
 	for {
@@ -159,6 +184,16 @@ func readArchive(r io.Reader, fn func(rawHeader) error) error {
 				return fmt.Errorf("initramfs: %s: symlink target: %w", h.name, noEOF(err))
 			}
 			h.target = string(t[:h.size])
+		} else if h.mode&0o170000 == 0o100000 && want != nil && want(h.name) {
+			// ReadAll grows with what arrives, not with what the header claims.
+			b, err := io.ReadAll(io.LimitReader(r, dataLen))
+			if err != nil {
+				return fmt.Errorf("initramfs: %s: data: %w", h.name, err)
+			}
+			if int64(len(b)) != dataLen {
+				return fmt.Errorf("initramfs: %s: data (%d of %d bytes): %w", h.name, len(b), dataLen, io.ErrUnexpectedEOF)
+			}
+			h.data = b[:h.size:h.size]
 		} else if n, err := io.CopyN(io.Discard, r, dataLen); err != nil {
 			return fmt.Errorf("initramfs: %s: data (%d of %d bytes): %w", h.name, n, dataLen, noEOF(err))
 		}

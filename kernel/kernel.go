@@ -24,10 +24,11 @@ type Options struct {
 	Base      string     // "tinyconfig" or "x86_64_defconfig"
 	Fragments []Fragment // merged in order
 	Patches   []Fragment // applied in order
-	// ModuleSigCert is a PEM certificate the kernel's built-in keyring trusts for
-	// module signatures; "" builds a kernel with signature support and no key.
-	// Never a generated key: that would make every build different.
-	ModuleSigCert string
+	// ModuleSigCert is the PEM text of the certificate(s) the kernel's built-in
+	// keyring trusts for module signatures; nil builds a kernel with signature
+	// support and no key. Never a generated key: that would make every build
+	// different.
+	ModuleSigCert []byte
 	Epoch         int64 // SOURCE_DATE_EPOCH
 	Jobs          int
 	Log           io.Writer // progress lines
@@ -50,6 +51,30 @@ const (
 	ModulesDir  = "modules" // modules/lib/modules/<release>/
 	BuildDir    = "build"   // what out-of-tree modules build against
 )
+
+// How the kernel comes to trust the module-signing certificate (read from 6.1's
+// certs/Kconfig and certs/Makefile):
+//
+//   - CONFIG_MODULE_SIG_KEY names a PEM file holding the private key AND the
+//     certificate; kbuild extracts the certificate into the built-in keyring and,
+//     with MODULE_SIG_ALL, signs every in-tree module with the key during
+//     modules_install. Left at its default "certs/signing_key.pem", the build
+//     generates a fresh random key when the file is missing, so no two builds
+//     would be the same. We set it to "": extract-cert then writes an empty
+//     signing_key.x509, nothing is generated and no private key is read.
+//   - CONFIG_SYSTEM_TRUSTED_KEYS names a PEM file of certificates only, compiled
+//     into the built-in (.builtin_trusted_keys) keyring, which module signature
+//     checks use. That is how the module certificate gets in: the kernel stage
+//     sees the certificate, never the key; modules are signed later, in the
+//     rootfs stage (MODULE_SIG_ALL stays off, see configs/base.config).
+//
+// The path is relative to the tree (kbuild runs there), so the scratch
+// directory's name stays out of .config.
+var signingConfig = []byte("CONFIG_MODULE_SIG_KEY=\"\"\n")
+
+// TrustedCertsFile is where the module certificate is written in the source
+// tree, as CONFIG_SYSTEM_TRUSTED_KEYS names it.
+const TrustedCertsFile = ".peerboot/trusted-certs.pem"
 
 // Build configures and compiles the kernel in opt.Source and writes the stage
 // output to out.
@@ -79,14 +104,13 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 	if err := os.MkdirAll(fragDir, 0o755); err != nil {
 		return nil, err
 	}
-	sigKey := ""
-	if opt.ModuleSigCert != "" {
-		sigKey = opt.ModuleSigCert
+	all := append(append([]Fragment{}, opt.Fragments...), Fragment{Name: "peerboot-signing.config", Data: signingConfig})
+	if opt.ModuleSigCert != nil {
+		if err := os.WriteFile(filepath.Join(src, TrustedCertsFile), opt.ModuleSigCert, 0o644); err != nil {
+			return nil, err
+		}
+		all = append(all, Fragment{Name: "peerboot-trusted-keys.config", Data: []byte(fmt.Sprintf("CONFIG_SYSTEM_TRUSTED_KEYS=%q\n", TrustedCertsFile))})
 	}
-	all := append(append([]Fragment{}, opt.Fragments...), Fragment{
-		Name: "peerboot-signing.config",
-		Data: []byte(fmt.Sprintf("CONFIG_MODULE_SIG_KEY=%q\n", sigKey)),
-	})
 	args := []string{"-m", ".config"}
 	for i, f := range all {
 		p := filepath.Join(fragDir, fmt.Sprintf("%02d-%s", i, filepath.Base(f.Name)))

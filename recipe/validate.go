@@ -132,6 +132,9 @@ func validate(r *Recipe) Errors {
 			c.add(k.key, `want "file:PATH" or "env:VARIABLE", got %q`, k.v)
 		}
 	}
+	if r.Sign.ModuleKey != "" && r.Sign.ModuleCert == "" {
+		c.add("sign.module_key", "needs sign.module_cert too: the kernel is built to trust that certificate, and it names the signer")
+	}
 	return c.errs
 }
 

@@ -7,6 +7,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -21,6 +24,7 @@ import (
 
 	"github.com/peerboot/peerboot/debfile"
 	"github.com/peerboot/peerboot/internal/fsutil"
+	"github.com/peerboot/peerboot/sign/modsign"
 )
 
 // Version is the rootfs stage's version: bump it when this code changes its output.
@@ -41,6 +45,10 @@ type Options struct {
 	Overlay       fs.FS             // static files laid over everything (rooted at the image root)
 	Files         map[string][]byte // generated files (image path -> bytes), laid last
 	Executables   map[string]string // image path -> host file (init, p2pcheck), mode 0755
+	// ModuleKey, when set, signs every module in the image (in-tree and
+	// driver); ModuleCert is its certificate, which the kernel trusts.
+	ModuleKey  crypto.Signer
+	ModuleCert *x509.Certificate
 }
 
 // Build writes the tree into root, which must be empty.
@@ -86,6 +94,15 @@ func Build(ctx context.Context, opt Options, root string) error {
 			return fmt.Errorf("driver modules: %w", err)
 		}
 	}
+	if opt.ModuleKey != nil {
+		n, err := SignModules(ctx, modDir, opt.ModuleKey, opt.ModuleCert)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("module signing: no .ko files under %s", modDir)
+		}
+	}
 	if opt.Release != "" {
 		if out, err := exec.CommandContext(ctx, "depmod", "-b", root, opt.Release).CombinedOutput(); err != nil {
 			return fmt.Errorf("depmod: %w: %s", err, out)
@@ -124,6 +141,72 @@ func Build(ctx context.Context, opt Options, root string) error {
 		return fmt.Errorf("ldconfig: %w: %s", err, out)
 	}
 	return CheckResolves(root, "libcuda.so.1", "libnvidia-ml.so.1")
+}
+
+var compressedKo = regexp.MustCompile(`\.ko\.(xz|gz|zst)$`)
+
+// SignModules signs every .ko under dir in place with key (see package
+// modsign), in path order, then checks that each one ends with the signature
+// magic. A compressed module is an error: it would have to be signed before
+// compression. It returns how many modules it signed.
+func SignModules(ctx context.Context, dir string, key crypto.Signer, cert *x509.Certificate) (int, error) {
+	if cert == nil {
+		return 0, errors.New("module signing: a key without its certificate")
+	}
+	if err := modsign.CheckPair(key, cert); err != nil {
+		return 0, fmt.Errorf("module signing: %w", err)
+	}
+	var kos []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		switch {
+		case strings.HasSuffix(p, ".ko"):
+			kos = append(kos, p)
+		case compressedKo.MatchString(p):
+			return fmt.Errorf("%s: a compressed module cannot be signed here; build modules uncompressed", p)
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("module signing: %w", err)
+	}
+	for _, p := range kos { // WalkDir visits in lexical order
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		info, err := os.Stat(p)
+		if err != nil {
+			return 0, err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return 0, fmt.Errorf("module signing: %w", err)
+		}
+		signed, err := modsign.Sign(b, key, cert)
+		if err != nil {
+			return 0, fmt.Errorf("module signing: %s: %w", p, err)
+		}
+		if err := os.WriteFile(p, signed, info.Mode().Perm()); err != nil {
+			return 0, fmt.Errorf("module signing: %w", err)
+		}
+	}
+	// The stage's promise, checked on what is on disk: no module goes unsigned.
+	var unsigned []string
+	for _, p := range kos {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return 0, fmt.Errorf("module signing: %w", err)
+		}
+		if !modsign.Signed(b) {
+			unsigned = append(unsigned, p)
+		}
+	}
+	if len(unsigned) > 0 {
+		return 0, fmt.Errorf("module signing: %d modules lack %q: %s", len(unsigned), strings.TrimSpace(modsign.Magic), strings.Join(unsigned, ", "))
+	}
+	return len(kos), nil
 }
 
 // skipped are package paths that never help an appliance boot.

@@ -240,15 +240,18 @@ func (e *VerifyError) Error() string {
 // VerifyOptions say what Verify trusts: the artifact public key (a path, or a
 // file:/env: reference), and optionally the Secure Boot db certificate.
 type VerifyOptions struct {
-	Key    string
-	DBCert string
-	Log    io.Writer
+	Key        string
+	DBCert     string
+	ModuleCert string // module-signing certificate: every module in the initramfs must verify against it
+	Log        io.Writer
 }
 
 // Verify checks a signed output directory: SHA256SUMS's signature, every listed
 // file's hash, the provenance envelope's signature and that its subjects are
-// exactly SHA256SUMS's files, cosign.pub (if present) against the key, and with
-// a db certificate every listed .efi's Authenticode signature. It returns a
+// exactly SHA256SUMS's files, cosign.pub (if present) against the key, with
+// a db certificate every listed .efi's Authenticode signature, and with a module
+// certificate every kernel module's signature inside each listed initramfs
+// (pxe/initrd.img and the UKIs' .initrd sections). It returns a
 // *VerifyError naming every failing file, or another error when it could not
 // run at all (no key).
 func Verify(ctx context.Context, dir string, opt VerifyOptions) error {
@@ -364,6 +367,20 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) error {
 	}
 	if opt.DBCert == "" {
 		fmt.Fprintln(opt.Log, "verify: no db certificate given: Authenticode signatures not checked")
+	}
+	// 6. Module signatures, inside each initramfs.
+	if opt.ModuleCert != "" {
+		ref := opt.ModuleCert
+		if !strings.HasPrefix(ref, "file:") && !strings.HasPrefix(ref, "env:") {
+			ref = "file:" + ref
+		}
+		cert, err := LoadCert(ref)
+		if err != nil {
+			return err
+		}
+		verifyModules(ctx, dir, sums, cert, opt.Log, fail)
+	} else {
+		fmt.Fprintln(opt.Log, "verify: no module certificate given: module signatures not checked")
 	}
 	if len(verr.Problems) > 0 {
 		return verr

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -257,6 +258,11 @@ func TestPAE(t *testing.T) {
 
 // writeSynthetic makes a small build output like build.Publish's, without a disk.
 func writeSynthetic(t *testing.T, withDisk bool) string {
+	return writeSyntheticWith(t, withDisk, nil)
+}
+
+// writeSyntheticWith is writeSynthetic with some files replaced.
+func writeSyntheticWith(t *testing.T, withDisk bool, replace map[string][]byte) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "default")
 	files := map[string][]byte{
@@ -265,6 +271,7 @@ func writeSynthetic(t *testing.T, withDisk bool) string {
 		"pxe/vmlinuz":    bytes.Repeat([]byte("kernel"), 700),
 		"pxe/initrd.img": bytes.Repeat([]byte{0x1f, 0x8b, 0, 1}, 500),
 	}
+	maps.Copy(files, replace)
 	m := build.Manifest{Recipe: "default", RecipeDigest: "sha256:" + strings.Repeat("ab", 32), SourceDateEpoch: 1700000000,
 		Inputs: []build.ManifestInput{{Role: "kernel-source", Name: "linux-source-6.1_6.1.192-3", Digest: "sha256:" + strings.Repeat("01", 32)},
 			{Role: "driver-source", Name: "open-gpu-kernel-modules", Digest: "git:" + strings.Repeat("c", 40)}},

@@ -1,4 +1,4 @@
-package sign
+package keyref
 
 import (
 	"crypto/aes"

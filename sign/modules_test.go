@@ -1,0 +1,85 @@
+package sign
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/peerboot/peerboot/initramfs"
+	"github.com/peerboot/peerboot/sign/modsign"
+)
+
+// initrdWith packs a zstd cpio holding the given modules (path -> bytes).
+func initrdWith(t *testing.T, mods map[string][]byte) []byte {
+	t.Helper()
+	root := t.TempDir()
+	for p, b := range mods {
+		os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+		os.WriteFile(filepath.Join(root, p), b, 0o644)
+	}
+	os.MkdirAll(filepath.Join(root, "etc"), 0o755)
+	os.WriteFile(filepath.Join(root, "etc/hostname"), []byte("node\n"), 0o644)
+	var buf bytes.Buffer
+	if _, err := initramfs.Pack(context.Background(), root, 1700000000, &buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func signedModule(t *testing.T, body string, keyFile, certFile string) []byte {
+	t.Helper()
+	k, err := LoadSigner(key(keyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := modsign.Sign([]byte(body), k, mustCert(t, key(certFile)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestVerifyModules(t *testing.T) {
+	ctx := context.Background()
+	good := map[string][]byte{
+		"usr/lib/modules/6.1.192/kernel/drivers/net/igb.ko": signedModule(t, "igb", ModuleKeyFile, ModuleCertFile),
+		"usr/lib/modules/6.1.192/updates/dkms/nvidia.ko":    signedModule(t, "nvidia", ModuleKeyFile, ModuleCertFile),
+	}
+	// Another key, with a certificate the verifier is not given: the db key set
+	// stands in for "a module signed with another key".
+	wrong := signedModule(t, "nvidia", DBKeyFile, DBCertFile)
+	for _, c := range []struct {
+		name string
+		mods map[string][]byte
+		want string // "" = passes
+	}{
+		{"all signed", good, ""},
+		{"another key", map[string][]byte{"usr/lib/modules/6.1.192/updates/dkms/nvidia.ko": wrong}, "module /usr/lib/modules/6.1.192/updates/dkms/nvidia.ko: " + modsign.ErrUnknownKey.Error()},
+		{"unsigned", map[string][]byte{"usr/lib/modules/6.1.192/updates/dkms/nvidia.ko": []byte("nvidia")}, modsign.ErrUnsigned.Error()},
+		{"no modules", map[string][]byte{}, "holds no kernel modules"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := writeSyntheticWith(t, false, map[string][]byte{"pxe/initrd.img": initrdWith(t, c.mods)})
+			if err := SignOutput(ctx, dir, Options{ArtifactKey: key(ArtifactKeyFile), Version: "test"}); err != nil {
+				t.Fatal(err)
+			}
+			var log strings.Builder
+			err := Verify(ctx, dir, VerifyOptions{Key: filepath.Join(testKeys, ArtifactPubFile), ModuleCert: filepath.Join(testKeys, ModuleCertFile), Log: &log})
+			var ve *VerifyError
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("Verify: %v", err)
+			case c.want == "":
+				if !strings.Contains(log.String(), "pxe/initrd.img: 2 module signatures OK") {
+					t.Errorf("log does not report the modules checked:\n%s", log.String())
+				}
+			case !errors.As(err, &ve) || !names(ve, "pxe/initrd.img") || !strings.Contains(err.Error(), c.want):
+				t.Errorf("Verify: %v; want a problem for pxe/initrd.img containing %q", err, c.want)
+			}
+		})
+	}
+}

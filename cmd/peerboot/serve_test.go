@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fakeOutput writes the smallest build output serve accepts: a manifest and a PXE bundle.
+func fakeOutput(t *testing.T, root, recipe string) {
+	t.Helper()
+	dir := filepath.Join(root, recipe)
+	os.MkdirAll(filepath.Join(dir, "pxe"), 0o755)
+	for name, body := range map[string]string{
+		"pxe/vmlinuz": "kernel", "pxe/initrd.img": "initrd",
+		"pxe/boot.ipxe": "#!ipxe\nkernel vmlinuz console=ttyS0\ninitrd initrd.img\nboot\n",
+	} {
+		os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644)
+	}
+	m, _ := json.Marshal(map[string]any{"recipe": recipe, "outputs": []map[string]string{
+		{"path": "pxe/vmlinuz", "sha256": strings.Repeat("a", 64)}, {"path": "pxe/initrd.img", "sha256": strings.Repeat("b", 64)},
+	}})
+	os.WriteFile(filepath.Join(dir, "manifest.json"), m, 0o644)
+}
+
+func TestServeUsageErrors(t *testing.T) {
+	empty := t.TempDir()
+	_, errs, code := run(t, "serve", "--demo", "--out", empty)
+	if code != 2 || !strings.Contains(errs, "make image") {
+		t.Errorf("--demo without a build: exit %d, %s", code, errs)
+	}
+	_, errs, code = run(t, "serve", "--out", empty)
+	if code != 2 || !strings.Contains(errs, "no build output under") {
+		t.Errorf("no builds: exit %d, %s", code, errs)
+	}
+	out := t.TempDir()
+	fakeOutput(t, out, "default")
+	inv := filepath.Join(t.TempDir(), "rack.toml")
+	os.WriteFile(inv, []byte("default = \"default\"\n[[node]]\nmac = \"nope\"\nrecipe = \"xeon\"\n"), 0o644)
+	_, errs, code = run(t, "serve", "--out", out, "--inventory", inv)
+	if code != 3 || !strings.Contains(errs, "rack.toml:3: node[0].mac: want a MAC address") {
+		t.Errorf("bad inventory: exit %d, %s", code, errs)
+	}
+	_, errs, code = run(t, "serve", "--out", out, "--tftp", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "r.db"))
+	if code != 2 || !strings.Contains(errs, "--public-url") {
+		t.Errorf("--tftp without --public-url: exit %d, %s", code, errs)
+	}
+}
+
+// TestServeCommand starts the real command and fetches a boot script from it.
+func TestServeCommand(t *testing.T) {
+	out := t.TempDir()
+	fakeOutput(t, out, "default")
+	cmd := exec.Command(peerboot, "serve", "--out", out, "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "r.db"))
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	sc := bufio.NewScanner(stdout)
+	addr := ""
+	deadline := time.Now().Add(20 * time.Second)
+	for addr == "" && time.Now().Before(deadline) && sc.Scan() {
+		if m := regexp.MustCompile(`listening on (127\.0\.0\.1:\d+)`).FindStringSubmatch(sc.Text()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatal("serve did not say where it listens")
+	}
+	go io.Copy(io.Discard, stdout)
+	resp, err := http.Get("http://" + addr + "/boot.ipxe?mac=52:54:00:12:34:56")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(b), "peerboot.token=") || !strings.Contains(string(b), "console=ttyS0") {
+		t.Errorf("%s\n%s", resp.Status, b)
+	}
+}

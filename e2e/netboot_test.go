@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +24,8 @@ import (
 // TestPXEFromServe boots the default image the way a rack would: `peerboot serve` on
 // 127.0.0.1, QEMU's iPXE (user-mode networking, the host is 10.0.2.2) chains
 // /boot.ipxe?mac=${net0/mac}, fetches the kernel and the initrd over HTTP from the
-// server, and the node's self-test report reaches the server's database and its page.
+// server; the node's init gets an address by DHCP and POSTs its self-test report, which
+// must reach the server's database and its page.
 func TestPXEFromServe(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the default image and boots it in QEMU; runs in `make test`")
@@ -97,29 +99,23 @@ func TestPXEFromServe(t *testing.T) {
 		t.Errorf("the server refused a file iPXE asked for:\n%s", logs.String())
 	}
 
-	// The report must reach the server. An image whose init brings up the NIC posts it
-	// itself; one that has only loopback (today's default image: no DHCP client in the
-	// init, no IP_PNP in the kernel) cannot, and the test relays the console report
-	// with the token from the node's own command line, exactly as the init would.
-	if !strings.Contains(console.String(), "report POSTed to") {
-		t.Logf("the node could not POST (%s); relaying its console report", lineWith(console.String(), "report POST to"))
-		token := ""
-		for _, f := range strings.Fields(r.Kernel.Cmdline) {
-			if v, ok := strings.CutPrefix(f, "peerboot.token="); ok {
-				token = v
-			}
+	// The report must reach the server from the node itself: the init brings up the
+	// NIC by DHCP (slirp's server gives 10.0.2.15/24, router 10.0.2.2) and POSTs it.
+	var network *selftest.Finding
+	for i := range r.Findings {
+		if r.Findings[i].ID == "init.network" {
+			network = &r.Findings[i]
 		}
-		body, _ := selftest.Encode(r)
-		req, _ := http.NewRequest("POST", "http://"+base+"/reports?node=52:54:00:12:34:56", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusCreated {
-			t.Fatalf("relayed report: %s\n%s", resp.Status, logs.String())
-		}
+	}
+	if network == nil || network.Status != selftest.SevInfo || !strings.Contains(network.Message, ": 10.0.2.15/24 from DHCP server 10.0.2.2, router 10.0.2.2") {
+		t.Errorf("the node's network finding is not a DHCP lease on 10.0.2.0/24: %+v", network)
+	}
+	if !strings.Contains(console.String(), "report POSTed to http://10.0.2.2:"+port+"/reports?node=52:54:00:12:34:56") {
+		t.Fatalf("the node did not POST its report itself (%s; network: %s)\nserver:\n%s", lineWith(console.String(), "report POST"), lineWith(console.String(), "peerboot: network:"), logs.String())
+	}
+	t.Logf("node: %s; %s", lineWith(console.String(), "peerboot: network:"), lineWith(console.String(), "report POST"))
+	if !strings.Contains(logs.String(), "report stored") {
+		t.Errorf("the node says it POSTed, but the server log has no stored report:\n%s", logs.String())
 	}
 	resp, err := http.Get("http://" + base + "/nodes/52:54:00:12:34:56")
 	if err != nil {
@@ -161,5 +157,5 @@ func lineWith(s, sub string) string {
 			return strings.TrimSpace(l)
 		}
 	}
-	return "no POST line"
+	return "no line with " + strconv.Quote(sub)
 }

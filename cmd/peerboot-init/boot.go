@@ -44,6 +44,9 @@ type machine struct {
 	now      func() time.Time
 	sleep    func(time.Duration)
 	post     func(url, token string, body []byte) error // token "": no Authorization header
+	// netUp brings up an Ethernet interface by DHCP for the report POST; it runs only
+	// when there is a report URL, beside the module loading.
+	netUp func() (*lease, error)
 	// handOff takes the final action (shell, poweroff, reboot, halt). The real one
 	// never returns; a test's returns, and boot returns after it.
 	handOff func(action string)
@@ -103,11 +106,14 @@ func (m *machine) boot(st *bootState) {
 		m.say("%s", w)
 	}
 
+	network := m.startNetwork(st)
+
 	t := m.now()
 	st.record.Modules = m.loadDriver(st, modules, params)
 	st.record.Durations = append(st.record.Durations, selftest.Duration{Phase: selftest.PhaseModules, MS: m.now().Sub(t).Milliseconds()})
 
 	partition := m.mountReports(st)
+	m.joinNetwork(st, network)
 
 	r := m.selftest(st, env, total)
 	m.finish(st, r, partition)

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,7 +26,11 @@ type fakeBox struct {
 	mounts  []string
 	posts   []string
 	actions []string
-	m       *machine
+	// netUp's answer, and how often it was asked
+	lease    *lease
+	netErr   error
+	netCalls int
+	m        *machine
 }
 
 const release = "6.1.0-test"
@@ -80,7 +85,13 @@ func newFakeBox(t *testing.T, cmdline string, loader moduleLoader) *fakeBox {
 		},
 		handOff:       func(a string) { b.actions = append(b.actions, a) },
 		partitionWait: 0,
+		netUp: func() (*lease, error) {
+			b.netCalls++
+			return b.lease, b.netErr
+		},
 	}
+	b.lease = &lease{iface: "eth0", ifindex: 2, addr: net.ParseIP("10.0.2.15").To4(), mask: net.CIDRMask(24, 32), router: net.ParseIP("10.0.2.2").To4(),
+		dns: []net.IP{net.ParseIP("10.0.2.3").To4()}, server: net.ParseIP("10.0.2.2").To4(), time: 24 * time.Hour}
 	return b
 }
 
@@ -130,6 +141,16 @@ func TestBootSequence(t *testing.T) {
 	if len(b.posts) != 1 || b.posts[0] != "http://10.0.2.2:9/r token=0123456789abcdef.t0k" || !strings.Contains(b.console.String(), "report POST to http://10.0.2.2:9/r failed: network unreachable") {
 		t.Errorf("posts %v", b.posts)
 	}
+	nf := findingWith(r, "init.network")
+	if nf == nil || nf.Status != selftest.SevInfo || nf.Message != "eth0: 10.0.2.15/24 from DHCP server 10.0.2.2, router 10.0.2.2, DNS 10.0.2.3, lease 24h0m0s" {
+		t.Errorf("network finding %+v", nf)
+	}
+	if !strings.Contains(b.console.String(), "peerboot: network: eth0: 10.0.2.15/24") || r.Durations[1].Phase != phaseNetwork {
+		t.Errorf("network: durations %+v, console:\n%s", r.Durations, b.console.String())
+	}
+	if rc, _ := os.ReadFile(b.p("/etc/resolv.conf")); !strings.Contains(string(rc), "\nnameserver 10.0.2.3\n") {
+		t.Errorf("resolv.conf: %q", rc)
+	}
 	wantMounts := "proc /proc,sysfs /sys,devtmpfs /dev,devpts /dev/pts,tmpfs /dev/shm,tmpfs /run,tmpfs /tmp,vfat /run/peerboot/reports"
 	if strings.Join(b.mounts, ",") != wantMounts {
 		t.Errorf("mounts %v", b.mounts)
@@ -176,6 +197,54 @@ func TestBootBadRecipe(t *testing.T) {
 	if strings.Join(b.actions, ",") != "shell" {
 		t.Errorf("actions %v", b.actions)
 	}
+	if b.netCalls != 0 || findingWith(r, "init.network") != nil {
+		t.Errorf("no report URL, yet the network was brought up")
+	}
+}
+
+// No lease: a warning finding that says why, and the boot goes on to its report.
+func TestBootNoNetwork(t *testing.T) {
+	b := newFakeBox(t, "peerboot.report_url=http://10.0.2.2:9/r", &fakeLoader{errs: map[string]error{"nvidia": unix.ENODEV}})
+	b.lease, b.netErr = nil, errors.New("eth0: no DHCP offer: no answer within 10s")
+	b.m.run(&bootState{})
+	lines := b.reportLines()
+	if len(lines) != 1 {
+		t.Fatalf("%d report lines", len(lines))
+	}
+	r, err := selftest.DecodeLine(lines[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := findingWith(r, "init.network")
+	if f == nil || f.Status != selftest.SevWarn || f.Message != "no network for the report POST: eth0: no DHCP offer: no answer within 10s" || !strings.Contains(f.Hint, "DHCP server") {
+		t.Errorf("finding %+v", f)
+	}
+	if !strings.Contains(b.console.String(), "peerboot: network: no DHCP lease: eth0: no DHCP offer") {
+		t.Errorf("console:\n%s", b.console.String())
+	}
+}
+
+// A panic in the bring-up's goroutine is its error, not the end of PID 1.
+func TestBootNetworkPanic(t *testing.T) {
+	b := newFakeBox(t, "peerboot.report_url=http://10.0.2.2:9/r", &fakeLoader{errs: map[string]error{"nvidia": unix.ENODEV}})
+	b.m.netUp = func() (*lease, error) { panic("netlink exploded") }
+	b.m.run(&bootState{})
+	r, err := selftest.DecodeLine(b.reportLines()[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := findingWith(r, "init.network"); f == nil || !strings.Contains(f.Message, "panicked: netlink exploded") {
+		t.Errorf("finding %+v", f)
+	}
+}
+
+func findingWith(r *selftest.Report, id string) *selftest.Finding {
+	for i := range r.Findings {
+		if r.Findings[i].ID == id {
+			return &r.Findings[i]
+		}
+	}
+	return nil
 }
 
 type panicLoader struct{}

@@ -1,8 +1,9 @@
 // Command peerboot-init is PID 1 of the peerboot appliance: it mounts the early
-// filesystems, loads the recipe's driver modules, runs the self-test (p2pcheck),
-// prints the verdict and one PEERBOOT-REPORT line on the console, saves and sends the
-// report, and hands over (shell, poweroff, reboot, halt) as the recipe or the kernel
-// command line says. It is a static binary: it runs before any library is known good.
+// filesystems, loads the recipe's driver modules (and, when there is a report URL,
+// gets an address by DHCP meanwhile), runs the self-test (p2pcheck), prints the
+// verdict and one PEERBOOT-REPORT line on the console, saves and sends the report,
+// and hands over (shell, poweroff, reboot, halt) as the recipe or the kernel command
+// line says. It is a static binary: it runs before any library is known good.
 package main
 
 import (
@@ -25,12 +26,13 @@ func main() {
 		root:          "/",
 		console:       io.Discard,
 		mount:         unix.Mount,
-		ifup:          loopbackUp,
+		ifup:          linkUp,
 		loader:        finitLoader{},
 		mknod:         unix.Mknod,
 		now:           time.Now,
 		sleep:         time.Sleep,
 		post:          httpPost,
+		netUp:         realNetwork("/sys/class/net", linkUp),
 		partitionWait: 3 * time.Second,
 	}
 	m.openKlog = func() kernelLog {

@@ -49,9 +49,9 @@ func (m *machine) mountAll() []error {
 	return errs
 }
 
-// loopbackUp sets IFF_UP on an interface with SIOCSIFFLAGS; for lo the kernel then
-// adds 127.0.0.1/8 and ::1 itself, so no address configuration is needed.
-func loopbackUp(name string) error {
+// linkUp sets IFF_UP on an interface with SIOCSIFFLAGS. For lo the kernel then adds
+// 127.0.0.1/8 and ::1 itself; an Ethernet interface gets its address from DHCP.
+func linkUp(name string) error {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("socket: %w", err)

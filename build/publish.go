@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/store"
 )
@@ -109,7 +109,7 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 	if err := os.WriteFile(filepath.Join(tmp, "SHA256SUMS"), sums.Bytes(), 0o644); err != nil {
 		return "", err
 	}
-	if err := syncTree(tmp); err != nil {
+	if err := fsutil.SyncTree(tmp); err != nil {
 		return "", err
 	}
 	if _, err := os.Stat(final); err == nil {
@@ -213,21 +213,4 @@ func isZero(b []byte) bool {
 		}
 	}
 	return true
-}
-
-func syncTree(dir string) error {
-	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := f.Sync(); err != nil && !strings.Contains(err.Error(), "invalid argument") {
-			return err
-		}
-		return nil
-	})
 }

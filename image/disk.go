@@ -146,22 +146,7 @@ func WriteDisk(f *os.File, d Disk) error {
 	lastLBA := totalLBA - 1
 	backupEntries := lastLBA - gptEntryLBAs
 	hdr := func(my, alt, entriesLBA uint64) []byte {
-		h := make([]byte, lbaSize)
-		copy(h[0:8], "EFI PART")
-		binary.LittleEndian.PutUint32(h[8:], 0x00010000) // revision 1.0
-		binary.LittleEndian.PutUint32(h[12:], gptHeaderSize)
-		binary.LittleEndian.PutUint64(h[24:], my)
-		binary.LittleEndian.PutUint64(h[32:], alt)
-		binary.LittleEndian.PutUint64(h[40:], 2+gptEntryLBAs)  // first usable LBA
-		binary.LittleEndian.PutUint64(h[48:], backupEntries-1) // last usable LBA
-		dg := gptBytes(d.DiskGUID)
-		copy(h[56:72], dg[:])
-		binary.LittleEndian.PutUint64(h[72:], entriesLBA)
-		binary.LittleEndian.PutUint32(h[80:], gptEntries)
-		binary.LittleEndian.PutUint32(h[84:], gptEntrySize)
-		binary.LittleEndian.PutUint32(h[88:], entriesCRC)
-		binary.LittleEndian.PutUint32(h[16:], crc32.ChecksumIEEE(h[:gptHeaderSize]))
-		return h
+		return gptHeader(d.DiskGUID, totalLBA, my, alt, entriesLBA, entriesCRC)
 	}
 	writes := []struct {
 		what string

@@ -123,6 +123,28 @@ func (g *GPT) Find(name string) (GPTPartition, bool) {
 // LastUsableLBA is the last LBA a partition may use on a disk of sizeLBA sectors.
 func LastUsableLBA(sizeLBA uint64) uint64 { return sizeLBA - 1 - gptEntryLBAs - 1 }
 
+// gptHeader encodes the primary (my = 1) or backup GPT header of a disk of sizeLBA
+// sectors whose entry array is at entriesLBA; one encoder for writing a new disk and
+// for rewriting the table of a grown one.
+func gptHeader(diskGUID [16]byte, sizeLBA, my, alt, entriesLBA uint64, entriesCRC uint32) []byte {
+	h := make([]byte, lbaSize)
+	copy(h[0:8], "EFI PART")
+	binary.LittleEndian.PutUint32(h[8:], 0x00010000) // revision 1.0
+	binary.LittleEndian.PutUint32(h[12:], gptHeaderSize)
+	binary.LittleEndian.PutUint64(h[24:], my)
+	binary.LittleEndian.PutUint64(h[32:], alt)
+	binary.LittleEndian.PutUint64(h[40:], 2+gptEntryLBAs)         // first usable LBA
+	binary.LittleEndian.PutUint64(h[48:], LastUsableLBA(sizeLBA)) // last usable LBA
+	dg := gptBytes(diskGUID)
+	copy(h[56:72], dg[:])
+	binary.LittleEndian.PutUint64(h[72:], entriesLBA)
+	binary.LittleEndian.PutUint32(h[80:], gptEntries)
+	binary.LittleEndian.PutUint32(h[84:], gptEntrySize)
+	binary.LittleEndian.PutUint32(h[88:], entriesCRC)
+	binary.LittleEndian.PutUint32(h[16:], crc32.ChecksumIEEE(h[:gptHeaderSize]))
+	return h
+}
+
 // SetLastLBA moves the end of the partition at index i.
 func (g *GPT) SetLastLBA(i int, last uint64) error {
 	for k := range g.Partitions {
@@ -165,22 +187,7 @@ func (g *GPT) Write(w io.WriterAt, sizeLBA uint64) error {
 	lastLBA := sizeLBA - 1
 	backupEntries := lastLBA - gptEntryLBAs
 	hdr := func(my, alt, entriesLBA uint64) []byte {
-		h := make([]byte, lbaSize)
-		copy(h[0:8], "EFI PART")
-		binary.LittleEndian.PutUint32(h[8:], 0x00010000)
-		binary.LittleEndian.PutUint32(h[12:], gptHeaderSize)
-		binary.LittleEndian.PutUint64(h[24:], my)
-		binary.LittleEndian.PutUint64(h[32:], alt)
-		binary.LittleEndian.PutUint64(h[40:], 2+gptEntryLBAs)
-		binary.LittleEndian.PutUint64(h[48:], last)
-		dg := gptBytes(g.DiskGUID)
-		copy(h[56:72], dg[:])
-		binary.LittleEndian.PutUint64(h[72:], entriesLBA)
-		binary.LittleEndian.PutUint32(h[80:], gptEntries)
-		binary.LittleEndian.PutUint32(h[84:], gptEntrySize)
-		binary.LittleEndian.PutUint32(h[88:], entriesCRC)
-		binary.LittleEndian.PutUint32(h[16:], crc32.ChecksumIEEE(h[:gptHeaderSize]))
-		return h
+		return gptHeader(g.DiskGUID, sizeLBA, my, alt, entriesLBA, entriesCRC)
 	}
 	// Backup first: if the primary write is cut short, the old primary still
 	// describes partitions that are all there.

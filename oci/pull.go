@@ -17,6 +17,7 @@ import (
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/registry/remote"
 
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/progress"
 	"github.com/peerboot/peerboot/sign"
 )
@@ -224,7 +225,7 @@ func CheckTarget(dir string) error {
 // install moves the verified temporary directory to dir, atomically swapping
 // out an earlier output (renameat2 RENAME_EXCHANGE) when there is one.
 func install(tmp, dir string) error {
-	if err := syncDir(tmp); err != nil {
+	if err := fsutil.SyncTree(tmp); err != nil {
 		return err
 	}
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
@@ -241,20 +242,6 @@ func install(tmp, dir string) error {
 		return fmt.Errorf("moving the pulled output to %s: %w", dir, err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	return filepath.Walk(dir, func(p string, info os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		return f.Sync()
-	})
 }
 
 func fetchJSON(ctx context.Context, repo *remote.Repository, d ocispec.Descriptor, v any) error {

@@ -1,12 +1,15 @@
-// Package fsutil holds the file copies several stages need: one implementation,
+// Package fsutil holds the file copies and syncs several stages need: one implementation,
 // so every stage treats modes, symlinks and existing files the same way.
 package fsutil
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // CopyFile copies src to dst, creating parent directories and replacing dst (a
@@ -71,6 +74,26 @@ func CopyTree(src, dst string, skip func(rel string) bool) error {
 				return nil
 			}
 			return CopyFile(path, target, 0)
+		}
+		return nil
+	})
+}
+
+// SyncTree fsyncs every file and directory under dir, so a rename that publishes it
+// cannot expose files whose data is not on disk yet. EINVAL (special files that
+// cannot be synced) is not an error.
+func SyncTree(dir string) error {
+	return filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := f.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
+			return fmt.Errorf("syncing %s: %w", p, err)
 		}
 		return nil
 	})

@@ -52,6 +52,8 @@ type machine struct {
 	handOff func(action string)
 	// partitionWait bounds the search for the report partition.
 	partitionWait time.Duration
+	// nicWait bounds the loading of NIC drivers; zero means defaultNICLoadWait.
+	nicWait time.Duration
 }
 
 func (m *machine) path(p string) string { return filepath.Join(m.root, p) }
@@ -106,10 +108,14 @@ func (m *machine) boot(st *bootState) {
 		m.say("%s", w)
 	}
 
+	if st.plan.reportURL != "" {
+		// The DHCP client needs a driver bound to the NIC, and server NICs are modules.
+		m.loadNICDrivers(st)
+	}
 	network := m.startNetwork(st)
 
 	t := m.now()
-	st.record.Modules = m.loadDriver(st, modules, params)
+	st.record.Modules = append(st.record.Modules, m.loadDriver(st, modules, params)...)
 	st.record.Durations = append(st.record.Durations, selftest.Duration{Phase: selftest.PhaseModules, MS: m.now().Sub(t).Milliseconds()})
 
 	partition := m.mountReports(st)

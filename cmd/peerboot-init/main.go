@@ -1,9 +1,10 @@
 // Command peerboot-init is PID 1 of the peerboot appliance: it mounts the early
 // filesystems, loads the recipe's driver modules (and, when there is a report URL,
-// gets an address by DHCP meanwhile), runs the self-test (p2pcheck), prints the
-// verdict and one PEERBOOT-REPORT line on the console, saves and sends the report,
-// and hands over (shell, poweroff, reboot, halt) as the recipe or the kernel command
-// line says. It is a static binary: it runs before any library is known good.
+// first the NIC's driver, then gets an address by DHCP meanwhile), runs the
+// self-test (p2pcheck), prints the verdict and one PEERBOOT-REPORT line on the
+// console, saves and sends the report, and hands over (shell, poweroff, reboot, halt)
+// as the recipe or the kernel command line says. It is a static binary: it runs
+// before any library is known good.
 package main
 
 import (

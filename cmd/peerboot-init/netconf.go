@@ -63,7 +63,7 @@ func (e netEnv) bringUp(lim netLimits) (*lease, error) {
 		return nil, err
 	}
 	if len(ifaces) == 0 {
-		return nil, errors.New("no Ethernet interface: the kernel has no driver for the NIC, or it is a module the image does not load")
+		return nil, errors.New("no Ethernet interface: the kernel has no driver for the NIC, or its module did not load (see the init.nic findings)")
 	}
 	start := e.now()
 	end := start.Add(lim.total)

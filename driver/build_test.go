@@ -91,6 +91,19 @@ func TestBuildPatchErrorType(t *testing.T) {
 	}
 }
 
+func TestIsFullTree(t *testing.T) {
+	src, _ := fakeTree(t)
+	if IsFullTree(src) {
+		t.Errorf("a kernel-open tree taken for the full tree")
+	}
+	full := t.TempDir()
+	writeFile(t, filepath.Join(full, "kernel-open", "Kbuild"), "\n")
+	writeFile(t, filepath.Join(full, "src", "nvidia", "Makefile"), "\n")
+	if !IsFullTree(full) {
+		t.Errorf("the full tree not recognised")
+	}
+}
+
 func TestModulePath(t *testing.T) {
 	if got, want := ModulePath(rel, "nvidia-uvm"), "modules/lib/modules/6.1.192/updates/dkms/nvidia-uvm.ko"; got != want {
 		t.Errorf("ModulePath = %q, want %q", got, want)
@@ -99,13 +112,16 @@ func TestModulePath(t *testing.T) {
 
 func TestIsStep(t *testing.T) {
 	for line, want := range map[string]bool{
-		"  CC [M]  /src/nvidia/nv.o":       true,
-		"  LD [M]  /src/nvidia.ko":         true,
-		" CONFTEST: ioremap_wc":            true,
-		"  MODPOST /src/Module.symvers":    false,
-		"make[1]: Entering directory '/k'": false,
-		"#define NV_LINUX_MDEV_H_PRESENT":  false,
-		"":                                 false,
+		"  CC [M]  /src/nvidia/nv.o": true,
+		"  LD [M]  /src/nvidia.ko":   true,
+		" CONFTEST: ioremap_wc":      true,
+		" [ nvidia            ]  CC           src/kernel/rmapi/nv_gpu_ops.c":         true,
+		" [ nvidia-modeset    ]  LD           _out/Linux_x86_64/nv-modeset-kernel.o": true,
+		" [ nvidia            ]  GEN          g_nvid_string.c":                       false,
+		"  MODPOST /src/Module.symvers":                                              false,
+		"make[1]: Entering directory '/k'":                                           false,
+		"#define NV_LINUX_MDEV_H_PRESENT":                                            false,
+		"":                                                                           false,
 	} {
 		if got := isStep(line); got != want {
 			t.Errorf("isStep(%q) = %v, want %v", line, got, want)
@@ -212,5 +228,35 @@ func TestBuildCanceled(t *testing.T) {
 	cancel()
 	if _, err := Build(ctx, o, t.TempDir()); !errors.Is(err, context.Canceled) {
 		t.Errorf("got %v, want context.Canceled", err)
+	}
+}
+
+// The full NVIDIA tree builds from its root (RM core first, then
+// kernel-open/), with the id string's user, host and date pinned, and the
+// modules are taken from kernel-open/.
+func TestBuildFakeFullTree(t *testing.T) {
+	o := fakeBuild(t, "")
+	full := t.TempDir()
+	if err := os.Rename(o.Source, filepath.Join(full, "kernel-open")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(full, "src", "nvidia", "Makefile"), "\n")
+	writeFile(t, filepath.Join(full, "Makefile"),
+		"modules:\n\t@echo '$(WHOAMI)|$(HOSTNAME)|$(DATE)' > id-args\n\t$(MAKE) -C kernel-open modules\n")
+	o.Source = full
+	out := t.TempDir()
+	res, err := Build(context.Background(), o, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Modules) != 3 {
+		t.Errorf("Modules = %q, want 3", res.Modules)
+	}
+	id, err := os.ReadFile(filepath.Join(full, "id-args"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(string(id)), "echo peerboot|peerboot|date -u -d @1700000000"; got != want {
+		t.Errorf("id string inputs = %q, want %q", got, want)
 	}
 }

@@ -66,7 +66,12 @@ func rootPath(release, name string) string {
 // conftests, ~200 compiles and links), for the ETA. The tree is pinned per
 // driver version, so a constant is close enough; a wrong value only skews the
 // estimate.
-const stepsHint = 580
+const stepsHint int64 = 580
+
+// fullTreeStepsHint adds the RM core and nvidia-modeset core compiles of the
+// full tree (~915 + ~130 sources, printed as " [ nvidia ]  CC  ..." lines) to
+// the kbuild steps.
+const fullTreeStepsHint int64 = 1700
 
 // Build applies the patches to opt.Source, builds the modules against the kernel
 // stage's output in opt.KernelOut, checks them (vermagic, symbols, depmod) and
@@ -83,8 +88,16 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 	if len(opt.Modules) == 0 {
 		return nil, errors.New("driver: no modules to build (driver.modules is empty)")
 	}
+	// kdir is the kbuild tree (Kbuild, conftest.sh, <module>/<module>.Kbuild):
+	// the source root for Debian's nvidia-open-kernel-source, kernel-open/ of
+	// the full NVIDIA tree.
+	full := IsFullTree(src)
+	kdir := src
+	if full {
+		kdir = filepath.Join(src, "kernel-open")
+	}
 	for _, f := range []string{"Kbuild", "Makefile", "conftest.sh"} {
-		if _, err := os.Stat(filepath.Join(src, f)); err != nil {
+		if _, err := os.Stat(filepath.Join(kdir, f)); err != nil {
 			return nil, fmt.Errorf("driver source %s does not look like NVIDIA's open kernel module tree (no %s): %w", src, f, err)
 		}
 	}
@@ -94,7 +107,7 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 		}
 		// NVIDIA's Kbuild includes <name>/<name>.Kbuild; check first so a typo in
 		// the recipe is named plainly instead of failing inside make.
-		if _, err := os.Stat(filepath.Join(src, m, m+".Kbuild")); err != nil {
+		if _, err := os.Stat(filepath.Join(kdir, m, m+".Kbuild")); err != nil {
 			return nil, fmt.Errorf("driver module %q is not in the driver source (no %s/%s.Kbuild)", m, m, m)
 		}
 	}
@@ -126,8 +139,12 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 	if progressw == nil {
 		progressw = io.Discard
 	}
+	hint := stepsHint
+	if full {
+		hint = fullTreeStepsHint
+	}
 	r := &compile.Runner{Stage: "driver", Dir: src, Env: compile.Env(opt.Epoch), Log: logw, LogPath: opt.LogFile,
-		Meter: progress.New(progressw, "driver compile", "steps", stepsHint), IsStep: isStep}
+		Meter: progress.New(progressw, "driver compile", "steps", hint), IsStep: isStep}
 	args := []string{
 		"-C", src, "-j" + strconv.Itoa(max(opt.Jobs, 1)), "modules",
 		// The headers tree is both source and output: it is what a
@@ -145,6 +162,16 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 		// so the module always uses the kernel's own RDMA headers (or none).
 		"OFA_DIR=/nonexistent/peerboot-no-ofed",
 	}
+	if full {
+		// The full tree's top-level Makefile first compiles the RM core
+		// (src/nvidia -> nv-kernel.o) and nvidia-modeset's core, then runs the
+		// same kbuild in kernel-open/ (command-line variables reach the
+		// sub-makes). The core embeds "(user@host) date" in its id string
+		// (/proc/driver/nvidia/version); pin all three to the build clock.
+		args = append(args,
+			"WHOAMI=echo peerboot", "HOSTNAME=peerboot",
+			"DATE=date -u -d @"+strconv.FormatInt(opt.Epoch, 10))
+	}
 	if err := r.Run(ctx, "compile", "make", args...); err != nil {
 		return nil, err
 	}
@@ -153,7 +180,7 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 	res := &Result{Release: release}
 	var built []string
 	for _, m := range opt.Modules {
-		ko := filepath.Join(src, m+".ko")
+		ko := filepath.Join(kdir, m+".ko")
 		if _, err := os.Stat(ko); err != nil {
 			return nil, fmt.Errorf("driver build finished but did not produce %s.ko; see %s", m, opt.LogFile)
 		}
@@ -178,6 +205,21 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 	return res, nil
 }
 
+// IsFullTree reports whether src is NVIDIA's whole open-gpu-kernel-modules tree
+// (kernel-open/ plus the RM core sources under src/nvidia), as a git source of
+// github.com/NVIDIA/open-gpu-kernel-modules unpacks, rather than the kernel-open
+// tree alone with prebuilt core objects that Debian's nvidia-open-kernel-source
+// ships. Patches for a full tree name paths from its root (a/kernel-open/...,
+// a/src/nvidia/...).
+func IsFullTree(src string) bool {
+	for _, f := range []string{"kernel-open/Kbuild", "src/nvidia/Makefile"} {
+		if _, err := os.Stat(filepath.Join(src, f)); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 // readRelease reads the kernel release the kernel stage recorded.
 func readRelease(kout string) (string, error) {
 	b, err := os.ReadFile(filepath.Join(kout, kernel.ReleaseFile))
@@ -195,5 +237,26 @@ func readRelease(kout string) (string, error) {
 // isStep counts kbuild's lines and NVIDIA's conftest lines (" CONFTEST: ioremap_wc"):
 // the conftests are a good part of the build's time.
 func isStep(line string) bool {
-	return strings.HasPrefix(line, " CONFTEST: ") || compile.KbuildStep(line)
+	return strings.HasPrefix(line, " CONFTEST: ") || compile.KbuildStep(line) || nvCoreStep(line)
+}
+
+// nvCoreStep counts the quiet lines of NVIDIA's own makefiles (utils.mk), which
+// build the full tree's RM and modeset cores: " [ nvidia             ]  CC  src/...".
+func nvCoreStep(line string) bool {
+	if !strings.HasPrefix(line, " [ ") {
+		return false
+	}
+	_, rest, ok := strings.Cut(line, "]")
+	if !ok {
+		return false
+	}
+	f := strings.Fields(rest)
+	if len(f) < 2 {
+		return false
+	}
+	switch f[0] {
+	case "CC", "CXX", "LD", "LINK":
+		return true
+	}
+	return false
 }

@@ -190,6 +190,40 @@ type block struct {
 	off int64
 }
 
+// pipeline fills the buffers in order with read (which returns how many bytes of the
+// block at off it produced) in its own goroutine, so the consumer of full (writing to
+// the device, or hashing what was read back) overlaps with the next read. Consumers
+// hand each buffer back on empty; readErr gets exactly one value when reading ends.
+func pipeline(ctx context.Context, bufs [][]byte, size int64, read func(buf []byte, off int64) (int, error)) (empty chan []byte, full chan block, readErr chan error) {
+	empty = make(chan []byte, len(bufs))
+	full = make(chan block, len(bufs))
+	readErr = make(chan error, 1)
+	for _, b := range bufs {
+		empty <- b
+	}
+	go func() {
+		defer close(full)
+		for off := int64(0); off < size; {
+			var buf []byte
+			select {
+			case buf = <-empty:
+			case <-ctx.Done():
+				readErr <- ctx.Err()
+				return
+			}
+			n, err := read(buf, off)
+			if err != nil {
+				readErr <- err
+				return
+			}
+			full <- block{buf, n, off}
+			off += int64(n)
+		}
+		readErr <- nil
+	}()
+	return empty, full, readErr
+}
+
 // alignedBuffers returns n page-aligned buffers of size bs (O_DIRECT wants
 // the memory aligned to the logical block size; a page covers every disk).
 func alignedBuffers(n, bs int) ([][]byte, func(), error) {
@@ -246,32 +280,13 @@ func write(ctx context.Context, img *os.File, d *Device, size int64, bs int, log
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	empty := make(chan []byte, len(bufs))
-	full := make(chan block, len(bufs))
-	for _, b := range bufs {
-		empty <- b
-	}
-	readErr := make(chan error, 1)
-	go func() {
-		defer close(full)
-		for off := int64(0); off < size; {
-			var buf []byte
-			select {
-			case buf = <-empty:
-			case <-ctx.Done():
-				readErr <- ctx.Err()
-				return
-			}
-			n, err := io.ReadFull(img, buf[:min(int64(bs), size-off)])
-			if err != nil {
-				readErr <- fmt.Errorf("reading %s: %w", img.Name(), err)
-				return
-			}
-			full <- block{buf, n, off}
-			off += int64(n)
+	empty, full, readErr := pipeline(ctx, bufs, size, func(buf []byte, off int64) (int, error) {
+		n, err := io.ReadFull(img, buf[:min(int64(bs), size-off)])
+		if err != nil {
+			return 0, fmt.Errorf("reading %s: %w", img.Name(), err)
 		}
-		readErr <- nil
-	}()
+		return n, nil
+	})
 
 	m := progress.New(log, "writing "+d.Path, "B", size)
 	var mu sync.Mutex
@@ -363,40 +378,21 @@ func readBack(ctx context.Context, d *Device, size int64, bs int, log io.Writer,
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	empty := make(chan []byte, len(bufs))
-	full := make(chan block, len(bufs))
-	for _, b := range bufs {
-		empty <- b
-	}
-	readErr := make(chan error, 1)
-	go func() {
-		defer close(full)
-		for off := int64(0); off < size; {
-			var buf []byte
-			select {
-			case buf = <-empty:
-			case <-ctx.Done():
-				readErr <- ctx.Err()
-				return
-			}
-			want := min(int64(bs), size-off)
-			ask := want
-			if direct && ask%lbs != 0 {
-				ask = (ask + lbs - 1) / lbs * lbs // the device is a whole number of blocks
-			}
-			n, err := dev.ReadAt(buf[:ask], off)
-			if int64(n) < want {
-				if err == nil || err == io.EOF {
-					err = io.ErrUnexpectedEOF
-				}
-				readErr <- fmt.Errorf("reading back %s at byte %d: %w", d.Path, off, err)
-				return
-			}
-			full <- block{buf, int(want), off}
-			off += want
+	empty, full, readErr := pipeline(ctx, bufs, size, func(buf []byte, off int64) (int, error) {
+		want := min(int64(bs), size-off)
+		ask := want
+		if direct && ask%lbs != 0 {
+			ask = (ask + lbs - 1) / lbs * lbs // the device is a whole number of blocks
 		}
-		readErr <- nil
-	}()
+		n, err := dev.ReadAt(buf[:ask], off)
+		if int64(n) < want {
+			if err == nil || err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, fmt.Errorf("reading back %s at byte %d: %w", d.Path, off, err)
+		}
+		return int(want), nil
+	})
 	h := sha256.New()
 	m := progress.New(log, "verifying "+d.Path, "B", size)
 	for b := range full {

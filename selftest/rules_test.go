@@ -203,6 +203,25 @@ var faultRows = []struct {
 	}, id: "cuda.ptx", status: SevFail, msg: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)", hint: "older than the PTX ISA"},
 }
 
+// Two H200s bridged by NVLink measured 394 GB/s per direction on a Gen5 x16 PCIe path
+// (issue 10's run): the PCIe ceiling must not apply to a pair NVML says is NVLinked,
+// and must still apply to the same figure without NVLink.
+func TestNVLinkPairNotOverrate(t *testing.T) {
+	for _, nvlink := range []string{"OK", "NS", ""} {
+		r := healthyReport(2)
+		r.Pairs[0].P2PNVLink = nvlink
+		findCopy(r, 0, 1, MethodCE, DirWrite).GBps = 394.4
+		JudgeWith(r, ExpectFrom(healthyRecipe(2)))
+		got := false
+		for _, f := range r.Findings {
+			got = got || f.ID == "copy.overrate"
+		}
+		if got != (nvlink != "OK") {
+			t.Errorf("p2p_nvlink %q: copy.overrate found = %v", nvlink, got)
+		}
+	}
+}
+
 // noRecipe marks rows judged without a recipe (e == nil).
 var noRecipeRows = map[string]bool{"BAR1 below VRAM without a recipe": true, "pairs CNS without a recipe": true}
 

@@ -67,6 +67,9 @@ type Pair struct {
 	NVMLTopology string `json:"nvml_topology"` // PIX PXB PHB NODE SYS
 	P2PRead      string `json:"p2p_read"`      // OK CNS GNS TNS NS DRK U
 	P2PWrite     string `json:"p2p_write"`
+	// P2PNVLink is NVML's P2P status over NVLink ("OK": the pair talks over NVLink, so
+	// the PCIe path's rate does not bound its copies).
+	P2PNVLink string `json:"p2p_nvlink,omitempty"`
 	// From CUDA: cuDeviceCanAccessPeer both ways. nil: not asked.
 	CanAccessPeer *bool `json:"can_access_peer"`
 }

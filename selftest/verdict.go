@@ -392,6 +392,19 @@ func nvmlHint(code int) string {
 	return "check kernel_log and dmesg"
 }
 
+// nvlinked reports whether NVML says GPUs a and b talk P2P over NVLink.
+func nvlinked(r *Report, a, b int) bool {
+	if a > b {
+		a, b = b, a
+	}
+	for _, p := range r.Pairs {
+		if p.A == a && p.B == b {
+			return p.P2PNVLink == "OK"
+		}
+	}
+	return false
+}
+
 func orDefault(s, def string) string {
 	if s == "" {
 		return def
@@ -986,6 +999,9 @@ func (j *judge) copies() {
 		limit := c.LinkGBps
 		if c.Direction == DirBidir {
 			limit *= 2
+		}
+		if nvlinked(r, c.Src, c.Dst) {
+			limit = 0 // the PCIe path's rate does not bound an NVLink pair
 		}
 		if limit > 0 && c.GBps > overrateFactor*limit {
 			j.add(SevFail, "copy.overrate", subject, fmt.Sprintf("%s measured %.1f GB/s, above the link's %.1f GB/s: copies are not landing where they should", name, c.GBps, limit),

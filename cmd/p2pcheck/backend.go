@@ -39,7 +39,7 @@ func (realBackend) nvml(ctx context.Context, in *phaseInput) (*nvmlOutput, error
 	}
 	out := &nvmlOutput{NVML: res.NVML, GPUs: res.GPUs}
 	for k, p := range res.Pairs {
-		out.Pairs = append(out.Pairs, nvmlPair{A: k[0], B: k[1], Topology: p.Topology, Read: p.Read, Write: p.Write})
+		out.Pairs = append(out.Pairs, nvmlPair{A: k[0], B: k[1], Topology: p.Topology, Read: p.Read, Write: p.Write, NVLink: p.NVLink})
 	}
 	sort.Slice(out.Pairs, func(i, j int) bool {
 		if out.Pairs[i].A != out.Pairs[j].A {

@@ -176,7 +176,7 @@ func merge(r *selftest.Report, out *phaseOutput) {
 			a, oka := byBDF[strings.ToLower(np.A)]
 			b, okb := byBDF[strings.ToLower(np.B)]
 			if p := pairOf(a, b); oka && okb && p != nil {
-				p.NVMLTopology, p.P2PRead, p.P2PWrite = np.Topology, np.Read, np.Write
+				p.NVMLTopology, p.P2PRead, p.P2PWrite, p.P2PNVLink = np.Topology, np.Read, np.Write, np.NVLink
 			}
 		}
 	case out.CUDA != nil:

@@ -59,6 +59,7 @@ type nvmlPair struct {
 	Topology string `json:"topology"`
 	Read     string `json:"read"`
 	Write    string `json:"write"`
+	NVLink   string `json:"nvlink,omitempty"`
 }
 
 // nvmlOutput is the NVML phase's answer.

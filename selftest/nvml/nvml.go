@@ -24,8 +24,9 @@ import (
 
 // nvmlGpuP2PCapsIndex_t values.
 const (
-	capsRead  = 0
-	capsWrite = 1
+	capsRead   = 0
+	capsWrite  = 1
+	capsNVLink = 2
 )
 
 // nvmlReturn_t values the probe treats specially.
@@ -50,6 +51,7 @@ type PairInfo struct {
 	Topology string
 	Read     string
 	Write    string
+	NVLink   string // P2P status over NVLink; "" when NVML did not answer
 }
 
 // StatusLetter names an nvmlGpuP2PStatus_t the way `nvidia-smi topo -p2p r|w` does:
@@ -427,6 +429,12 @@ func (p *probe) pair(a, b string, da, db uintptr) PairInfo {
 				continue
 			}
 			*c.dst = StatusLetter(int(st))
+		}
+		// NVLink is asked quietly: PCIe-only boxes (every RTX 4090 box) answer it with
+		// an error or NS, and that is not a problem worth a note.
+		var st int32
+		if p.p2pStatus(da, db, capsNVLink, &st) == nvmlSuccess {
+			pi.NVLink = StatusLetter(int(st))
 		}
 	}
 	return pi

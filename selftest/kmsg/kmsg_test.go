@@ -282,3 +282,34 @@ func FuzzClassify(f *testing.F) {
 		}
 	})
 }
+
+// Messages is what the init keeps beside each module load: the message of every new
+// record, without its header or the device dictionary lines after it, and nothing
+// logged before Start.
+func TestWatchMessages(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "kmsg")
+	if err := os.WriteFile(p, []byte("6,1,1,-;before the watch\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Start(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	f.WriteString("6,1234,5678901,-;NVRM: No NVIDIA GPU found.\n")
+	f.WriteString("4,99,1,-,caller=T1;nvidia: Unknown symbol drm_open (err -2)\n SUBSYSTEM=module\n")
+	f.WriteString("3,1,2,c;a;b\n")
+	got, err := w.Messages()
+	want := []string{"NVRM: No NVIDIA GPU found.", "nvidia: Unknown symbol drm_open (err -2)", "a;b"}
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Errorf("Messages = %q, %v; want %q", got, err, want)
+	}
+	if got, err := w.Messages(); err != nil || got == nil || len(got) != 0 {
+		t.Errorf("second Messages = %#v, %v; want empty", got, err)
+	}
+}

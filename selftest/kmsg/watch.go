@@ -55,13 +55,31 @@ func Start(path string) (*Watch, error) {
 // (Lost counts the gaps). On a read error it returns the events read before it with the
 // error; the Watch stays usable.
 func (w *Watch) Events() ([]selftest.KEvent, error) {
+	err := w.drain(w.c.add)
+	return w.c.events(), err
+}
+
+// Messages returns the text of every record logged since the previous call, without
+// the record header and the device dictionary lines, never nil: what the init keeps
+// beside each module load. Errors are as for Events.
+func (w *Watch) Messages() ([]string, error) {
+	out := []string{}
+	err := w.drain(func(line string) {
+		if msg := message(line); msg != "" {
+			out = append(out, msg)
+		}
+	})
+	return out, err
+}
+
+// drain reads what is there now and hands every complete line to add.
+func (w *Watch) drain(add func(string)) error {
 	if w.fd < 0 {
-		return []selftest.KEvent{}, fmt.Errorf("reading the kernel log %s: the watch is closed", w.path)
+		return fmt.Errorf("reading the kernel log %s: the watch is closed", w.path)
 	}
 	// 16 KiB holds any record: the kernel caps one at 8 KiB with its dictionary, and a
 	// read into a buffer smaller than the record fails with EINVAL.
 	buf := make([]byte, 16<<10)
-	var rerr error
 	for range maxReadsPerDrain {
 		n, err := unix.Read(w.fd, buf)
 		if errors.Is(err, unix.EINTR) {
@@ -72,23 +90,22 @@ func (w *Watch) Events() ([]selftest.KEvent, error) {
 			continue
 		}
 		if errors.Is(err, unix.EAGAIN) {
-			break
+			return nil
 		}
 		if err != nil {
-			rerr = fmt.Errorf("reading the kernel log %s: %w", w.path, err)
-			break
+			return fmt.Errorf("reading the kernel log %s: %w", w.path, err)
 		}
 		if n <= 0 {
-			break // end of a regular file, or a pipe whose writer closed
+			return nil // end of a regular file, or a pipe whose writer closed
 		}
-		w.feed(buf[:n])
+		w.feed(buf[:n], add)
 	}
-	return w.c.events(), rerr
+	return nil
 }
 
 // feed splits what one read returned into lines; an unfinished last line waits for the
 // next read.
-func (w *Watch) feed(b []byte) {
+func (w *Watch) feed(b []byte, add func(string)) {
 	for len(b) > 0 {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
@@ -102,7 +119,7 @@ func (w *Watch) feed(b []byte) {
 			line = append(w.partial, line...)
 			w.partial = w.partial[:0]
 		}
-		w.c.add(string(line))
+		add(string(line))
 		b = b[i+1:]
 	}
 }

@@ -15,7 +15,9 @@ package oci
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path"
 	"strings"
@@ -111,13 +113,23 @@ type Remote struct {
 	// `docker login` and CI login actions write it).
 }
 
-func isLoopback(host string) bool {
-	h := host
-	if i := strings.LastIndex(h, ":"); i >= 0 && !strings.HasSuffix(h, "]") {
-		h = h[:i]
+// isLoopback says whether a registry host[:port] is this machine, which is
+// the only place peerboot speaks plain HTTP (and sends credentials over it)
+// by default. The host must be the name localhost or an IP address the
+// parser accepts as loopback: a name such as 127.attacker.example is an
+// ordinary DNS name, resolved anywhere.
+func isLoopback(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1] // [::1] without a port
 	}
-	h = strings.Trim(h, "[]")
-	return h == "localhost" || strings.HasPrefix(h, "127.") || h == "::1"
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 func (o Remote) repository(ref Ref) (*remote.Repository, error) {

@@ -353,9 +353,56 @@ func TestRefsAndNames(t *testing.T) {
 			t.Errorf("safeRel(%q): %v", in, err)
 		}
 	}
-	for in, want := range map[string]bool{"127.0.0.1:5000": true, "localhost:5000": true, "[::1]:5000": true, "ghcr.io": false, "registry.example:5000": false} {
-		if isLoopback(in) != want {
-			t.Errorf("isLoopback(%q) != %v", in, want)
+}
+
+// Only this machine gets plain HTTP (and the credentials over it) by default:
+// a DNS name that merely looks like a loopback address is a remote host.
+func TestLoopbackRegistry(t *testing.T) {
+	for _, c := range []struct {
+		host string
+		want bool
+	}{
+		{"127.0.0.1:5000", true},
+		{"127.0.0.1", true},
+		{"127.8.9.10:443", true},
+		{"localhost:5000", true},
+		{"localhost", true},
+		{"LOCALHOST:5000", true},
+		{"[::1]:5000", true},
+		{"[::1]", true},
+		{"[::ffff:127.0.0.1]:5000", true},
+		{"127.attacker.example", false},
+		{"127.attacker.example:5000", false},
+		{"127.0.0.1.attacker.example:5000", false},
+		{"127.0.0.1.nip.io", false},
+		{"localhost.attacker.example:5000", false},
+		{"[::2]:5000", false},
+		{"128.0.0.1:5000", false},
+		{"10.0.0.1:5000", false},
+		{"ghcr.io", false},
+		{"registry.example:5000", false},
+		{"", false},
+	} {
+		if got := isLoopback(c.host); got != c.want {
+			t.Errorf("isLoopback(%q) = %v, want %v", c.host, got, c.want)
+		}
+	}
+	// And the repository a reference turns into speaks HTTPS unless told otherwise.
+	for ref, plain := range map[string]bool{
+		"oci://127.attacker.example/peerboot/images:t": false,
+		"oci://127.0.0.1:5000/peerboot/images:t":       true,
+		"oci://[::1]:5000/peerboot/images:t":           true,
+	} {
+		r, err := ParseRef(ref)
+		if err != nil {
+			t.Fatal(err)
+		}
+		repo, err := Remote{}.repository(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if repo.PlainHTTP != plain {
+			t.Errorf("%s: PlainHTTP = %v, want %v", ref, repo.PlainHTTP, plain)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/patch"
 )
 
@@ -135,10 +136,10 @@ func TestIsStep(t *testing.T) {
 func fakeBuild(t *testing.T, fakeMk string) Options {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc is not installed (make deps installs build-essential)")
+		testguard.Skip(t, "gcc is not installed (make deps installs build-essential)")
 	}
 	if _, err := exec.LookPath("make"); err != nil {
-		t.Skip("make is not installed")
+		testguard.Skip(t, "make is not installed (make deps installs it)")
 	}
 	src, kout := fakeTree(t)
 	mk, err := os.ReadFile(filepath.Join("testdata", "fake-driver.mk"))

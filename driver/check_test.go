@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
 // fakeModule describes a stand-in module built from testdata/module.c.
@@ -29,7 +31,7 @@ func (m fakeModule) build(t *testing.T, dir string) string {
 	t.Helper()
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
-		t.Skip("gcc is not installed (make deps installs build-essential)")
+		testguard.Skip(t, "gcc is not installed (make deps installs build-essential)")
 	}
 	out := filepath.Join(dir, m.name+".ko")
 	args := []string{"-c", "-O0", "-o", out}
@@ -61,7 +63,7 @@ func TestCheckVermagic(t *testing.T) {
 	dir := t.TempDir()
 	plain := filepath.Join(dir, "plain.o")
 	if b, err := exec.Command("gcc", "-c", "-x", "c", "-o", plain, "-").CombinedOutput(); err != nil {
-		t.Skipf("gcc: %v %s", err, b)
+		testguard.Skipf(t, "gcc: %v %s", err, b)
 	}
 	for _, tc := range []struct {
 		name, vermagic, path string
@@ -136,7 +138,7 @@ func TestCheckSymbolsBadSymvers(t *testing.T) {
 
 func TestCheckDepmod(t *testing.T) {
 	if _, err := findDepmod(); err != nil {
-		t.Skip(err)
+		testguard.Skip(t, err.Error())
 	}
 	for _, tc := range []struct {
 		name string

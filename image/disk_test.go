@@ -8,13 +8,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
 func needTools(t *testing.T, names ...string) {
 	t.Helper()
 	for _, n := range names {
 		if _, err := exec.LookPath(n); err != nil {
-			t.Skipf("%s not installed (apt-get install gdisk fdisk dosfstools mtools); skipping the cross-check", n)
+			testguard.Skipf(t, "%s not installed (make deps installs gdisk fdisk dosfstools mtools); skipping the cross-check", n)
 		}
 	}
 }

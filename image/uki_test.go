@@ -1,15 +1,22 @@
 package image
 
 import (
+	"archive/tar"
 	"bytes"
 	"debug/pe"
 	"encoding/binary"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/peerboot/peerboot/debfile"
+	"github.com/peerboot/peerboot/internal/testguard"
+	"github.com/peerboot/peerboot/lock"
+	"github.com/peerboot/peerboot/store"
 )
 
 const (
@@ -298,7 +305,7 @@ type objSection struct {
 func objdumpSections(t *testing.T, path string) []objSection {
 	t.Helper()
 	if _, err := exec.LookPath("objdump"); err != nil {
-		t.Skip("objdump not installed (apt-get install binutils); skipping the cross-check")
+		testguard.Skip(t, "objdump not installed (make deps installs binutils); skipping the cross-check")
 	}
 	out, err := exec.Command("objdump", "-h", path).CombinedOutput()
 	if err != nil {
@@ -346,17 +353,74 @@ func TestWriteUKIObjdump(t *testing.T) {
 	checkObjdump(t, buildUKI(t, testUKI(t)), testSA, testFA)
 }
 
-// TestWriteUKIRealStub runs against systemd's linuxx64.efi.stub when
-// PEERBOOT_STUB names it (the e2e sets it from the pinned
-// systemd-boot-efi .deb); unit runs use the synthetic stub above.
-func TestWriteUKIRealStub(t *testing.T) {
-	path := os.Getenv("PEERBOOT_STUB")
-	if path == "" {
-		t.Skip("PEERBOOT_STUB not set: no real systemd stub to test against")
+// realStub is systemd's linuxx64.efi.stub from the systemd-boot-efi .deb the
+// default recipe pins (role efi-stub in recipes/default.lock), read from the
+// store `peerboot fetch` fills ($PEERBOOT_CACHE, else the default; `make test`
+// fetches first). PEERBOOT_STUB names another stub file instead.
+func realStub(t *testing.T) []byte {
+	t.Helper()
+	if path := os.Getenv("PEERBOOT_STUB"); path != "" {
+		stub, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stub
 	}
-	stub, err := os.ReadFile(path)
+	const lockPath = "../recipes/default.lock"
+	lf, err := lock.Read(lockPath)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var deb *lock.Deb
+	for i, d := range lf.Debs {
+		if d.Role == lock.RoleEFIStub {
+			deb = &lf.Debs[i]
+		}
+	}
+	if deb == nil {
+		t.Fatalf("%s pins no %s package", lockPath, lock.RoleEFIStub)
+	}
+	st, err := store.Open(store.DefaultRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.HasBlob(deb.SHA256) {
+		testguard.Skipf(t, "%s %s (sha256 %s) is not in the store %s: run `peerboot fetch recipes/default.toml` (make test does)",
+			deb.Package, deb.Version, deb.SHA256, st.Root)
+	}
+	if err := st.CheckBlob(deb.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	f, err := st.Open(deb.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const stubPath = "usr/lib/systemd/boot/efi/linuxx64.efi.stub"
+	var stub []byte
+	err = debfile.Data(f, func(h *tar.Header, body io.Reader) error {
+		if strings.TrimPrefix(h.Name, "./") == stubPath {
+			var err error
+			stub, err = io.ReadAll(body)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", deb.Filename, err)
+	}
+	if stub == nil {
+		t.Fatalf("%s has no /%s", deb.Filename, stubPath)
+	}
+	return stub
+}
+
+// TestWriteUKIRealStub runs against systemd's own stub (realStub); the other
+// UKI tests use the synthetic stub above.
+func TestWriteUKIRealStub(t *testing.T) {
+	stub := realStub(t)
+	if len(stub) < 0x400 || string(stub[:2]) != "MZ" {
+		t.Fatalf("the real stub is %d bytes and no PE image", len(stub))
 	}
 	// Our checksum must reproduce the one the stub's own linker wrote.
 	if got, exp := refChecksum(stub, checksumField(stub)), binary.LittleEndian.Uint32(stub[checksumField(stub):]); exp != 0 && got != exp {

@@ -8,15 +8,17 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
-// needTool skips when a cross-checking tool is absent: the Go-side checks
-// still run, the external ones need dosfstools/mtools installed.
+// needTool skips when a cross-checking tool is absent (a failure under CI,
+// where `make deps` installs dosfstools and mtools).
 func needTool(t *testing.T, name string) string {
 	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
-		t.Skipf("%s not installed (apt-get install dosfstools mtools); skipping the cross-check", name)
+		testguard.Skipf(t, "%s not installed (make deps installs dosfstools mtools); skipping the cross-check", name)
 	}
 	return p
 }

@@ -3,11 +3,8 @@
 # --packages`), only when some are missing.
 set -eu
 pkgs="$1"
-# Test-only: the oci tests start a loopback registry (Debian's docker-registry).
-pkgs="$pkgs docker-registry"
-# Test-only: the netboot store tests start PostgreSQL 15 on a unix socket; the fleet
-# page test loads the page in headless Chromium.
-pkgs="$pkgs postgresql chromium"
+# (The list includes what only the tests need: docker-registry, PostgreSQL, Chromium,
+# the cross-checking tools; a test that misses one fails under CI=true.)
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -19,6 +19,7 @@ type hostNeed struct {
 	pkg     string
 	command string   // found on PATH, or
 	files   []string // any one of these exists
+	test    bool     // only `make test` needs it: listed by --packages, never a doctor failure
 }
 
 // hostNeeds is the single list of host requirements; `make deps` installs from it too.
@@ -49,6 +50,15 @@ var hostNeeds = []hostNeed{
 	{what: "lspci", stage: "self-test checks", pkg: "pciutils", command: "lspci"},
 	{what: "binutils (objcopy, objdump)", stage: "kernel, image checks", pkg: "binutils", command: "objcopy"},
 	{what: "Debian archive keyring", stage: "lock", pkg: "debian-archive-keyring", files: []string{"/usr/share/keyrings/debian-archive-keyring.gpg"}},
+	// What the tests' cross-checks and fixtures run: under CI=true a test that
+	// finds one missing fails (internal/testguard), so `make deps` installs them.
+	{what: "fdisk", stage: "disk cross-check", pkg: "fdisk", command: "fdisk", test: true},
+	{what: "mkfs.ext4", stage: "flash tests", pkg: "e2fsprogs", command: "mkfs.ext4", test: true},
+	{what: "losetup", stage: "flash tests", pkg: "mount", command: "losetup", test: true},
+	{what: "ip (netns)", stage: "DHCP, TFTP, ProxyDHCP tests", pkg: "iproute2", command: "ip", test: true},
+	{what: "docker-registry", stage: "OCI publish tests", pkg: "docker-registry", command: "docker-registry", test: true},
+	{what: "PostgreSQL 15", stage: "report store tests", pkg: "postgresql", files: []string{"/usr/lib/postgresql/15/bin/postgres"}, test: true},
+	{what: "chromium", stage: "fleet page test", pkg: "chromium", command: "chromium", test: true},
 }
 
 func (n hostNeed) present() bool {
@@ -83,7 +93,11 @@ func doctorCmd() *cobra.Command {
 			var missing []string
 			for _, n := range hostNeeds {
 				state := "ok"
-				if !n.present() {
+				switch {
+				case n.present():
+				case n.test:
+					state = "absent" // make deps installs it for make test
+				default:
 					state = "MISSING"
 					missing = append(missing, n.pkg)
 				}
@@ -97,7 +111,7 @@ func doctorCmd() *cobra.Command {
 			return exitcode.Tag(exitcode.HostTools, fmt.Errorf("%d host tools missing", len(missing)))
 		},
 	}
-	cmd.Flags().BoolVar(&packages, "packages", false, "print every Debian package peerboot needs, on one line")
+	cmd.Flags().BoolVar(&packages, "packages", false, "print every Debian package peerboot and its tests need, on one line")
 	return cmd
 }
 

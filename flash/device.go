@@ -38,7 +38,7 @@ func or(s, def string) string {
 
 // Device is a whole disk as sysfs describes it.
 type Device struct {
-	Path         string // the path given, symlinks resolved
+	Path         string // the path given, symlinks resolved (for messages: the disk is the open descriptor)
 	Name         string // kernel name, e.g. sdb
 	Dev          string // major:minor
 	Size         int64  // bytes
@@ -54,7 +54,11 @@ type Device struct {
 
 // String is the one line shown before asking for confirmation.
 func (d *Device) String() string {
-	s := fmt.Sprintf("%s: %s", d.Path, or(d.Model, "unknown model"))
+	s := d.Path
+	if filepath.Base(d.Path) != d.Name {
+		s += " (/dev/" + d.Name + ")" // a by-id link or a node of another name
+	}
+	s += ": " + or(d.Model, "unknown model")
 	if d.Serial != "" {
 		s += ", serial " + d.Serial
 	}
@@ -80,15 +84,42 @@ func (e *Refused) Error() string {
 	return fmt.Sprintf("refusing to write to %s: %s", e.Device, strings.Join(e.Reasons, "; "))
 }
 
-// Inspect resolves path to a whole disk and reads what sysfs knows about it.
-// A path that is not a block device, or is a partition, is refused here.
-func Inspect(path string, env Env) (*Device, error) {
-	real, err := filepath.EvalSymlinks(path)
-	if err != nil {
-		return nil, fmt.Errorf("device %s: %w", path, err)
-	}
+// isBlockDevice refuses, before anything opens it, a path that is not a
+// block device now: opening a tty or a tape drive has effects of its own.
+// It is only a courtesy; inspect's fstat of the open descriptor decides.
+func isBlockDevice(path string) error {
 	var st unix.Stat_t
-	if err := unix.Stat(real, &st); err != nil {
+	if err := unix.Stat(path, &st); err != nil {
+		return fmt.Errorf("device %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
+		return &Refused{Device: path, Reasons: []string{"it is not a block device (give a whole disk such as /dev/sdb)"}}
+	}
+	return nil
+}
+
+// openDisk opens the disk at path once, for everything flash does to it:
+// read-write, O_EXCL (the kernel refuses it while mounted or claimed, and
+// nothing can mount or claim it while it stays open), with O_DIRECT when the
+// device allows it. The path is never opened again, so re-pointing it (a
+// replaced node, a loop device re-attached) after the checks changes nothing.
+func openDisk(path string) (f *os.File, direct bool, err error) {
+	const flags = os.O_RDWR | unix.O_EXCL | unix.O_NOCTTY
+	f, err = os.OpenFile(path, flags|unix.O_DIRECT, 0)
+	if errors.Is(err, unix.EINVAL) {
+		f, err = os.OpenFile(path, flags, 0)
+		return f, false, err
+	}
+	return f, err == nil, err
+}
+
+// inspect reads what sysfs knows about the disk open as f. It finds the disk
+// by the descriptor's own device number (fstat, then /sys/dev/block/MAJ:MIN),
+// never by the path: the checks are about the disk that will be written.
+// A descriptor that is not a block device, or is a partition, is refused.
+func inspect(f *os.File, path string, env Env) (*Device, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
 		return nil, fmt.Errorf("device %s: %w", path, err)
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFBLK {
@@ -102,6 +133,11 @@ func Inspect(path string, env Env) (*Device, error) {
 	if _, err := os.Stat(filepath.Join(sysdev, "partition")); err == nil {
 		disk := filepath.Base(filepath.Dir(sysdev))
 		return nil, &Refused{Device: path, Reasons: []string{fmt.Sprintf("it is a partition, not a whole disk: give /dev/%s (every partition on it is overwritten)", disk)}}
+	}
+	// The path as the person knows it, for messages only.
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		real = path
 	}
 	d := &Device{Path: real, Name: filepath.Base(sysdev), Dev: dev, Parts: map[string]string{dev: filepath.Base(sysdev)}}
 	sectors, err := readInt(filepath.Join(sysdev, "size"))

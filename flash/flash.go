@@ -109,8 +109,17 @@ func Flash(ctx context.Context, image, device string, opt Options) (*Result, err
 	}
 	size := info.Size()
 
-	// 1. Safety checks, then the person at the keyboard.
-	d, err := Inspect(device, opt.Env)
+	// 1. Open the disk once; the safety checks, the person at the keyboard,
+	// the write, the read-back and the grow all go through this descriptor.
+	if err := isBlockDevice(device); err != nil {
+		return nil, err
+	}
+	dev, direct, err := openDisk(device)
+	if err != nil {
+		return nil, refuseUnopened(device, size, opt, err)
+	}
+	defer dev.Close()
+	d, err := inspect(dev, device, opt.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -130,15 +139,14 @@ func Flash(ctx context.Context, image, device string, opt Options) (*Result, err
 		}
 	}
 
-	// 2. Write. O_EXCL makes the kernel refuse a disk something mounted or
-	// claimed since the checks ran.
-	res := &Result{Device: d, Bytes: size}
+	// 2. Write. The O_EXCL descriptor held since the checks means nothing
+	// has mounted or claimed the disk meanwhile.
+	res := &Result{Device: d, Bytes: size, Direct: direct}
 	start := time.Now()
-	direct, err := write(ctx, img, d, size, bs, log)
-	if err != nil {
+	if err := write(ctx, img, dev, direct, d, size, bs, log); err != nil {
 		return nil, err
 	}
-	res.Write, res.Direct = time.Since(start), direct
+	res.Write = time.Since(start)
 
 	// 3. Read back from the device itself, not the page cache, and compare
 	// with the image's hash, computed meanwhile on another core.
@@ -149,7 +157,7 @@ func Flash(ctx context.Context, image, device string, opt Options) (*Result, err
 		res.SHA256, err = hashFile(image)
 		imgSum <- err
 	}()
-	got, err := readBack(ctx, d, size, bs, log, opt.readBack)
+	got, err := readBack(ctx, dev, direct, d, size, bs, log, opt.readBack)
 	if herr := <-imgSum; herr != nil && err == nil {
 		err = herr
 	}
@@ -162,7 +170,7 @@ func Flash(ctx context.Context, image, device string, opt Options) (*Result, err
 		return res, &MismatchError{Device: image, Image: filepath.Join(filepath.Dir(image), "SHA256SUMS"), Want: want, Got: sum, Offset: -1, imageChanged: true}
 	}
 	if got != sum {
-		off, ferr := firstDifference(img, d.Path, size, bs)
+		off, ferr := firstDifference(img, dev, size, bs)
 		if ferr != nil {
 			off = -1
 		}
@@ -172,15 +180,48 @@ func Flash(ctx context.Context, image, device string, opt Options) (*Result, err
 	// is told about the new partitions, so a desktop's automounter cannot
 	// claim them first. Either way the kernel re-reads the table at the end.
 	if opt.GrowReports {
-		g, err := GrowReports(d.Path, log)
+		g, err := growReports(dev, d.Path, log)
 		if err != nil {
 			return res, err
 		}
 		res.Reports = g
-	} else {
-		rereadPartitions(d.Path)
+	}
+	if err := rereadPartitions(dev, d.Path); err != nil {
+		fmt.Fprintf(log, "warning: %v: replug the stick to see its partitions\n", err)
 	}
 	return res, nil
+}
+
+// refuseUnopened explains why the disk could not be opened for writing:
+// inspected through a read-only descriptor (which writes nothing), with every
+// reason the checks find, such as where it is mounted, besides the kernel's.
+func refuseUnopened(path string, size int64, opt Options, openErr error) error {
+	var why string
+	switch {
+	case errors.Is(openErr, unix.EBUSY):
+		why = "the kernel says it is busy (mounted, or claimed by another program)"
+	case errors.Is(openErr, unix.EROFS), errors.Is(openErr, unix.EACCES), errors.Is(openErr, unix.EPERM):
+		why = fmt.Sprintf("it cannot be opened for writing: %v", errors.Unwrap(openErr))
+	default:
+		return fmt.Errorf("opening %s: %w", path, openErr)
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOCTTY, 0)
+	if err != nil {
+		return &Refused{Device: path, Reasons: []string{why}}
+	}
+	defer f.Close()
+	d, err := inspect(f, path, opt.Env)
+	if err != nil {
+		return err
+	}
+	var r *Refused
+	if err := d.Check(size, opt.Force, opt.Env); errors.As(err, &r) {
+		if !d.ReadOnly || errors.Is(openErr, unix.EBUSY) {
+			r.Reasons = append(r.Reasons, why)
+		}
+		return r
+	}
+	return &Refused{Device: d.Path, Reasons: []string{why}}
 }
 
 // block is one buffer in flight between the reader and the writer.
@@ -238,26 +279,6 @@ func alignedBuffers(n, bs int) ([][]byte, func(), error) {
 	return bufs, func() { unix.Munmap(mem) }, nil
 }
 
-// openDevice opens the disk exclusively, with O_DIRECT when the kernel and
-// device allow it.
-func openDevice(path string, flags int) (*os.File, bool, error) {
-	f, err := os.OpenFile(path, flags|unix.O_DIRECT|unix.O_EXCL, 0)
-	if errors.Is(err, unix.EINVAL) {
-		f, err = os.OpenFile(path, flags|unix.O_EXCL, 0)
-		if err != nil {
-			return nil, false, fmt.Errorf("opening %s: %w", path, err)
-		}
-		return f, false, nil
-	}
-	if errors.Is(err, unix.EBUSY) {
-		return nil, false, &Refused{Device: path, Reasons: []string{"the kernel says it is busy (mounted or claimed since the checks ran)"}}
-	}
-	if err != nil {
-		return nil, false, fmt.Errorf("opening %s: %w", path, err)
-	}
-	return f, true, nil
-}
-
 // writers is how many writes are in flight at once: two keep the device
 // busy while the next block is handed over, and USB sticks gain from it.
 const writers = 2
@@ -265,15 +286,10 @@ const writers = 2
 // write copies the image to the device, reading block i+2 while blocks i and
 // i+1 are written, then fsyncs. It does not hash: the verify pass hashes the
 // image and the read-back side by side, so the write runs at the device's pace.
-func write(ctx context.Context, img *os.File, d *Device, size int64, bs int, log io.Writer) (bool, error) {
-	dev, direct, err := openDevice(d.Path, os.O_WRONLY)
-	if err != nil {
-		return false, err
-	}
-	defer dev.Close()
+func write(ctx context.Context, img, dev *os.File, direct bool, d *Device, size int64, bs int, log io.Writer) error {
 	bufs, free, err := alignedBuffers(writers+2, bs)
 	if err != nil {
-		return false, err
+		return err
 	}
 	defer free()
 	lbs := int64(max(d.LogicalBlock, 512))
@@ -328,46 +344,69 @@ func write(ctx context.Context, img *os.File, d *Device, size int64, bs int, log
 	wg.Wait()
 	rerr := <-readErr
 	if werr != nil {
-		return direct, werr
+		return werr
 	}
 	if rerr != nil {
-		return direct, rerr
+		return rerr
 	}
 	if tail != nil {
-		if err := writeTail(d.Path, tail, size-int64(len(tail))); err != nil {
-			return direct, err
+		if err := writeTail(dev, d.Path, tail, size-int64(len(tail))); err != nil {
+			return err
 		}
 	}
 	if err := dev.Sync(); err != nil {
-		return direct, fmt.Errorf("flushing %s: %w", d.Path, err)
+		return fmt.Errorf("flushing %s: %w", d.Path, err)
 	}
 	m.Done()
-	return direct, nil
+	return nil
 }
 
-func writeTail(path string, b []byte, off int64) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("opening %s: %w", path, err)
+// writeTail writes an end shorter than a logical block through the same
+// descriptor, with O_DIRECT switched off for that one write and on again.
+func writeTail(dev *os.File, path string, b []byte, off int64) error {
+	if err := setDirect(dev, false); err != nil {
+		return fmt.Errorf("writing the last %d bytes of %s: %w", len(b), path, err)
 	}
-	defer f.Close()
-	if _, err := f.WriteAt(b, off); err != nil {
+	if _, err := dev.WriteAt(b, off); err != nil {
 		return fmt.Errorf("writing %s at byte %d: %w", path, off, err)
 	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("flushing %s: %w", path, err)
+	if err := setDirect(dev, true); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// setDirect turns O_DIRECT on or off on an open descriptor (F_SETFL).
+func setDirect(f *os.File, on bool) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := rc.Control(func(fd uintptr) {
+		fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
+		if err != nil {
+			ferr = err
+			return
+		}
+		if on {
+			fl |= unix.O_DIRECT
+		} else {
+			fl &^= unix.O_DIRECT
+		}
+		_, ferr = unix.FcntlInt(fd, unix.F_SETFL, fl)
+	}); err != nil {
+		return err
+	}
+	if ferr != nil {
+		return fmt.Errorf("setting O_DIRECT to %v: %w", on, ferr)
 	}
 	return nil
 }
 
 // readBack hashes the first size bytes of the device, reading with O_DIRECT
 // (and after dropping the device's page cache) so the bytes come from the medium.
-func readBack(ctx context.Context, d *Device, size int64, bs int, log io.Writer, hook func(int64, []byte)) (string, error) {
-	dev, direct, err := openDevice(d.Path, os.O_RDONLY)
-	if err != nil {
-		return "", err
-	}
-	defer dev.Close()
+func readBack(ctx context.Context, dev *os.File, direct bool, d *Device, size int64, bs int, log io.Writer, hook func(int64, []byte)) (string, error) {
 	dropCache(dev)
 	bufs, free, err := alignedBuffers(3, bs)
 	if err != nil {
@@ -419,13 +458,9 @@ func dropCache(f *os.File) {
 }
 
 // rereadPartitions asks the kernel to re-read the partition table, so the
-// stick's partitions appear (and fsck or mount can use them) without replugging.
-func rereadPartitions(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
+// stick's partitions appear (and fsck or mount can use them) without
+// replugging. The kernel allows it on the O_EXCL descriptor flash holds.
+func rereadPartitions(f *os.File, path string) error {
 	if _, _, e := unix.Syscall(unix.SYS_IOCTL, f.Fd(), unix.BLKRRPART, 0); e != 0 {
 		return fmt.Errorf("re-reading the partition table of %s: %w", path, e)
 	}
@@ -461,13 +496,12 @@ func listedSum(image string) (string, bool) {
 	return "", false
 }
 
-// firstDifference compares image and device block by block, for the error message.
-func firstDifference(img *os.File, dev string, size int64, bs int) (int64, error) {
-	f, err := os.Open(dev)
-	if err != nil {
+// firstDifference compares image and device block by block, for the error
+// message; it reads the device with O_DIRECT off (its buffers are not aligned).
+func firstDifference(img, f *os.File, size int64, bs int) (int64, error) {
+	if err := setDirect(f, false); err != nil {
 		return -1, err
 	}
-	defer f.Close()
 	dropCache(f)
 	a, b := make([]byte, bs), make([]byte, bs)
 	for off := int64(0); off < size; off += int64(bs) {

@@ -44,6 +44,24 @@ func GrowReports(path string, log io.Writer) (*GrowResult, error) {
 		return nil, fmt.Errorf("growing the report partition: %w", err)
 	}
 	defer f.Close()
+	res, err := growReports(f, path, log)
+	if err != nil {
+		return nil, err
+	}
+	rereadPartitions(f, path)
+	return res, nil
+}
+
+// growReports is GrowReports on a disk already open read-write (flash's own
+// descriptor, so the grow lands on the disk that was checked and written).
+func growReports(f *os.File, path string, log io.Writer) (*GrowResult, error) {
+	if log == nil {
+		log = io.Discard
+	}
+	// The GPT and FAT code reads and writes unaligned buffers.
+	if err := setDirect(f, false); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	size, err := f.Seek(0, io.SeekEnd)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -69,8 +87,6 @@ func GrowReports(path string, log io.Writer) (*GrowResult, error) {
 	if newLast <= p.LastLBA {
 		res.NewSize = p.Size()
 		fmt.Fprintf(log, "%s: the %s partition already fills the disk (%s)\n", path, ReportsLabel, progress.Bytes(p.Size()))
-		f.Close()
-		rereadPartitions(path)
 		return res, nil
 	}
 
@@ -121,8 +137,6 @@ func GrowReports(path string, log io.Writer) (*GrowResult, error) {
 		return nil, fmt.Errorf("flushing %s: %w", path, err)
 	}
 	res.NewSize, res.Type = grown.Size(), typ
-	f.Close()
-	rereadPartitions(path)
 	fmt.Fprintf(log, "%s: %s partition grown from %s to %s (%v), %d file(s) kept\n", path, ReportsLabel, progress.Bytes(res.OldSize), progress.Bytes(res.NewSize), typ, res.Kept)
 	return res, nil
 }

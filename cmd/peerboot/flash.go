@@ -23,6 +23,13 @@ func flashCmd() *cobra.Command {
 		Long: `flash writes IMAGE (a disk.img, or a build output directory holding one) to
 DEVICE, a whole disk such as /dev/sdb.
 
+It opens DEVICE once, read-write and exclusively (O_EXCL: the kernel refuses a
+mounted or claimed disk, and nothing can mount or claim it while flash holds it),
+and does everything through that one descriptor: the checks read sysfs by the
+descriptor's own device number, and the write, the read-back and the grow use it,
+so the disk written is the disk shown, even if the path names another one by the
+time "yes" is typed.
+
 Before writing it refuses a device that is mounted (any partition), holds the
 running root filesystem or an active swap area, is held by device-mapper/LVM/RAID,
 is read-only, is a partition rather than a whole disk, or is smaller than the image;

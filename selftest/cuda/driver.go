@@ -72,11 +72,39 @@ func Code(err error) int {
 	return -1
 }
 
+// Library is where a Driver's entry points come from: libcuda through dlopen (Load),
+// or a FAKE stand-in that tests pass to Open. Bind sets *fn, a pointer to one of the
+// Driver's func fields, to the named C symbol; a library without it returns an error.
+// This is the only seam: everything above the func fields is the same code either way.
+type Library interface {
+	Name() string
+	Bind(name string, fn any) error
+}
+
+// dlLibrary is a dlopened shared object.
+type dlLibrary struct {
+	name string
+	h    uintptr
+}
+
+func (l dlLibrary) Name() string { return l.name }
+
+// Bind looks a symbol up before registering it: purego.RegisterFunc on a zero address
+// would crash at the first call, and a library without a symbol is a finding.
+func (l dlLibrary) Bind(name string, fn any) error {
+	sym, err := purego.Dlsym(l.h, name)
+	if err != nil {
+		return fmt.Errorf("dlsym %s: %w", name, err)
+	}
+	purego.RegisterFunc(fn, sym)
+	return nil
+}
+
 // Driver is a loaded libcuda. It is not safe for concurrent use: callers drive it from
 // one goroutine locked to its OS thread.
 type Driver struct {
 	Lib string
-	h   uintptr
+	lib Library
 
 	ctxs    map[int]uintptr // retained primary contexts by ordinal
 	devs    map[int]int32   // CUdevice by ordinal
@@ -131,7 +159,13 @@ func Load(lib string) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading %s: %w", lib, err)
 	}
-	d := &Driver{Lib: lib, h: h, ctxs: map[int]uintptr{}, devs: map[int]int32{}, kernels: map[int]*Kernels{}}
+	return Open(dlLibrary{name: lib, h: h})
+}
+
+// Open binds the driver subset from l (see Load).
+func Open(l Library) (*Driver, error) {
+	lib := l.Name()
+	d := &Driver{Lib: lib, lib: l, ctxs: map[int]uintptr{}, devs: map[int]int32{}, kernels: map[int]*Kernels{}}
 	// Only what answers "is there a driver and a GPU" is required here; the rest is
 	// bound once cuInit succeeded (bindDevice). A library that can only say
 	// CUDA_ERROR_NO_DEVICE still gives a truthful report.
@@ -139,23 +173,12 @@ func Load(lib string) (*Driver, error) {
 		name string
 		fn   any
 	}{{"cuInit", &d.cuInit}, {"cuDriverGetVersion", &d.cuDriverGetVersion}} {
-		if err := bind(h, s.name, s.fn); err != nil {
+		if err := l.Bind(s.name, s.fn); err != nil {
 			return nil, fmt.Errorf("loading %s: %w", lib, err)
 		}
 	}
-	_ = bind(h, "cuGetErrorName", &d.cuGetErrorName) // optional: Status falls back to our table
+	_ = l.Bind("cuGetErrorName", &d.cuGetErrorName) // optional: Status falls back to our table
 	return d, nil
-}
-
-// bind looks a symbol up before registering it: purego.RegisterFunc on a zero address
-// would crash at the first call, and a library without a symbol is a finding.
-func bind(h uintptr, name string, fn any) error {
-	sym, err := purego.Dlsym(h, name)
-	if err != nil {
-		return fmt.Errorf("dlsym %s: %w", name, err)
-	}
-	purego.RegisterFunc(fn, sym)
-	return nil
 }
 
 // bindDevice binds the rest of the API subset, after cuInit succeeded.
@@ -200,14 +223,14 @@ func (d *Driver) bindDevice() error {
 		{"cuLaunchKernel", &d.cuLaunchKernel},
 	}
 	for _, s := range syms {
-		if err := bind(d.h, s.name, s.fn); err != nil {
+		if err := d.lib.Bind(s.name, s.fn); err != nil {
 			return fmt.Errorf("loading %s: %w", d.Lib, err)
 		}
 	}
 	// The header maps cuEventElapsedTime to _v2 (CUDA 12.8+); older drivers have only
 	// the legacy symbol, with the same signature.
-	if bind(d.h, "cuEventElapsedTime_v2", &d.cuEventElapsedTime) != nil {
-		if err := bind(d.h, "cuEventElapsedTime", &d.cuEventElapsedTime); err != nil {
+	if d.lib.Bind("cuEventElapsedTime_v2", &d.cuEventElapsedTime) != nil {
+		if err := d.lib.Bind("cuEventElapsedTime", &d.cuEventElapsedTime); err != nil {
 			return fmt.Errorf("loading %s: %w", d.Lib, err)
 		}
 	}

@@ -20,8 +20,11 @@ type HighMemTarget struct {
 
 // Options configure Run. Zero values take the defaults in brackets.
 type Options struct {
-	Lib       string // ["libcuda.so.1"]
-	CopyBytes int64  // bytes per copy, a multiple of 16 [256 MiB]
+	Lib string // ["libcuda.so.1"]
+	// Library, when set, is used instead of dlopening Lib: the FAKE stand-in of the
+	// tests (selftest/gpufake) comes in here.
+	Library   Library
+	CopyBytes int64 // bytes per copy, a multiple of 16 [256 MiB]
 	// nvbandwidth's shape: Warmup copies behind the spin kernel before the start
 	// event, Loops timed copies per sample, Samples samples, median reported [4, 16, 3].
 	// A negative Warmup means none.
@@ -45,6 +48,9 @@ type Options struct {
 	CorruptOnce bool
 	// SpinTimeout bounds how long the gate kernel waits for the host [10 s].
 	SpinTimeout time.Duration
+	// Latency, p2pBandwidthLatencyTest's way: LatencyWrites 16-byte writes per sample
+	// behind the spin gate, LatencySamples samples, median reported [100, 9].
+	LatencyWrites, LatencySamples int
 }
 
 // Result is what the copy phase found. It is filled as far as the run got, also when
@@ -54,6 +60,7 @@ type Result struct {
 	CanAccess [][]bool           `json:"can_access"` // [i][j]: cuDeviceCanAccessPeer(i, j); false on the diagonal
 	Copies    []selftest.Copy    `json:"copies"`
 	HighMem   []selftest.HighMem `json:"high_mem"`
+	Latencies []selftest.Latency `json:"latencies"`
 	// Injected describes the corruption made by Options.CorruptOnce ("" when none).
 	Injected string `json:"injected,omitempty"`
 	// Notes are facts that do not fail anything but qualify a figure, e.g. a spin
@@ -89,6 +96,12 @@ func (o Options) withDefaults() Options {
 	if o.SpinTimeout <= 0 {
 		o.SpinTimeout = 10 * time.Second
 	}
+	if o.LatencyWrites <= 0 {
+		o.LatencyWrites = 100
+	}
+	if o.LatencySamples <= 0 {
+		o.LatencySamples = 9
+	}
 	return o
 }
 
@@ -103,9 +116,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	defer runtime.UnlockOSThread()
 
 	r := &Result{
-		CUDA:    selftest.CUDA{Library: o.Lib, Devices: []selftest.CUDADevice{}},
-		Copies:  []selftest.Copy{},
-		HighMem: []selftest.HighMem{},
+		CUDA:      selftest.CUDA{Library: o.Lib, Devices: []selftest.CUDADevice{}},
+		Copies:    []selftest.Copy{},
+		HighMem:   []selftest.HighMem{},
+		Latencies: []selftest.Latency{},
 	}
 	fail := func(err error) (*Result, error) {
 		if r.CUDA.Error == "" {
@@ -115,7 +129,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 
 	// 1. Load the library.
-	d, err := Load(o.Lib)
+	var d *Driver
+	var err error
+	if o.Library != nil {
+		r.CUDA.Library = o.Library.Name()
+		d, err = Open(o.Library)
+	} else {
+		d, err = Load(o.Lib)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -187,6 +208,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return fail(err)
 	}
 	err = e.copies(ctx)
+	if err == nil {
+		err = e.latencies(ctx)
+	}
 	if ferr := e.free(); err == nil && ferr != nil {
 		err = ferr
 	}

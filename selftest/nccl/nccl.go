@@ -36,6 +36,10 @@ type Options struct {
 	// the transports are read from that log.
 	Env     map[string]string
 	LogPath string // [$TMPDIR/p2pcheck-nccl.log]
+	// NCCLLibrary and CUDALibrary, when set, are used instead of dlopening Lib and
+	// CUDALib: the FAKE stand-ins of the tests (selftest/gpufake) come in here.
+	NCCLLibrary cuda.Library
+	CUDALibrary cuda.Library
 }
 
 // ncclResult_t, ncclDataType_t and ncclRedOp_t values (nccl.h).
@@ -131,6 +135,29 @@ func loadNCCL(path string) (*lib, error) {
 	if err != nil {
 		return nil, fmt.Errorf("loading %s: %w", path, err)
 	}
+	return bindNCCL(dlLibrary{name: path, h: h})
+}
+
+// dlLibrary is a dlopened libnccl.
+type dlLibrary struct {
+	name string
+	h    uintptr
+}
+
+func (l dlLibrary) Name() string { return l.name }
+
+func (l dlLibrary) Bind(name string, fn any) error {
+	sym, err := purego.Dlsym(l.h, name)
+	if err != nil {
+		return fmt.Errorf("dlsym %s: %w", name, err)
+	}
+	purego.RegisterFunc(fn, sym)
+	return nil
+}
+
+// bindNCCL binds the NCCL subset from src.
+func bindNCCL(src cuda.Library) (*lib, error) {
+	path := src.Name()
 	l := &lib{}
 	for _, s := range []struct {
 		name string
@@ -144,11 +171,9 @@ func loadNCCL(path string) (*lib, error) {
 		{"ncclAllReduce", &l.allReduce},
 		{"ncclGetErrorString", &l.getErrorString},
 	} {
-		sym, err := purego.Dlsym(h, s.name)
-		if err != nil {
-			return nil, fmt.Errorf("loading %s: dlsym %s: %w", path, s.name, err)
+		if err := src.Bind(s.name, s.fn); err != nil {
+			return nil, fmt.Errorf("loading %s: %w", path, err)
 		}
-		purego.RegisterFunc(s.fn, sym)
 	}
 	return l, nil
 }
@@ -188,6 +213,9 @@ func Run(ctx context.Context, o Options) (*selftest.NCCL, error) {
 	o = o.withDefaults()
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	if o.NCCLLibrary != nil {
+		o.Lib = o.NCCLLibrary.Name()
+	}
 	res := &selftest.NCCL{Library: o.Lib, Env: map[string]string{}, Sizes: []selftest.NCCLSize{}, Transports: []selftest.Transport{}, LogFile: o.LogPath}
 	err := run(ctx, o, res)
 	// The log is complete once the communicators are gone; flush libc's buffers so
@@ -229,7 +257,12 @@ func run(ctx context.Context, o Options, res *selftest.NCCL) (err error) {
 	}
 
 	// 2. CUDA: the same libcuda libnccl will load.
-	d, err := cuda.Load(o.CUDALib)
+	var d *cuda.Driver
+	if o.CUDALibrary != nil {
+		d, err = cuda.Open(o.CUDALibrary)
+	} else {
+		d, err = cuda.Load(o.CUDALib)
+	}
 	if err != nil {
 		return err
 	}
@@ -247,7 +280,12 @@ func run(ctx context.Context, o Options, res *selftest.NCCL) (err error) {
 	res.Ranks = n
 
 	// 3. libnccl.
-	l, err := loadNCCL(o.Lib)
+	var l *lib
+	if o.NCCLLibrary != nil {
+		l, err = bindNCCL(o.NCCLLibrary)
+	} else {
+		l, err = loadNCCL(o.Lib)
+	}
 	if err != nil {
 		return err
 	}

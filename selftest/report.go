@@ -48,6 +48,7 @@ type Report struct {
 	IOMMU            IOMMU      `json:"iommu"`
 	Copies           []Copy     `json:"copies"`        // timed, verified copies (local and peer)
 	HighMem          []HighMem  `json:"high_mem"`      // probes above BAR1, one per GPU where BAR1 < VRAM
+	Latencies        []Latency  `json:"latencies"`     // small-write latency, local and per ordered pair with peer access
 	NCCL             *NCCL      `json:"nccl"`          // nil: the phase did not run
 	KernelEvents     []KEvent   `json:"kernel_events"` // Xid, IOMMU faults, firmware failures seen during the run
 	Durations        []Duration `json:"durations"`
@@ -172,6 +173,7 @@ func New() *Report {
 		Pairs:        []Pair{},
 		Copies:       []Copy{},
 		HighMem:      []HighMem{},
+		Latencies:    []Latency{},
 		KernelEvents: []KEvent{},
 		Durations:    []Duration{},
 	}
@@ -234,6 +236,9 @@ func Decode(b []byte) (*Report, error) {
 	}
 	if r.HighMem == nil {
 		r.HighMem = []HighMem{}
+	}
+	if r.Latencies == nil {
+		r.Latencies = []Latency{}
 	}
 	if r.KernelEvents == nil {
 		r.KernelEvents = []KEvent{}

@@ -158,6 +158,24 @@ type HighMem struct {
 	Mismatch   *Mismatch `json:"mismatch,omitempty"`
 }
 
+// Latency is the time of one small write, measured the way cuda-samples'
+// p2pBandwidthLatencyTest does: Writes copies of Bytes each, queued behind a spin
+// kernel on Src's stream and timed back to back with events on the GPU; one sample is
+// the elapsed time over Writes, US the median. Direct P2P over PCIe takes about half a
+// microsecond, a write staged through host memory about 14 µs (selftest.md §1.5).
+type Latency struct {
+	Src       int       `json:"src"` // CUDA ordinals; Src == Dst: a local write
+	Dst       int       `json:"dst"`
+	Direction string    `json:"direction"` // local or write (issued on Src, into Dst)
+	Bytes     int64     `json:"bytes"`     // per write
+	Writes    int       `json:"writes"`    // per sample
+	US        float64   `json:"us"`        // median of Samples, microseconds per write
+	Samples   []float64 `json:"samples"`
+	Verified  bool      `json:"verified"`           // the last write's bytes were read back
+	Mismatch  *Mismatch `json:"mismatch,omitempty"` // they were not what was written
+	Error     string    `json:"error,omitempty"`
+}
+
 // NCCL is the all-reduce phase: one communicator over every GPU in one process.
 type NCCL struct {
 	Library string            `json:"library"`

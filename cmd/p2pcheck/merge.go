@@ -208,6 +208,7 @@ func merge(r *selftest.Report, out *phaseOutput) {
 		}
 		r.Copies = append(r.Copies, c.Copies...)
 		r.HighMem = append(r.HighMem, c.HighMem...)
+		r.Latencies = append(r.Latencies, c.Latencies...)
 		if c.Injected != "" {
 			r.Add(selftest.SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): "+c.Injected, "this run must fail with copy.corrupt; without the flag it is a real fault")
 		}

@@ -210,15 +210,23 @@ func (d *Driver) Verify(ordinal int, s Stream, p Ptr, nWords int64, seed uint32)
 	return v, nil
 }
 
-// CopySM launches the uint4 copy kernel on the ordinal's stream: grid = SM count,
-// 512 threads per block (nvbandwidth's shape for large copies). bytes is a multiple
-// of 16.
+// The SM copy's launch shape; scripts/device/d2d_ref.cu's reference kernel uses the
+// same. Two blocks of 512 per SM fit every GPU the self-test targets (sm_89 holds
+// 1536 threads per SM, sm_90 2048) and, with pb_copy_v4's four loads per thread,
+// keep enough bytes in flight to saturate HBM.
+const (
+	smCopyBlocksPerSM = 2
+	smCopyThreads     = 512
+)
+
+// CopySM launches the uint4 copy kernel on the ordinal's stream: grid =
+// smCopyBlocksPerSM blocks per SM of smCopyThreads threads. bytes is a multiple of 16.
 func (d *Driver) CopySM(ordinal int, s Stream, dst, src Ptr, bytes int64) error {
 	k, err := d.Kernels(ordinal)
 	if err != nil {
 		return err
 	}
-	return d.Launch(k.copy, uint32(k.SMs), 512, s, uint64(dst), uint64(src), uint64(bytes/16))
+	return d.Launch(k.copy, uint32(k.SMs*smCopyBlocksPerSM), smCopyThreads, s, uint64(dst), uint64(src), uint64(bytes/16))
 }
 
 // HostFlag is a word pair in pinned, device-mapped host memory: word 0 releases the

@@ -1,5 +1,9 @@
 package nccl
 
+// PTX is the all-reduce kernels' module text, for checking it with ptxas on a GPU
+// host (cudaprobe -dump-ptx).
+func PTX() string { return reducePTX }
+
 // reducePTX fills and checks all-reduce buffers (ISA 7.0 / sm_52, like selftest/cuda's
 // kernels; see Value and Expected for the numbers).
 const reducePTX = `.version 7.0

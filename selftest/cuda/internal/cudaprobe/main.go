@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -52,8 +53,18 @@ func main() {
 		indent   = flag.Bool("json", true, "indented JSON")
 		ncclEnv  = flag.String("nccl-env", "", "NCCL_* variables for the all-reduce, K=V,K=V")
 		badPTX   = flag.Bool("bad-ptx", false, "only load a broken PTX text and print the JIT error log")
+		dumpPTX  = flag.String("dump-ptx", "", "only write the hand-written PTX modules (cuda.ptx, nccl.ptx) into this folder, for ptxas")
 	)
 	flag.Parse()
+	if *dumpPTX != "" {
+		for name, text := range map[string]string{"cuda.ptx": cuda.PTX(), "nccl.ptx": nccl.PTX()} {
+			if err := os.WriteFile(filepath.Join(*dumpPTX, name), []byte(text), 0o644); err != nil {
+				fmt.Fprintln(os.Stderr, "cudaprobe:", err)
+				os.Exit(1)
+			}
+		}
+		return
+	}
 	if *badPTX {
 		os.Exit(tryBadPTX(*lib))
 	}

@@ -7,9 +7,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
 )
@@ -85,6 +89,14 @@ func Apply(dir, name string, data []byte) (*Result, error) {
 	}
 	var writes []write
 	res := &Result{}
+	// Every path is resolved inside dir (os.Root), and no directory on the way, nor
+	// the file patched, may be a symlink: a source tarball can leave links to
+	// anywhere in the tree, and a patch applied through one writes there.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("patch %s: %w", name, err)
+	}
+	defer root.Close()
 	for _, f := range files {
 		target := f.NewName
 		if f.IsDelete {
@@ -96,19 +108,32 @@ func Apply(dir, name string, data []byte) (*Result, error) {
 		if !safePath(target) || (f.OldName != "" && !safePath(f.OldName)) {
 			return nil, &Error{Patch: name, File: target, Msg: "path leaves the source tree"}
 		}
+		if isLinkMode(f.OldMode) || isLinkMode(f.NewMode) {
+			return nil, &Error{Patch: name, File: target, Msg: "symlink patches are not supported"}
+		}
+		for _, p := range []string{f.OldName, f.NewName} {
+			if p == "" {
+				continue
+			}
+			if msg := throughLink(root, p); msg != "" {
+				return nil, &Error{Patch: name, File: p, Msg: msg}
+			}
+		}
 		var old []byte
 		mode := os.FileMode(0o644)
 		if !f.IsNew {
-			p := filepath.Join(dir, f.OldName)
-			info, err := os.Stat(p)
+			info, err := root.Lstat(f.OldName)
 			if err != nil {
 				return nil, &Error{Patch: name, File: f.OldName, Msg: "file to patch does not exist"}
 			}
+			if !info.Mode().IsRegular() {
+				return nil, &Error{Patch: name, File: f.OldName, Msg: "not a regular file"}
+			}
 			mode = info.Mode().Perm()
-			if old, err = os.ReadFile(p); err != nil {
+			if old, err = readNoFollow(root, f.OldName); err != nil {
 				return nil, err
 			}
-		} else if _, err := os.Stat(filepath.Join(dir, f.NewName)); err == nil {
+		} else if _, err := root.Lstat(f.NewName); err == nil {
 			return nil, &Error{Patch: name, File: f.NewName, Msg: "patch creates a file that already exists"}
 		}
 		if f.NewMode != 0 {
@@ -126,22 +151,84 @@ func Apply(dir, name string, data []byte) (*Result, error) {
 		writes = append(writes, write{path: target, data: out, mode: mode, delete: f.IsDelete})
 	}
 	for _, w := range writes {
-		p := filepath.Join(dir, w.path)
+		p := filepath.ToSlash(filepath.Clean(w.path))
 		if w.delete {
-			if err := os.Remove(p); err != nil {
+			if err := root.Remove(p); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		if err := mkdirNoFollow(root, path.Dir(p)); err != nil {
+			return nil, &Error{Patch: name, File: w.path, Msg: err.Error()}
+		}
+		// O_NOFOLLOW: the file itself is never a link either.
+		f, err := root.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, w.mode)
+		if err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(p, w.data, w.mode); err != nil {
+		_, err = f.Write(w.data)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
 			return nil, err
 		}
 	}
 	return res, nil
 }
+
+// throughLink says why p cannot be patched when a directory on its way, or p
+// itself, is a symlink in the tree; "" when it can.
+func throughLink(root *os.Root, p string) string {
+	p = filepath.ToSlash(filepath.Clean(p))
+	parts := strings.Split(p, "/")
+	for i := range parts {
+		prefix := strings.Join(parts[:i+1], "/")
+		info, err := root.Lstat(prefix)
+		if err != nil {
+			return "" // missing from here on: made as real directories
+		}
+		if info.Mode()&os.ModeSymlink != 0 {
+			l, _ := root.Readlink(prefix)
+			return fmt.Sprintf("%s is a symlink (to %s) in the tree: refusing to patch through it", prefix, l)
+		}
+	}
+	return ""
+}
+
+func readNoFollow(root *os.Root, p string) ([]byte, error) {
+	f, err := root.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+// mkdirNoFollow makes dir and its parents, refusing a symlink on the way.
+func mkdirNoFollow(root *os.Root, dir string) error {
+	if dir == "." {
+		return nil
+	}
+	if err := mkdirNoFollow(root, path.Dir(dir)); err != nil {
+		return err
+	}
+	info, err := root.Lstat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return root.Mkdir(dir, 0o755)
+	case err != nil:
+		return err
+	case info.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("%s is a symlink in the tree: refusing to patch through it", dir)
+	case !info.IsDir():
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	return nil
+}
+
+// isLinkMode reports git's symlink mode (120000); gitdiff keeps git's raw octal.
+func isLinkMode(m os.FileMode) bool { return m&0o170000 == 0o120000 }
 
 func safePath(p string) bool {
 	c := filepath.Clean(p)

@@ -2,6 +2,7 @@ package patch
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -109,11 +110,111 @@ func TestSeriesHeaders(t *testing.T) {
 	}
 }
 
+// FuzzCheck parses, then applies to a tree holding f.txt and links out of it
+// (sub -> the outside directory, up -> ../outside): nothing outside may change.
 func FuzzCheck(f *testing.F) {
 	f.Add([]byte(p1))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if Check(data) == nil {
-			Apply(t.TempDir(), "fuzz.patch", data)
+		if Check(data) != nil {
+			return
+		}
+		parent := t.TempDir()
+		dir, outside := filepath.Join(parent, "src"), filepath.Join(parent, "outside")
+		os.MkdirAll(dir, 0o755)
+		os.MkdirAll(outside, 0o755)
+		os.WriteFile(filepath.Join(dir, "f.txt"), []byte(base), 0o644)
+		os.WriteFile(filepath.Join(outside, "f.txt"), []byte(base), 0o644)
+		os.Symlink(outside, filepath.Join(dir, "sub"))
+		os.Symlink("../outside", filepath.Join(dir, "up"))
+		Apply(dir, "fuzz.patch", data)
+		entries, _ := os.ReadDir(outside)
+		got, _ := os.ReadFile(filepath.Join(outside, "f.txt"))
+		if len(entries) != 1 || string(got) != base {
+			t.Fatalf("outside the tree changed: %v, f.txt %q", entries, got)
+		}
+		if entries, _ := os.ReadDir(parent); len(entries) != 2 {
+			t.Fatalf("a write beside the tree: %v", entries)
 		}
 	})
+}
+
+const newFile = `diff --git a/DIR/new.txt b/DIR/new.txt
+new file mode 100644
+--- /dev/null
++++ b/DIR/new.txt
+@@ -0,0 +1 @@
++planted
+`
+
+const deleteFile = `diff --git a/DIR/f.txt b/DIR/f.txt
+deleted file mode 100644
+--- a/DIR/f.txt
++++ /dev/null
+@@ -1,7 +0,0 @@
+-one
+-two
+-three
+-four
+-five
+-six
+-seven
+`
+
+const symlinkPatch = `diff --git a/l b/l
+new file mode 120000
+--- /dev/null
++++ b/l
+@@ -0,0 +1 @@
++/etc/passwd
+\ No newline at end of file
+`
+
+// hostileTrees are source trees whose symlinks (as a tarball can leave them)
+// point outside, and patches that would write, read or delete through them. On the
+// code before the fix, every case but the symlink-mode one changed outside/.
+func TestRefusesToPatchThroughSymlinks(t *testing.T) {
+	cases := []struct {
+		name, patch string
+		links       map[string]string // in the tree: name -> target ("OUT" is the outside dir)
+		err         string
+	}{
+		{name: "modify through dir link", patch: strings.ReplaceAll(p1, "f.txt", "sub/f.txt"),
+			links: map[string]string{"sub": "OUT"}, err: "sub/f.txt: sub is a symlink (to OUT) in the tree: refusing to patch through it"},
+		{name: "modify a link to a host file", patch: p1,
+			links: map[string]string{"f.txt": "OUT/f.txt"}, err: "f.txt: f.txt is a symlink (to OUT/f.txt)"},
+		{name: "relative link out", patch: strings.ReplaceAll(p1, "f.txt", "up/f.txt"),
+			links: map[string]string{"up": "../outside"}, err: "up is a symlink (to ../outside)"},
+		{name: "create through dir link", patch: strings.ReplaceAll(newFile, "DIR", "sub"),
+			links: map[string]string{"sub": "OUT"}, err: "sub is a symlink"},
+		{name: "create under a deeper dir link", patch: strings.ReplaceAll(newFile, "DIR", "sub/deeper"),
+			links: map[string]string{"sub": "OUT"}, err: "sub is a symlink"},
+		{name: "delete through dir link", patch: strings.ReplaceAll(deleteFile, "DIR", "sub"),
+			links: map[string]string{"sub": "OUT"}, err: "sub is a symlink"},
+		{name: "symlink mode", patch: symlinkPatch, err: "l: symlink patches are not supported"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			parent := t.TempDir()
+			dir, outside := filepath.Join(parent, "src"), filepath.Join(parent, "outside")
+			os.MkdirAll(dir, 0o755)
+			os.MkdirAll(outside, 0o755)
+			os.WriteFile(filepath.Join(outside, "f.txt"), []byte(base), 0o644)
+			for name, target := range c.links {
+				os.Symlink(strings.ReplaceAll(target, "OUT", outside), filepath.Join(dir, name))
+			}
+			_, err := Apply(dir, "evil.patch", []byte(c.patch))
+			msg := strings.ReplaceAll(fmt.Sprint(err), outside, "OUT")
+			if err == nil || !strings.Contains(msg, c.err) {
+				t.Errorf("got %q, want an error containing %q", msg, c.err)
+			}
+			entries, _ := os.ReadDir(outside)
+			got, _ := os.ReadFile(filepath.Join(outside, "f.txt"))
+			if len(entries) != 1 || string(got) != base {
+				t.Errorf("outside the tree changed: %v, f.txt %q", entries, got)
+			}
+			if _, err := os.Lstat(filepath.Join(dir, "l")); err == nil {
+				t.Error("a symlink patch left a file")
+			}
+		})
+	}
 }

@@ -223,14 +223,15 @@ func TestWriteFileRefusesPathsOutOfTheImage(t *testing.T) {
 	}
 }
 
-// FuzzExtractDeb: whatever the package, nothing outside the root changes.
+// FuzzExtractDeb: whatever the package, nothing outside the root changes. (The
+// seeds' OUTSIDE links stay relative, compressed as they are; the relative escape
+// seed reaches the outside directory beside the root.)
 func FuzzExtractDeb(f *testing.F) {
 	for _, c := range hostileCases {
 		f.Add(debtest.Build("evil", c.entries))
 	}
 	f.Fuzz(func(t *testing.T, deb []byte) {
 		root, outside := hostileRoot(t)
-		deb = []byte(strings.ReplaceAll(string(deb), outsideMark, outside))
 		p := filepath.Join(t.TempDir(), "f.deb")
 		os.WriteFile(p, deb, 0o644)
 		before := snapshot(t, outside)

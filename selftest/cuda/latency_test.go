@@ -1,0 +1,67 @@
+package cuda_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/selftest/cuda"
+	"github.com/peerboot/peerboot/selftest/gpufake"
+)
+
+// The latency pass runs the engine's real host code over the FAKE driver: every GPU
+// locally and every ordered pair with peer access, none for a pair without, each
+// with its samples and the written bytes read back.
+func TestLatencyOverFake(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		faults   []gpufake.Fault
+		corrupt  string // "src->dst" whose latency must show a mismatch
+		wantErrs int
+	}{
+		{name: "healthy"},
+		{name: "flipped peer word", faults: []gpufake.Fault{{Kind: gpufake.FaultFlip, Copy: "0->1", Method: "ce", Offset: 0}}, corrupt: "0->1"},
+		{name: "flipped local word", faults: []gpufake.Fault{{Kind: gpufake.FaultFlip, Copy: "2->2", Method: "ce", Offset: 4}}, corrupt: "2->2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := gpufake.FakeConfig{
+				GPUs: []gpufake.FakeGPU{{MemBytes: 4 << 30}, {MemBytes: 4 << 30}, {MemBytes: 4 << 30}},
+				// GPU0 and GPU2 cannot reach each other: no latency is tried there.
+				CanAccess: [][]bool{{false, true, false}, {true, false, true}, {false, true, false}},
+				Faults:    tc.faults,
+			}
+			box := gpufake.New(cfg)
+			r, err := cuda.Run(context.Background(), cuda.Options{Library: box.CUDA(), CopyBytes: 64 << 10, Verify: true})
+			if err != nil {
+				t.Fatalf("cuda.Run: %v", err)
+			}
+			want := map[string]string{"0->0": selftest.DirLocal, "1->1": selftest.DirLocal, "2->2": selftest.DirLocal,
+				"0->1": selftest.DirWrite, "1->0": selftest.DirWrite, "1->2": selftest.DirWrite, "2->1": selftest.DirWrite}
+			if len(r.Latencies) != len(want) {
+				t.Fatalf("%d latencies, want %d: %+v", len(r.Latencies), len(want), r.Latencies)
+			}
+			for _, l := range r.Latencies {
+				key := itoa(l.Src) + "->" + itoa(l.Dst)
+				dir, ok := want[key]
+				if !ok {
+					t.Errorf("latency %s measured, want none there", key)
+					continue
+				}
+				delete(want, key)
+				if l.Direction != dir || l.Bytes != cuda.LatencyBytes || l.Writes != 100 || len(l.Samples) != 9 || l.Error != "" || !l.Verified {
+					t.Errorf("latency %s: %+v", key, l)
+				}
+				if l.US <= 0 || l.US != cuda.Median(l.Samples) {
+					t.Errorf("latency %s: %g us, median of %v", key, l.US, l.Samples)
+				}
+				if corrupt := key == tc.corrupt; corrupt != (l.Mismatch != nil) {
+					t.Errorf("latency %s: mismatch %+v, want one: %v", key, l.Mismatch, corrupt)
+				} else if corrupt && (l.Mismatch.Words != 1 || l.Mismatch.Got != ^l.Mismatch.Want) {
+					t.Errorf("latency %s: mismatch %+v, want one inverted word", key, l.Mismatch)
+				}
+			}
+		})
+	}
+}
+
+func itoa(i int) string { return string(rune('0' + i)) }

@@ -61,7 +61,7 @@ func parseIdentity(q url.Values) (n nodeIdentity, dropped []string, err error) {
 // bootScript answers a node's iPXE chain with a script for its recipe's current build:
 // absolute URLs with the build id in them (a rebuild mid-boot cannot mix two builds),
 // the sha256 of each file, and the recipe's kernel command line plus the inventory's
-// arguments, the report URL and the build's report token.
+// arguments, the report URL and the report token of this node and build.
 func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) {
 	id, dropped, err := parseIdentity(r.URL.Query())
 	if err != nil {
@@ -98,7 +98,7 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) {
 	args := strings.Join(strings.Fields(strings.Join([]string{
 		"initrd=initrd.img", b.Cmdline, m.Args,
 		"peerboot.report_url=" + base + "/reports?node=" + id.ID,
-		"peerboot.token=" + s.Token(b.ID),
+		"peerboot.token=" + s.Token(b.ID, id.ID),
 	}, " ")), " ")
 	var sb strings.Builder
 	sb.WriteString("#!ipxe\n")
@@ -117,6 +117,8 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) {
 	if err := s.opt.Store.RecordBoot(r.Context(), Boot{NodeID: id.ID, MAC: id.MAC, Hostname: id.Host, Serial: id.Serial,
 		Recipe: b.Recipe, Build: b.ID, Remote: remoteIP(r), At: s.opt.Now()}); err != nil {
 		s.log.Error("recording a boot", "node", id.ID, "error", err.Error())
+	} else {
+		s.prune(r, id.ID)
 	}
 	s.log.Info("boot script", "node", id.ID, "recipe", b.Recipe, "build", b.ID, "remote", r.RemoteAddr)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -16,25 +17,32 @@ import (
 	"github.com/peerboot/peerboot/selftest"
 )
 
-// postReport stores one self-test report. In order: the token (401 missing, 403
-// wrong), the node (400), the node's rate (429), the size (413), the JSON (400), the
+// postReport stores one self-test report. In order: the client address's rate (429),
+// the token (401 missing), the node (400), the token against the node (403), the
+// node's rate (429), the size (413), the body's arrival (408), the JSON (400), the
 // schema and content (422), a replay of a stored report (409). 201 means the report
 // is committed to the database.
 func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 	start := s.opt.Now()
+	remote := remoteIP(r)
+	if wait := s.source.take(remote); wait > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
+		s.fail(w, r, http.StatusTooManyRequests, "report refused", fmt.Errorf("%s sends reports too often: retry in %s", remote, wait.Round(time.Second)))
+		return
+	}
 	tok := bearer(r)
 	if tok == "" {
 		s.fail(w, r, http.StatusUnauthorized, "report refused", errors.New("no token: send Authorization: Bearer TOKEN (the image gets it as peerboot.token=)"))
 		return
 	}
-	buildID, ok := s.checkToken(tok)
-	if !ok {
-		s.fail(w, r, http.StatusForbidden, "report refused", errors.New("the token is not one this server issued"))
-		return
-	}
 	node, err := reportNode(r)
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, "report refused", err)
+		return
+	}
+	buildID, ok := s.checkToken(tok, node)
+	if !ok {
+		s.fail(w, r, http.StatusForbidden, "report refused", fmt.Errorf("the token is not one this server issued to node %s", node), "node", node)
 		return
 	}
 	if wait := s.limit.take(node); wait > 0 {
@@ -49,14 +57,20 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	var tooBig *http.MaxBytesError
+	var netErr net.Error
 	switch {
 	case errors.As(err, &tooBig):
 		s.fail(w, r, http.StatusRequestEntityTooLarge, "report refused", fmt.Errorf("more than %d bytes", max), "node", node)
+		return
+	case errors.As(err, &netErr) && netErr.Timeout():
+		s.fail(w, r, http.StatusRequestTimeout, "report refused", fmt.Errorf("the body did not arrive within %s", s.opt.Limits.BodyTimeout), "node", node)
 		return
 	case err != nil:
 		s.fail(w, r, http.StatusBadRequest, "report refused", fmt.Errorf("reading the body: %w", err), "node", node)
 		return
 	}
+	// The body is in: the commit below must not be cut off by the body's deadline.
+	http.NewResponseController(w).SetReadDeadline(time.Time{})
 	rep, status, err := decodeReport(body)
 	if err != nil {
 		s.fail(w, r, status, "report refused", err, "node", node)
@@ -77,7 +91,8 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 	}
 	sum := sha256.Sum256(body)
 	sr := &StoredReport{NodeID: node, ReceivedAt: s.opt.Now(), Recipe: recipe, Build: buildID, Verdict: rep.Verdict,
-		SHA256: hex.EncodeToString(sum[:]), Remote: remoteIP(r), Body: body}
+		SHA256: hex.EncodeToString(sum[:]), Remote: remote, Body: body}
+	summarize(sr, rep)
 	id, err := s.opt.Store.AddReport(r.Context(), sr)
 	switch {
 	case errors.Is(err, ErrDuplicate):
@@ -87,12 +102,52 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, "report not stored", err, "node", node)
 		return
 	}
+	s.prune(r, node)
 	s.log.Info("report stored", "id", id, "node", node, "recipe", recipe, "build", buildID, "verdict", rep.Verdict,
 		"bytes", len(body), "ms", s.opt.Now().Sub(start).Milliseconds())
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Location", fmt.Sprintf("/api/reports/%d", id))
 	w.WriteHeader(http.StatusCreated)
 	json.NewEncoder(w).Encode(map[string]any{"id": id, "node": node, "verdict": rep.Verdict, "sha256": sr.SHA256})
+}
+
+// prune applies the retention policy after a write about node; a failure is logged,
+// never the client's problem.
+func (s *Server) prune(r *http.Request, node string) {
+	n, err := s.opt.Store.Prune(r.Context(), node, s.opt.Retention)
+	if err != nil {
+		s.log.Error("retention", "node", node, "error", err.Error())
+	} else if n > 0 {
+		s.log.Info("retention: reports deleted", "node", node, "deleted", n)
+	}
+}
+
+// Summary bounds: the fleet page shows finding ids, the node page the whole report.
+const (
+	maxFailing = 16
+	maxMessage = 256
+)
+
+// summarize fills the summary columns of sr from its decoded report.
+func summarize(sr *StoredReport, rep *selftest.Report) {
+	sr.Size = int64(len(sr.Body))
+	sr.GPUs = len(rep.GPUs)
+	if rep.NCCL != nil {
+		sr.BusBWAtMax = rep.NCCL.BusBWAtMax
+	}
+	sr.Failing = []selftest.Finding{}
+	for _, status := range []string{selftest.SevFail, selftest.SevWarn} {
+		for _, f := range rep.Findings {
+			if f.Status != status || len(sr.Failing) == maxFailing {
+				continue
+			}
+			msg := f.Message
+			if len(msg) > maxMessage {
+				msg = strings.ToValidUTF8(msg[:maxMessage], "") + "…"
+			}
+			sr.Failing = append(sr.Failing, selftest.Finding{ID: f.ID, Status: f.Status, Message: msg, Subject: f.Subject})
+		}
+	}
 }
 
 // bearer takes the token from Authorization: Bearer, X-Peerboot-Token or ?token=.
@@ -131,6 +186,10 @@ func reportNode(r *http.Request) (string, error) {
 // content (422).
 func decodeReport(body []byte) (*selftest.Report, int, error) {
 	rep, err := selftest.Decode(body)
+	if err == nil && !json.Valid(body) {
+		// Decode reads one value; what follows it would be stored and served back.
+		return nil, http.StatusBadRequest, errors.New("the body is not one JSON value: bytes follow the report")
+	}
 	var syntax *json.SyntaxError
 	var typ *json.UnmarshalTypeError
 	switch {
@@ -189,7 +248,10 @@ func checkReport(r *selftest.Report) error {
 	return nil
 }
 
-// limiter is a token bucket per node.
+// maxBuckets bounds a limiter's memory (about 100 bytes a key).
+const maxBuckets = 100000
+
+// limiter is a token bucket per key (a node, a client address).
 type limiter struct {
 	mu      sync.Mutex
 	every   time.Duration
@@ -214,8 +276,12 @@ func (l *limiter) take(key string) time.Duration {
 	now := l.now()
 	b := l.buckets[key]
 	if b == nil {
-		if len(l.buckets) > 100000 {
+		if len(l.buckets) >= maxBuckets {
 			l.prune(now)
+		}
+		if len(l.buckets) >= maxBuckets {
+			// Every bucket is in use: a new key waits rather than the map growing.
+			return l.every
 		}
 		b = &bucket{tokens: l.burst, at: now}
 		l.buckets[key] = b

@@ -45,7 +45,7 @@ func helperMain() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	s, err := New(context.Background(), Options{Builds: bs, Store: st, Secret: crashSecret, RateBurst: 1 << 20,
+	s, err := New(context.Background(), Options{Builds: bs, Store: st, Secret: crashSecret, RateBurst: 1 << 20, SourceBurst: 1 << 20, // 16 workers share 127.0.0.1
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -98,7 +98,8 @@ func TestKillDuringPosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok := (&Server{secret: crashSecret}).Token(b.ID)
+	// Tokens are per node: each worker's own, as its boot script would give it.
+	tokenOf := func(node string) string { return (&Server{secret: crashSecret}).Token(b.ID, node) }
 	db := filepath.Join(t.TempDir(), "reports.db")
 	cmd, base := startHelper(t, out, db)
 
@@ -122,7 +123,7 @@ func TestKillDuringPosts(t *testing.T) {
 				r.StartedAt = fmt.Sprintf("2026-01-01T00:00:00Z-%d-%d", w, i)
 				body, _ := selftest.Encode(r)
 				req, _ := http.NewRequest("POST", base+"/reports?node="+node, bytes.NewReader(body))
-				req.Header.Set("Authorization", "Bearer "+tok)
+				req.Header.Set("Authorization", "Bearer "+tokenOf(node))
 				resp, err := client.Do(req)
 				if err != nil {
 					return // the server is gone
@@ -197,7 +198,7 @@ func TestKillDuringPosts(t *testing.T) {
 	r.StartedAt = "2026-01-01T00:00:00Z-0-0"
 	body, _ := selftest.Encode(r)
 	req, _ := http.NewRequest("POST", base+"/reports?node="+node, bytes.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+tok)
+	req.Header.Set("Authorization", "Bearer "+tokenOf(node))
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)

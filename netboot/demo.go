@@ -175,8 +175,10 @@ func SeedDemo(ctx context.Context, st Store, now time.Time) error {
 			}
 			rep, _ := selftest.Decode(body)
 			sum := sha256.Sum256(body)
-			_, err = st.AddReport(ctx, &StoredReport{NodeID: n.id, ReceivedAt: at.Add(5 * time.Minute), Recipe: rep.Recipe.Name, Build: "demo",
-				Verdict: rep.Verdict, SHA256: hex.EncodeToString(sum[:]), Remote: "demo", Body: body})
+			sr := &StoredReport{NodeID: n.id, ReceivedAt: at.Add(5 * time.Minute), Recipe: rep.Recipe.Name, Build: "demo",
+				Verdict: rep.Verdict, SHA256: hex.EncodeToString(sum[:]), Remote: "demo", Body: body}
+			summarize(sr, rep)
+			_, err = st.AddReport(ctx, sr)
 			if err != nil && err != ErrDuplicate {
 				return err
 			}

@@ -101,6 +101,16 @@ func summary(r *StoredReport) ReportSummary {
 	return ReportSummary{ID: r.ID, ReceivedAt: r.ReceivedAt, Recipe: r.Recipe, Build: r.Build, Verdict: r.Verdict, SHA256: r.SHA256}
 }
 
+// listView is what the lists show of a report: its summary columns, no body.
+func listView(r *StoredReport) *ReportView {
+	v := &ReportView{ReportSummary: summary(r), GPUs: r.GPUs, BusBWAtMax: r.BusBWAtMax, Findings: r.Failing, Failing: r.Failing}
+	if v.Findings == nil {
+		v.Findings = []selftest.Finding{}
+	}
+	return v
+}
+
+// reportView decodes a report's body: only the node page and its API do.
 func reportView(r *StoredReport, full bool) *ReportView {
 	v := &ReportView{ReportSummary: summary(r), Findings: []selftest.Finding{}}
 	rep, err := selftest.Decode(r.Body)
@@ -133,7 +143,7 @@ func (s *Server) nodeView(n *NodeSummary) NodeView {
 		v.Name = m.Name
 	}
 	if n.Latest != nil {
-		v.Latest = reportView(n.Latest, false)
+		v.Latest = listView(n.Latest)
 	}
 	return v
 }
@@ -270,6 +280,7 @@ func (s *Server) apiReport(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusInternalServerError, "report", err)
 		return
 	}
+	// The body was checked to be exactly one JSON value when it was stored.
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("X-Peerboot-Node", rep.NodeID)
 	w.Write(rep.Body)

@@ -48,7 +48,8 @@ func TestLoad200Nodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	srv, err := New(context.Background(), Options{Builds: bs, Store: st})
+	// The simulated nodes share 127.0.0.1: the per-address bucket holds them all.
+	srv, err := New(context.Background(), Options{Builds: bs, Store: st, SourceBurst: nodes})
 	if err != nil {
 		t.Fatal(err)
 	}

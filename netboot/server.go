@@ -50,6 +50,14 @@ type Options struct {
 	// (defaults 3 and 10s).
 	RateEvery time.Duration
 	RateBurst int
+	// SourceRateEvery and SourceBurst limit report POSTs per client address, checked
+	// before anything else (defaults 1s and 30: a rack behind one NAT still reports).
+	SourceRateEvery time.Duration
+	SourceBurst     int
+	// Retention bounds the store; zero fields take DefaultRetention's.
+	Retention Retention
+	// Limits are the HTTP deadlines and caps; zero fields take DefaultLimits'.
+	Limits Limits
 	// StaticTokens are accepted for any build: for UKI and disk boots, whose report
 	// URL comes from the recipe and cannot carry a per-build token.
 	StaticTokens []string
@@ -68,7 +76,8 @@ type Server struct {
 	mux    *http.ServeMux
 	log    *slog.Logger
 	secret []byte
-	limit  *limiter
+	limit  *limiter // per node
+	source *limiter // per client address
 	// issued remembers the recipe of every build a token was made for in this process,
 	// so a node that booted a build since replaced still reports under its recipe.
 	mu     sync.Mutex
@@ -92,6 +101,14 @@ func New(ctx context.Context, opt Options) (*Server, error) {
 	if opt.RateBurst <= 0 {
 		opt.RateBurst = 3
 	}
+	if opt.SourceRateEvery <= 0 {
+		opt.SourceRateEvery = time.Second
+	}
+	if opt.SourceBurst <= 0 {
+		opt.SourceBurst = 30
+	}
+	opt.Retention = withDefaults(opt.Retention)
+	opt.Limits = opt.Limits.withDefaults()
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
@@ -120,6 +137,7 @@ func New(ctx context.Context, opt Options) (*Server, error) {
 	}
 	s := &Server{opt: opt, log: opt.Log, issued: map[string]string{}}
 	s.limit = newLimiter(opt.RateEvery, opt.RateBurst, opt.Now)
+	s.source = newLimiter(opt.SourceRateEvery, opt.SourceBurst, opt.Now)
 	s.secret = opt.Secret
 	if s.secret == nil {
 		sec, err := opt.Store.Secret(ctx, func() ([]byte, error) {
@@ -164,19 +182,19 @@ func (s *Server) routes() {
 	s.mux = m
 }
 
-// ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
-
-// Token is the report token of one build: the build id and an HMAC of it under the
-// server's secret, so the server checks it without remembering what it handed out.
-func (s *Server) Token(buildID string) string {
+// Token is the report token of one node booting one build: the build id and an HMAC
+// of both under the server's secret, so the server checks it without remembering what
+// it handed out, and a token is good for the node it was issued to only. To the node
+// it is opaque.
+func (s *Server) Token(buildID, node string) string {
 	m := hmac.New(sha256.New, s.secret)
-	io.WriteString(m, "peerboot report token\x00"+buildID)
+	io.WriteString(m, "peerboot report token v2\x00"+buildID+"\x00"+node)
 	return buildID + "." + hex.EncodeToString(m.Sum(nil))[:32]
 }
 
-// checkToken returns the build id a token was issued for, or "" for a static token.
-func (s *Server) checkToken(tok string) (string, bool) {
+// checkToken returns the build id a token was issued for to node, or "" for a static
+// token (good for any node).
+func (s *Server) checkToken(tok, node string) (string, bool) {
 	for _, st := range s.opt.StaticTokens {
 		if subtle.ConstantTimeCompare([]byte(tok), []byte(st)) == 1 {
 			return "", true
@@ -186,7 +204,7 @@ func (s *Server) checkToken(tok string) (string, bool) {
 	if !ok || len(id) != 16 || !isHex(id) {
 		return "", false
 	}
-	return id, hmac.Equal([]byte(tok), []byte(s.Token(id)))
+	return id, hmac.Equal([]byte(tok), []byte(s.Token(id, node)))
 }
 
 // baseURL is where nodes reach this server: PublicURL, else the Host they asked.

@@ -2,12 +2,17 @@ package netboot
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/peerboot/peerboot/selftest"
 )
@@ -48,7 +53,7 @@ func TestBootScript(t *testing.T) {
 		"node 52:54:00:12:34:56 (rack1-n01) -> recipe xeon-8gpu, build " + x.ID,
 		"# sha256 " + x.Files["pxe/vmlinuz"] + "  vmlinuz\n",
 		"# sha256 " + x.Files["pxe/initrd.img"] + "  initrd.img\n",
-		"kernel " + base + "/builds/xeon-8gpu/" + x.ID + "/pxe/vmlinuz initrd=initrd.img console=ttyS0,115200 panic=-1 loglevel=4 pci=realloc peerboot.report_url=" + base + "/reports?node=52:54:00:12:34:56 peerboot.token=" + e.srv.Token(x.ID) + "\n",
+		"kernel " + base + "/builds/xeon-8gpu/" + x.ID + "/pxe/vmlinuz initrd=initrd.img console=ttyS0,115200 panic=-1 loglevel=4 pci=realloc peerboot.report_url=" + base + "/reports?node=52:54:00:12:34:56 peerboot.token=" + e.srv.Token(x.ID, "52:54:00:12:34:56") + "\n",
 		"initrd --name initrd.img " + base + "/builds/xeon-8gpu/" + x.ID + "/pxe/initrd.img\n",
 		"boot\n",
 	} {
@@ -218,7 +223,8 @@ func reportBody(t testing.TB, p DemoPlatform, boot int, broken bool) []byte {
 
 func TestCollector(t *testing.T) {
 	e := newEnv(t, Options{MaxReportBytes: 256 << 10, RateBurst: 4})
-	tok := e.srv.Token(e.build(t, "default").ID)
+	build := e.build(t, "default").ID
+	tok := func(node string) string { return e.srv.Token(build, node) }
 	good := reportBody(t, Epyc4GPU, 0, false)
 	other := reportBody(t, Epyc4GPU, 1, false)
 	v1 := []byte(strings.Replace(string(good), `"schema": 2`, `"schema": 1`, 1))
@@ -228,31 +234,45 @@ func TestCollector(t *testing.T) {
 	big := append([]byte(`{"schema":2,"x":"`), make([]byte, 300<<10)...)
 	// One character changed; replacing the last with a fixed one would leave it equal
 	// whenever the token already ends in that character.
+	n1 := tok("52:54:00:00:00:01")
 	last := "0"
-	if strings.HasSuffix(tok, "0") {
+	if strings.HasSuffix(n1, "0") {
 		last = "1"
 	}
-	wrong := tok[:len(tok)-1] + last
+	wrong := n1[:len(n1)-1] + last
+	// The old token format: an HMAC of the build alone, good for any node.
+	m := hmac.New(sha256.New, e.srv.secret)
+	io.WriteString(m, "peerboot report token\x00"+build)
+	buildOnly := build + "." + hex.EncodeToString(m.Sum(nil))[:32]
 	tests := []struct {
 		name, path, token string
 		body              []byte
 		status            int
 		log               string
 	}{
-		{"good", "/reports?node=52:54:00:00:00:01", tok, good, 201, "report stored"},
-		{"replay", "/reports?node=52:54:00:00:00:01", tok, good, 409, "replayed"},
-		{"replay from another node", "/reports?node=52:54:00:00:00:02", tok, good, 409, "replayed"},
+		{"good", "/reports?node=52:54:00:00:00:01", n1, good, 201, "report stored"},
+		{"replay", "/reports?node=52:54:00:00:00:01", n1, good, 409, "replayed"},
+		{"replay from another node", "/reports?node=52:54:00:00:00:02", tok("52:54:00:00:00:02"), good, 409, "replayed"},
 		{"no token", "/reports?node=52:54:00:00:00:01", "", other, 401, "no token"},
 		{"wrong token", "/reports?node=52:54:00:00:00:01", wrong, other, 403, "not one this server issued"},
 		{"garbage token", "/reports?node=52:54:00:00:00:01", "x", other, 403, "not one this server issued"},
-		{"oversized", "/reports?node=52:54:00:00:00:03", tok, big, 413, "limit is"},
-		{"malformed", "/reports?node=52:54:00:00:00:03", tok, []byte(`{"schema": 2, "verdict": "pa`), 400, "not JSON"},
-		{"not a report", "/reports?node=52:54:00:00:00:03", tok, []byte(`[1,2]`), 422, "want a JSON object"},
-		{"old schema", "/reports?node=52:54:00:00:00:04", tok, v1, 422, "schema 1"},
-		{"wrong recipe", "/reports?node=52:54:00:00:00:04", tok, foreign, 422, "token is for"},
-		{"bad verdict", "/reports?node=52:54:00:00:00:04", tok, badVerdict, 422, "want pass or fail"},
-		{"bad node", "/reports?node=a%20b", tok, other, 400, "node:"},
-		{"second good", "/reports?node=52-54-00-00-00-01", tok, other, 201, "report stored"},
+		// Issue 15 item 4: one node's token does not file a report for another node,
+		// nor under an invented name, nor without ?node=; a build-wide token is gone.
+		{"another node's token", "/reports?node=52:54:00:00:00:05", n1, other, 403, "issued to node 52:54:00:00:00:05"},
+		{"invented node", "/reports?node=made-up-1", n1, other, 403, "issued to node made-up-1"},
+		{"no node", "/reports", n1, other, 403, "issued to node ip:127.0.0.1"},
+		{"build-only token", "/reports?node=52:54:00:00:00:01", buildOnly, other, 403, "not one this server issued"},
+		{"oversized", "/reports?node=52:54:00:00:00:03", tok("52:54:00:00:00:03"), big, 413, "limit is"},
+		{"malformed", "/reports?node=52:54:00:00:00:03", tok("52:54:00:00:00:03"), []byte(`{"schema": 2, "verdict": "pa`), 400, "not JSON"},
+		// Issue 15 item 8: bytes after the report were stored and served back.
+		{"trailing bytes", "/reports?node=52:54:00:00:00:06", tok("52:54:00:00:00:06"), append(append([]byte{}, other...), "<script>alert(1)</script>"...), 400, "bytes follow the report"},
+		{"second value", "/reports?node=52:54:00:00:00:06", tok("52:54:00:00:00:06"), append(append([]byte{}, other...), `{"a":1}`...), 400, "bytes follow the report"},
+		{"not a report", "/reports?node=52:54:00:00:00:03", tok("52:54:00:00:00:03"), []byte(`[1,2]`), 422, "want a JSON object"},
+		{"old schema", "/reports?node=52:54:00:00:00:04", tok("52:54:00:00:00:04"), v1, 422, "schema 1"},
+		{"wrong recipe", "/reports?node=52:54:00:00:00:04", tok("52:54:00:00:00:04"), foreign, 422, "token is for"},
+		{"bad verdict", "/reports?node=52:54:00:00:00:04", tok("52:54:00:00:00:04"), badVerdict, 422, "want pass or fail"},
+		{"bad node", "/reports?node=a%20b", n1, other, 400, "node:"},
+		{"second good", "/reports?node=52-54-00-00-00-01", n1, append(append([]byte{}, other...), " \n\t"...), 201, "report stored"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -277,13 +297,18 @@ func TestCollector(t *testing.T) {
 	if len(hist) != 2 || hist[0].Recipe != "default" || hist[0].Build != e.build(t, "default").ID {
 		t.Errorf("history %+v", hist)
 	}
+	// Nothing a refused POST named became a node.
+	nodes, _ := e.store.Nodes(context.Background())
+	if len(nodes) != 1 {
+		t.Errorf("%d nodes after the refusals, want 1: %+v", len(nodes), nodes)
+	}
 }
 
 func TestCollectorRateLimit(t *testing.T) {
 	e := newEnv(t, Options{RateBurst: 2})
-	tok := e.srv.Token(e.build(t, "default").ID)
+	build := e.build(t, "default").ID
 	for i := 0; i < 3; i++ {
-		resp, body := e.post(t, "/reports?node=n1", tok, reportBody(t, Epyc4GPU, 10+i, false))
+		resp, body := e.post(t, "/reports?node=n1", e.srv.Token(build, "n1"), reportBody(t, Epyc4GPU, 10+i, false))
 		want := 201
 		if i == 2 {
 			want = 429
@@ -296,11 +321,42 @@ func TestCollectorRateLimit(t *testing.T) {
 		}
 	}
 	// Another node has its own bucket.
-	if resp, _ := e.post(t, "/reports?node=n2", tok, reportBody(t, Epyc4GPU, 20, false)); resp.StatusCode != 201 {
+	if resp, _ := e.post(t, "/reports?node=n2", e.srv.Token(build, "n2"), reportBody(t, Epyc4GPU, 20, false)); resp.StatusCode != 201 {
 		t.Errorf("other node: %d", resp.StatusCode)
 	}
 	if !strings.Contains(e.log.String(), "too often") {
 		t.Error("429 not logged")
+	}
+}
+
+// TestCollectorSourceRateLimit (issue 15 item 4): one client address inventing node
+// names, each with a valid token (anyone may fetch any node's script), is held to the
+// per-address bucket, whatever names it uses; before, 50 made-up names stored 50
+// reports at a burst of one per node.
+func TestCollectorSourceRateLimit(t *testing.T) {
+	e := newEnv(t, Options{RateBurst: 1, SourceBurst: 5, SourceRateEvery: time.Hour})
+	build := e.build(t, "default").ID
+	stored, limited := 0, 0
+	for i := 0; i < 50; i++ {
+		node := fmt.Sprintf("made-up-%d", i)
+		resp, body := e.post(t, "/reports?node="+node, e.srv.Token(build, node), reportBody(t, Epyc4GPU, 30+i, false))
+		switch resp.StatusCode {
+		case 201:
+			stored++
+		case 429:
+			limited++
+			if !strings.Contains(body, "127.0.0.1 sends reports too often") || resp.Header.Get("Retry-After") == "" {
+				t.Fatalf("429 without the address or Retry-After: %s", body)
+			}
+		default:
+			t.Fatalf("post %d: %d %s", i, resp.StatusCode, body)
+		}
+	}
+	if stored != 5 || limited != 45 {
+		t.Errorf("%d stored, %d limited; want 5 and 45", stored, limited)
+	}
+	if n, _ := e.store.Count(context.Background()); n != 5 {
+		t.Errorf("%d reports in the store, want 5", n)
 	}
 }
 

@@ -4,15 +4,19 @@ import (
 	"context"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	_ "modernc.org/sqlite"             // database/sql driver "sqlite", no cgo
+
+	"github.com/peerboot/peerboot/selftest"
 )
 
 // dialect is what differs between SQLite and PostgreSQL. Queries use $N placeholders,
@@ -71,6 +75,22 @@ CREATE INDEX boots_by_node ON boots (node_id, id);`,
 	`CREATE INDEX nodes_by_mac ON nodes (mac);
 CREATE INDEX nodes_by_hostname ON nodes (hostname);
 CREATE INDEX nodes_by_serial ON nodes (serial);`,
+	// 3: bodies move to a table of their own, so listing reports never reads one; the
+	// fleet page reads summary columns written at POST time (rows stored before this
+	// migration are summarized by backfill when the store opens; summarized says which
+	// are). size lets retention count bytes without reading bodies.
+	`CREATE TABLE report_bodies (
+	report_id BIGINT PRIMARY KEY REFERENCES reports (id) ON DELETE CASCADE,
+	body {{BLOB}} NOT NULL
+);
+INSERT INTO report_bodies (report_id, body) SELECT id, body FROM reports;
+ALTER TABLE reports DROP COLUMN body;
+ALTER TABLE reports ADD COLUMN size BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE reports ADD COLUMN gpus BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE reports ADD COLUMN busbw_at_max DOUBLE PRECISION NOT NULL DEFAULT 0;
+ALTER TABLE reports ADD COLUMN failing TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE reports ADD COLUMN summarized BIGINT NOT NULL DEFAULT 0;
+UPDATE reports SET size = (SELECT length(b.body) FROM report_bodies b WHERE b.report_id = reports.id);`,
 }
 
 type sqlStore struct {
@@ -95,8 +115,13 @@ func OpenStore(ctx context.Context, spec string) (Store, error) {
 }
 
 // OpenSQLite opens (or creates) an SQLite database in WAL mode with full fsync, so a
-// report acknowledged to a node survives a crash of the server or the machine.
+// report acknowledged to a node survives a crash of the server or the machine. The
+// file holds the token secret: it is created 0600 (SQLite gives its -wal and -shm
+// files the same mode), and an existing one readable by others is narrowed to 0600.
 func OpenSQLite(ctx context.Context, path string) (Store, error) {
+	if err := privateFile(path); err != nil {
+		return nil, fmt.Errorf("report database %s: %w", path, err)
+	}
 	q := url.Values{}
 	for _, p := range []string{"busy_timeout(10000)", "journal_mode(WAL)", "synchronous(FULL)", "foreign_keys(1)"} {
 		q.Add("_pragma", p)
@@ -115,10 +140,38 @@ func OpenSQLite(ctx context.Context, path string) (Store, error) {
 	go s.committer()
 	var mode string
 	if err := db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil || mode != "wal" {
-		db.Close()
+		s.Close()
 		return nil, fmt.Errorf("report database %s: journal mode %q, want wal (%v)", path, mode, err)
 	}
+	for _, side := range []string{path + "-wal", path + "-shm"} {
+		if fi, err := os.Stat(side); err == nil && fi.Mode().Perm()&0o077 != 0 {
+			os.Chmod(side, fi.Mode().Perm()&0o700)
+		}
+	}
 	return s, nil
+}
+
+// privateFile creates path 0600 if it is missing, whatever the umask, and takes the
+// group and other bits off an existing one.
+func privateFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("not a regular file (%s)", fi.Mode().Type())
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		if err := f.Chmod(fi.Mode().Perm() & 0o700); err != nil {
+			return fmt.Errorf("making it private (it holds the token secret): %w", err)
+		}
+	}
+	return nil
 }
 
 // OpenPostgres connects to PostgreSQL with pgx and applies the migrations.
@@ -154,6 +207,14 @@ func (s *sqlStore) Close() error {
 
 // migrate applies the migrations the database has not seen, each in a transaction.
 func (s *sqlStore) migrate(ctx context.Context) error {
+	if err := s.migrateTo(ctx, migrations); err != nil {
+		return err
+	}
+	return s.backfill(ctx)
+}
+
+// migrateTo applies list (migrations, or the first of them in the upgrade tests).
+func (s *sqlStore) migrateTo(ctx context.Context, migrations []string) error {
 	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
 		return fmt.Errorf("creating schema_migrations: %w", err)
 	}
@@ -196,6 +257,51 @@ func (s *sqlStore) migrate(ctx context.Context) error {
 		return fmt.Errorf("the database has schema version %d, this peerboot knows %d: use a newer peerboot", newest, len(migrations))
 	}
 	return nil
+}
+
+// backfill writes the summary columns of reports stored before migration 3, a batch
+// at a time, decoding each body once.
+func (s *sqlStore) backfill(ctx context.Context) error {
+	for {
+		rows, err := s.db.QueryContext(ctx, `SELECT r.id, b.body FROM reports r JOIN report_bodies b ON b.report_id = r.id WHERE r.summarized = 0 ORDER BY r.id LIMIT 64`)
+		if err != nil {
+			return fmt.Errorf("summarizing old reports: %w", err)
+		}
+		var batch []StoredReport
+		for rows.Next() {
+			var r StoredReport
+			if err := rows.Scan(&r.ID, &r.Body); err != nil {
+				rows.Close()
+				return fmt.Errorf("summarizing old reports: %w", err)
+			}
+			if rep, err := selftest.Decode(r.Body); err == nil {
+				summarize(&r, rep)
+			}
+			r.Size = int64(len(r.Body))
+			r.Body = nil
+			batch = append(batch, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("summarizing old reports: %w", err)
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		err = s.write(ctx, func(tx *sql.Tx) error {
+			for _, r := range batch {
+				failing, _ := json.Marshal(r.Failing)
+				if _, err := tx.ExecContext(ctx, `UPDATE reports SET size = $1, gpus = $2, busbw_at_max = $3, failing = $4, summarized = 1 WHERE id = $5`,
+					r.Size, r.GPUs, r.BusBWAtMax, string(failing), r.ID); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("summarizing old reports: %w", err)
+		}
+	}
 }
 
 // write runs fn in a transaction, committed when fn returns nil.
@@ -305,12 +411,24 @@ func insertReport(ctx context.Context, tx *sql.Tx, r *StoredReport) error {
 ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen`, r.NodeID, at); err != nil {
 		return err
 	}
-	err := tx.QueryRowContext(ctx, `INSERT INTO reports (node_id, received_at, recipe, build, verdict, sha256, remote, body)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (sha256) DO NOTHING RETURNING id`,
-		r.NodeID, at, r.Recipe, r.Build, r.Verdict, r.SHA256, r.Remote, r.Body).Scan(&r.ID)
+	failing, err := json.Marshal(r.Failing)
+	if err != nil {
+		return err
+	}
+	if r.Failing == nil {
+		failing = []byte("[]")
+	}
+	err = tx.QueryRowContext(ctx, `INSERT INTO reports (node_id, received_at, recipe, build, verdict, sha256, remote, size, gpus, busbw_at_max, failing, summarized)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1) ON CONFLICT (sha256) DO NOTHING RETURNING id`,
+		r.NodeID, at, r.Recipe, r.Build, r.Verdict, r.SHA256, r.Remote, int64(len(r.Body)), r.GPUs, r.BusBWAtMax, string(failing)).Scan(&r.ID)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ErrDuplicate
 	}
+	if err != nil {
+		return err
+	}
+	r.Size = int64(len(r.Body))
+	_, err = tx.ExecContext(ctx, `INSERT INTO report_bodies (report_id, body) VALUES ($1, $2)`, r.ID, r.Body)
 	return err
 }
 
@@ -339,29 +457,54 @@ ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen, boots = nodes.boo
 	return nil
 }
 
+// summaryColumns are a report's columns without its body.
+const summaryColumns = `id, node_id, received_at, recipe, build, verdict, sha256, remote, size, gpus, busbw_at_max, failing`
+
 const nodeColumns = `n.id, n.mac, n.hostname, n.serial, n.first_seen, n.last_seen, n.boots,
 	(SELECT COUNT(*) FROM reports c WHERE c.node_id = n.id),
-	r.id, r.received_at, r.recipe, r.build, r.verdict, r.sha256, r.remote, r.body
+	r.id, r.received_at, r.recipe, r.build, r.verdict, r.sha256, r.remote, r.size, r.gpus, r.busbw_at_max, r.failing
 FROM nodes n LEFT JOIN reports r ON r.id = (SELECT MAX(x.id) FROM reports x WHERE x.node_id = n.id)`
 
 func scanNode(sc interface{ Scan(...any) error }) (*NodeSummary, error) {
 	var (
-		n                                   NodeSummary
-		first, last                         int64
-		rid, rat                            sql.NullInt64
-		recipe, build, verdict, sum, remote sql.NullString
-		body                                []byte
+		n                                            NodeSummary
+		first, last                                  int64
+		rid, rat, size, gpus                         sql.NullInt64
+		busbw                                        sql.NullFloat64
+		recipe, build, verdict, sum, remote, failing sql.NullString
 	)
 	if err := sc.Scan(&n.ID, &n.MAC, &n.Hostname, &n.Serial, &first, &last, &n.Boots, &n.Reports,
-		&rid, &rat, &recipe, &build, &verdict, &sum, &remote, &body); err != nil {
+		&rid, &rat, &recipe, &build, &verdict, &sum, &remote, &size, &gpus, &busbw, &failing); err != nil {
 		return nil, err
 	}
 	n.FirstSeen, n.LastSeen = time.UnixMicro(first).UTC(), time.UnixMicro(last).UTC()
 	if rid.Valid {
 		n.Latest = &StoredReport{ID: rid.Int64, NodeID: n.ID, ReceivedAt: time.UnixMicro(rat.Int64).UTC(), Recipe: recipe.String,
-			Build: build.String, Verdict: verdict.String, SHA256: sum.String, Remote: remote.String, Body: body}
+			Build: build.String, Verdict: verdict.String, SHA256: sum.String, Remote: remote.String,
+			Size: size.Int64, GPUs: int(gpus.Int64), BusBWAtMax: busbw.Float64}
+		if err := json.Unmarshal([]byte(failing.String), &n.Latest.Failing); err != nil {
+			return nil, fmt.Errorf("report %d: summary: %w", rid.Int64, err)
+		}
 	}
 	return &n, nil
+}
+
+func scanReport(sc interface{ Scan(...any) error }, body *[]byte) (*StoredReport, error) {
+	var r StoredReport
+	var at int64
+	var failing string
+	dst := []any{&r.ID, &r.NodeID, &at, &r.Recipe, &r.Build, &r.Verdict, &r.SHA256, &r.Remote, &r.Size, &r.GPUs, &r.BusBWAtMax, &failing}
+	if body != nil {
+		dst = append(dst, body)
+	}
+	if err := sc.Scan(dst...); err != nil {
+		return nil, err
+	}
+	r.ReceivedAt = time.UnixMicro(at).UTC()
+	if err := json.Unmarshal([]byte(failing), &r.Failing); err != nil {
+		return nil, fmt.Errorf("report %d: summary: %w", r.ID, err)
+	}
+	return &r, nil
 }
 
 func (s *sqlStore) Nodes(ctx context.Context) ([]NodeSummary, error) {
@@ -398,7 +541,7 @@ ORDER BY CASE WHEN n.id = $1 THEN 0 ELSE 1 END, n.last_seen DESC LIMIT 1`, key))
 }
 
 func (s *sqlStore) Reports(ctx context.Context, nodeID string, limit int) ([]StoredReport, error) {
-	q := `SELECT id, node_id, received_at, recipe, build, verdict, sha256, remote FROM reports WHERE node_id = $1 ORDER BY id DESC`
+	q := `SELECT ` + summaryColumns + ` FROM reports WHERE node_id = $1 ORDER BY id DESC`
 	args := []any{nodeID}
 	if limit > 0 {
 		q += ` LIMIT $2`
@@ -411,13 +554,11 @@ func (s *sqlStore) Reports(ctx context.Context, nodeID string, limit int) ([]Sto
 	defer rows.Close()
 	out := []StoredReport{}
 	for rows.Next() {
-		var r StoredReport
-		var at int64
-		if err := rows.Scan(&r.ID, &r.NodeID, &at, &r.Recipe, &r.Build, &r.Verdict, &r.SHA256, &r.Remote); err != nil {
+		r, err := scanReport(rows, nil)
+		if err != nil {
 			return nil, fmt.Errorf("listing reports of %s: %w", nodeID, err)
 		}
-		r.ReceivedAt = time.UnixMicro(at).UTC()
-		out = append(out, r)
+		out = append(out, *r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("listing reports of %s: %w", nodeID, err)
@@ -426,18 +567,131 @@ func (s *sqlStore) Reports(ctx context.Context, nodeID string, limit int) ([]Sto
 }
 
 func (s *sqlStore) Report(ctx context.Context, id int64) (*StoredReport, error) {
-	var r StoredReport
-	var at int64
-	err := s.db.QueryRowContext(ctx, `SELECT id, node_id, received_at, recipe, build, verdict, sha256, remote, body FROM reports WHERE id = $1`, id).
-		Scan(&r.ID, &r.NodeID, &at, &r.Recipe, &r.Build, &r.Verdict, &r.SHA256, &r.Remote, &r.Body)
+	var body []byte
+	r, err := scanReport(s.db.QueryRowContext(ctx, `SELECT r.id, r.node_id, r.received_at, r.recipe, r.build, r.verdict, r.sha256, r.remote, r.size, r.gpus, r.busbw_at_max, r.failing, b.body
+FROM reports r JOIN report_bodies b ON b.report_id = r.id WHERE r.id = $1`, id), &body)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("report %d: %w", id, ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading report %d: %w", id, err)
 	}
-	r.ReceivedAt = time.UnixMicro(at).UTC()
-	return &r, nil
+	r.Body = body
+	return r, nil
+}
+
+// Prune applies the retention policy after a write: nodeID's reports beyond
+// ReportsPerNode and boots beyond BootsPerNode, then the oldest reports while the
+// bodies exceed ReportBytes (every node's latest report goes only after all older
+// ones), then the least recently seen nodes without a report beyond UnreportedNodes.
+// It reads before it writes, so a store within its bounds pays no write.
+func (s *sqlStore) Prune(ctx context.Context, nodeID string, ret Retention) (int64, error) {
+	var deleted int64
+	del := func(q string, args ...any) error {
+		return s.write(ctx, func(tx *sql.Tx) error {
+			res, err := tx.ExecContext(ctx, q, args...)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err == nil && strings.Contains(q, "FROM reports") {
+				deleted += n
+			}
+			return nil
+		})
+	}
+	count := func(q string, args ...any) (int64, error) {
+		var n int64
+		err := s.db.QueryRowContext(ctx, q, args...).Scan(&n)
+		return n, err
+	}
+	if nodeID != "" && ret.ReportsPerNode > 0 {
+		n, err := count(`SELECT COUNT(*) FROM reports WHERE node_id = $1`, nodeID)
+		if err != nil {
+			return deleted, fmt.Errorf("retention: %w", err)
+		}
+		if n > int64(ret.ReportsPerNode) {
+			if err := del(`DELETE FROM reports WHERE node_id = $1 AND id <= (SELECT id FROM reports WHERE node_id = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)`,
+				nodeID, ret.ReportsPerNode); err != nil {
+				return deleted, fmt.Errorf("retention: reports of %s: %w", nodeID, err)
+			}
+		}
+	}
+	if nodeID != "" && ret.BootsPerNode > 0 {
+		n, err := count(`SELECT COUNT(*) FROM boots WHERE node_id = $1`, nodeID)
+		if err != nil {
+			return deleted, fmt.Errorf("retention: %w", err)
+		}
+		if n > int64(ret.BootsPerNode) {
+			if err := del(`DELETE FROM boots WHERE node_id = $1 AND id <= (SELECT id FROM boots WHERE node_id = $1 ORDER BY id DESC LIMIT 1 OFFSET $2)`,
+				nodeID, ret.BootsPerNode); err != nil {
+				return deleted, fmt.Errorf("retention: boots of %s: %w", nodeID, err)
+			}
+		}
+	}
+	if ret.ReportBytes > 0 {
+		total, err := count(`SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM reports`)
+		if err != nil {
+			return deleted, fmt.Errorf("retention: %w", err)
+		}
+		for _, latest := range []bool{false, true} {
+			if total <= ret.ReportBytes {
+				break
+			}
+			cond := `<>`
+			if latest {
+				cond = `=`
+			}
+			// The oldest first, until what they hold covers the excess.
+			rows, err := s.db.QueryContext(ctx, `SELECT r.id, r.size FROM reports r WHERE r.id `+cond+` (SELECT MAX(x.id) FROM reports x WHERE x.node_id = r.node_id) ORDER BY r.id`)
+			if err != nil {
+				return deleted, fmt.Errorf("retention: %w", err)
+			}
+			var ids []int64
+			for rows.Next() && total > ret.ReportBytes {
+				var id, size int64
+				if err := rows.Scan(&id, &size); err != nil {
+					rows.Close()
+					return deleted, fmt.Errorf("retention: %w", err)
+				}
+				ids = append(ids, id)
+				total -= size
+			}
+			rows.Close()
+			for len(ids) > 0 {
+				chunk := ids[:min(len(ids), 500)]
+				ids = ids[len(chunk):]
+				args := make([]any, len(chunk))
+				marks := make([]string, len(chunk))
+				for i, id := range chunk {
+					args[i], marks[i] = id, fmt.Sprintf("$%d", i+1)
+				}
+				if err := del(`DELETE FROM reports WHERE id IN (`+strings.Join(marks, ",")+`)`, args...); err != nil {
+					return deleted, fmt.Errorf("retention: over %d bytes: %w", ret.ReportBytes, err)
+				}
+			}
+		}
+	}
+	if ret.UnreportedNodes > 0 {
+		const unreported = `FROM nodes n WHERE NOT EXISTS (SELECT 1 FROM reports r WHERE r.node_id = n.id)`
+		n, err := count(`SELECT COUNT(*) ` + unreported)
+		if err != nil {
+			return deleted, fmt.Errorf("retention: %w", err)
+		}
+		if excess := n - int64(ret.UnreportedNodes); excess > 0 {
+			err := s.write(ctx, func(tx *sql.Tx) error {
+				sel := `SELECT n.id ` + unreported + ` ORDER BY n.last_seen, n.id LIMIT $1`
+				if _, err := tx.ExecContext(ctx, `DELETE FROM boots WHERE node_id IN (`+sel+`)`, excess); err != nil {
+					return err
+				}
+				_, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id IN (`+sel+`)`, excess)
+				return err
+			})
+			if err != nil {
+				return deleted, fmt.Errorf("retention: nodes without reports: %w", err)
+			}
+		}
+	}
+	return deleted, nil
 }
 
 func (s *sqlStore) Count(ctx context.Context) (int64, error) {

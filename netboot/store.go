@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/peerboot/peerboot/selftest"
 )
 
 // ErrDuplicate is returned by Store.AddReport for a report whose sha256 is already
@@ -34,6 +36,9 @@ type Store interface {
 	Secret(ctx context.Context, create func() ([]byte, error)) ([]byte, error)
 	// Count is how many reports the store holds (tests and the load figures).
 	Count(ctx context.Context) (int64, error)
+	// Prune applies a retention policy after a write concerning nodeID ("": only the
+	// global bounds) and says how many reports it deleted.
+	Prune(ctx context.Context, nodeID string, r Retention) (int64, error)
 	Close() error
 }
 
@@ -47,7 +52,31 @@ type StoredReport struct {
 	Verdict    string
 	SHA256     string // hex, of Body
 	Remote     string // the client address
-	Body       []byte // the report exactly as POSTed; nil in listings
+	Body       []byte // the report exactly as POSTed; only from Report
+	// The summary, written at POST time, is what the lists show without the body.
+	Size       int64   // bytes of Body
+	GPUs       int     // len(gpus)
+	BusBWAtMax float64 // nccl.busbw_at_max
+	// Failing are the fail, then warn, findings: at most maxFailing, without
+	// evidence and hints, messages cut to maxMessage bytes.
+	Failing []selftest.Finding
+}
+
+// Retention bounds what the store keeps; a field of zero or less is no bound.
+type Retention struct {
+	ReportsPerNode int   // a node's newest reports kept
+	ReportBytes    int64 // report bodies kept in all; the oldest go first, each node's latest last
+	BootsPerNode   int   // a node's newest boot records kept
+	// UnreportedNodes bounds the nodes known only from boot-script fetches (anyone can
+	// fetch a script for a made-up MAC): the least recently seen go first.
+	UnreportedNodes int
+}
+
+// DefaultRetention is what a server keeps for the fields left zero (a negative field
+// is no bound): 100 reports and boots a node, 8 GiB of reports, 10,000 nodes that
+// never reported.
+func DefaultRetention() Retention {
+	return Retention{ReportsPerNode: 100, ReportBytes: 8 << 30, BootsPerNode: 100, UnreportedNodes: 10000}
 }
 
 // Boot is one boot-script fetch.

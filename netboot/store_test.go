@@ -73,7 +73,7 @@ func testStore(t *testing.T, open func() (Store, error)) {
 			if err != nil {
 				t.Fatalf("Node(%s): %v", key, err)
 			}
-			if n.Hostname != "n1" || n.Serial != "S1" || n.Boots != 2 || n.Reports != 3 || n.Latest == nil || n.Latest.Verdict != "fail" || !bytes.Equal(n.Latest.Body, []byte(`{"n":2}`)) {
+			if n.Hostname != "n1" || n.Serial != "S1" || n.Boots != 2 || n.Reports != 3 || n.Latest == nil || n.Latest.Verdict != "fail" || n.Latest.Body != nil || n.Latest.Size != int64(len(`{"n":2}`)) {
 				t.Errorf("Node(%s) = %+v", key, n)
 			}
 			if !n.FirstSeen.Equal(t0) {

@@ -13,6 +13,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 )
 
@@ -33,6 +35,29 @@ type TFTP struct {
 	// Timeout per packet and Retries before a transfer is dropped (defaults 2s, 5).
 	Timeout time.Duration
 	Retries int
+	// MaxTimeout is the largest timeout option a client may ask for (default 5s);
+	// a larger one is left out of the OACK and Timeout applies.
+	MaxTimeout time.Duration
+	// UnconfirmedRetries are the resends to a peer that has not acknowledged anything
+	// yet (default 1): its address may be forged, and every resend is reflected at it.
+	UnconfirmedRetries int
+	// MaxTransfers and PerSource bound the transfers in progress, in all and per client
+	// address (defaults 64 and 4); a request past either is dropped unanswered.
+	MaxTransfers int
+	PerSource    int
+
+	mu       sync.Mutex
+	active   map[string]int       // transfers per client address
+	inFlight int                  // transfers in all
+	files    map[string]*tftpFile // one shared read-only copy of each file served
+	dropped  int                  // requests dropped since the last log line
+	lastLog  time.Time
+}
+
+// tftpFile is one file's bytes as read at stamp; transfers share them, read-only.
+type tftpFile struct {
+	stamp string
+	data  []byte
 }
 
 // TFTP opcodes and error codes.
@@ -68,8 +93,65 @@ func (t *TFTP) Serve(ctx context.Context, pc net.PacketConn) error {
 			}
 			return fmt.Errorf("tftp: %w", err)
 		}
+		// The slot is taken before the goroutine exists: a flood of requests costs
+		// a counter, not a goroutine, a socket and a file each.
+		src := addrHost(peer)
+		if !t.acquire(src) {
+			continue
+		}
 		pkt := append([]byte(nil), buf[:n]...)
-		go t.handle(ctx, pc.LocalAddr(), peer, pkt)
+		go func() {
+			defer t.release(src)
+			t.handle(ctx, pc.LocalAddr(), peer, pkt)
+		}()
+	}
+}
+
+func addrHost(a net.Addr) string {
+	if u, ok := a.(*net.UDPAddr); ok {
+		return u.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}
+
+// acquire takes a transfer slot for src, or counts the request as dropped.
+func (t *TFTP) acquire(src string) bool {
+	maxAll, perSource := t.MaxTransfers, t.PerSource
+	if maxAll <= 0 {
+		maxAll = 64
+	}
+	if perSource <= 0 {
+		perSource = 4
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.active == nil {
+		t.active = map[string]int{}
+	}
+	if t.inFlight >= maxAll || t.active[src] >= perSource {
+		t.dropped++
+		if now := time.Now(); now.Sub(t.lastLog) >= time.Second {
+			t.Log.Warn("tftp busy: requests dropped", "dropped", t.dropped, "last", src, "transfers", t.inFlight, "from_last", t.active[src],
+				"max", maxAll, "per_source", perSource)
+			t.dropped, t.lastLog = 0, now
+		}
+		return false
+	}
+	t.inFlight++
+	t.active[src]++
+	return true
+}
+
+func (t *TFTP) release(src string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.inFlight--
+	if t.active[src]--; t.active[src] <= 0 {
+		delete(t.active, src)
 	}
 }
 
@@ -146,7 +228,8 @@ func (t *TFTP) handle(ctx context.Context, local, peer net.Addr, pkt []byte) {
 	t.Log.Info("tftp sent", "remote", peer.String(), "file", req.filename, "bytes", len(data))
 }
 
-// open returns a file's bytes: boot.ipxe is generated, the rest come from Dir.
+// open returns a file's bytes: boot.ipxe is generated, the rest come from Dir, read
+// once and shared by every transfer until the file changes.
 func (t *TFTP) open(name string) ([]byte, error) {
 	name = strings.TrimPrefix(name, "/") // firmware often asks for "/undionly.kpxe"
 	if name == "boot.ipxe" && t.Chain != "" {
@@ -181,7 +264,32 @@ func (t *TFTP) open(name string) ([]byte, error) {
 	if fi.Size() > 64<<20 {
 		return nil, fmt.Errorf("%w: %s is over 64 MiB: serve it over HTTP", errRefused, name)
 	}
-	return io.ReadAll(f)
+	ino := uint64(0)
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		ino = st.Ino
+	}
+	stamp := fmt.Sprintf("%d/%d/%d", ino, fi.Size(), fi.ModTime().UnixNano())
+	t.mu.Lock()
+	c := t.files[name]
+	t.mu.Unlock()
+	if c != nil && c.stamp == stamp {
+		return c.data, nil
+	}
+	data, err := io.ReadAll(io.LimitReader(f, fi.Size()))
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	if t.files == nil {
+		t.files = map[string]*tftpFile{}
+	}
+	if c := t.files[name]; c != nil && c.stamp == stamp {
+		data = c.data // another transfer read it meanwhile: keep one copy
+	} else {
+		t.files[name] = &tftpFile{stamp: stamp, data: data}
+	}
+	t.mu.Unlock()
+	return data, nil
 }
 
 // send runs one read transfer: OACK when options were asked, then DATA blocks, each
@@ -208,16 +316,29 @@ func (t *TFTP) send(ctx context.Context, conn net.PacketConn, peer net.Addr, req
 	if _, ok := req.options["tsize"]; ok {
 		oack = append(oack, "tsize", strconv.Itoa(len(data)))
 	}
+	maxTimeout := t.MaxTimeout
+	if maxTimeout <= 0 {
+		maxTimeout = 5 * time.Second
+	}
 	if v, ok := req.options["timeout"]; ok {
-		if n, err := strconv.Atoi(v); err == nil && n >= 1 && n <= 255 {
+		// RFC 2349: an option the server does not take is left out of the OACK.
+		if n, err := strconv.Atoi(v); err == nil && n >= 1 && time.Duration(n)*time.Second <= maxTimeout {
 			timeout = time.Duration(n) * time.Second
-			oack = append(oack, "timeout", v)
+			oack = append(oack, "timeout", strconv.Itoa(n))
 		}
 	}
+	unconfirmed := t.UnconfirmedRetries
+	if unconfirmed <= 0 {
+		unconfirmed = 1
+	}
+	confirmed := false // the peer has acknowledged a packet: its address is its own
 	// exchange sends pkt until an ACK of block arrives from peer.
 	ack := make([]byte, 1500)
 	exchange := func(pkt []byte, block uint16) error {
 		for try := 0; try <= retries; try++ {
+			if !confirmed && try > unconfirmed {
+				return fmt.Errorf("no ACK for block %d after %d tries to an unconfirmed peer", block, try)
+			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
@@ -243,6 +364,7 @@ func (t *TFTP) send(ctx context.Context, conn net.PacketConn, peer net.Addr, req
 					return fmt.Errorf("the client gave up: %s", strings.TrimRight(string(ack[4:n]), "\x00"))
 				}
 				if n >= 4 && binary.BigEndian.Uint16(ack) == tftpACK && binary.BigEndian.Uint16(ack[2:]) == block {
+					confirmed = true
 					return nil
 				}
 			}

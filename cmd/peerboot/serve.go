@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +28,13 @@ type serveFlags struct {
 	auth, pageToken                               string
 	demo, logJSON                                 bool
 	tftp, tftpDir, proxyDHCP                      string
+	sourceRate                                    time.Duration
+	sourceBurst                                   int
+	keepReports, keepUnreported                   int
+	keepBytes                                     string
+	maxConns                                      int
+	bodyTimeout, writeIdle                        time.Duration
+	tftpMax, tftpPerSource                        int
 }
 
 func serveCmd() *cobra.Command {
@@ -47,7 +53,7 @@ and peerboot sign. Point iPXE (DHCP option 67, or an embedded script) at
 and each node gets a script for its recipe's current build, chosen by --inventory (MAC
 or hostname glob -> recipe and extra kernel arguments; without one every node boots
 --recipe), with the sha256 of each file, and a kernel command line carrying
-peerboot.report_url= and the build's peerboot.token=. UEFI HTTP boot takes the UKI at
+peerboot.report_url= and a peerboot.token= good for that node and build only. UEFI HTTP boot takes the UKI at
 /uefi/boot.efi (or /uefi/RECIPE.efi); its command line is baked in, so it reports to its
 recipe's boot.report_url with a --report-token.
 
@@ -55,7 +61,10 @@ Reports are stored with their history per node (MAC, hostname, serial) in SQLite
 (--db PATH, default OUT/reports.db, WAL, fsync on commit) or PostgreSQL (--db with a
 DSN: postgres://... or "host=... dbname=..."). The fleet pages are at / and /nodes/NODE,
 with the same data as JSON under /api/. --auth USER:PASSWORD (or $PEERBOOT_SERVE_AUTH)
-and --page-token protect the pages, never the boot files.
+and --page-token protect the pages, never the boot files. The database is kept bounded
+(--keep-reports, --keep-report-bytes, --keep-unreported) and is created 0600: it holds
+the token secret. Clients that stall are cut off (--body-timeout, --write-timeout) and
+connections are capped (--max-conns).
 
 --tftp ADDR adds a read-only TFTP server (same file rules) for firmware that can only
 TFTP a first-stage iPXE; --proxy-dhcp IFACE answers PXE clients only, on IFACE, for
@@ -77,6 +86,16 @@ database holding two example nodes (8-GPU and 4-GPU fixture reports).`,
 	fl.StringVar(&f.maxReport, "max-report", "4MiB", "largest report accepted")
 	fl.DurationVar(&f.rate, "rate", 10*time.Second, "reports per node: one per this, after --burst")
 	fl.IntVar(&f.burst, "burst", 3, "reports a node may send at once")
+	fl.DurationVar(&f.sourceRate, "source-rate", time.Second, "reports per client address: one per this, after --source-burst")
+	fl.IntVar(&f.sourceBurst, "source-burst", 30, "reports one client address may send at once")
+	fl.IntVar(&f.keepReports, "keep-reports", 100, "reports kept per node, newest first (-1: all)")
+	fl.StringVar(&f.keepBytes, "keep-report-bytes", "8GiB", "report bytes kept in all; the oldest go first, each node's latest last (-1: no bound)")
+	fl.IntVar(&f.keepUnreported, "keep-unreported", 10000, "nodes kept that fetched a script but never reported, most recently seen first (-1: all)")
+	fl.IntVar(&f.maxConns, "max-conns", 1024, "open HTTP connections at most; more wait in the listen backlog")
+	fl.DurationVar(&f.bodyTimeout, "body-timeout", 30*time.Second, "a request body must arrive whole within this")
+	fl.DurationVar(&f.writeIdle, "write-timeout", 30*time.Second, "a response that makes no progress for this long (a client that stops reading) is cut off")
+	fl.IntVar(&f.tftpMax, "tftp-max", 64, "TFTP transfers at once; more requests are dropped")
+	fl.IntVar(&f.tftpPerSource, "tftp-per-source", 4, "TFTP transfers at once per client address")
 	fl.StringArrayVar(&f.reportTokens, "report-token", nil, "extra report token accepted for any build (UKI and disk boots); repeatable")
 	fl.StringVar(&f.auth, "auth", "", "USER:PASSWORD for the pages (default $PEERBOOT_SERVE_AUTH)")
 	fl.StringVar(&f.pageToken, "page-token", "", "bearer token for the pages and the JSON API")
@@ -118,8 +137,30 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 	if err != nil || max <= 0 {
 		return usage(fmt.Errorf("--max-report: want a size such as 4MiB, got %q", f.maxReport))
 	}
+	keepBytes := int64(-1)
+	if f.keepBytes != "-1" {
+		n, err := recipe.ParseSize(f.keepBytes)
+		if err != nil || n <= 0 {
+			return usage(fmt.Errorf("--keep-report-bytes: want a size such as 8GiB, or -1, got %q", f.keepBytes))
+		}
+		keepBytes = int64(n)
+	}
+	for _, c := range []struct {
+		name string
+		v    int
+	}{{"--keep-reports", f.keepReports}, {"--keep-unreported", f.keepUnreported}} {
+		if c.v == 0 || c.v < -1 {
+			return usage(fmt.Errorf("%s: want a count, or -1 for no bound, got %d", c.name, c.v))
+		}
+	}
+	if f.maxConns <= 0 || f.sourceBurst <= 0 || f.tftpMax <= 0 || f.tftpPerSource <= 0 || f.bodyTimeout <= 0 || f.writeIdle <= 0 || f.sourceRate <= 0 {
+		return usage(errors.New("--max-conns, --source-burst, --source-rate, --body-timeout, --write-timeout, --tftp-max and --tftp-per-source must be above zero"))
+	}
 	opt := netboot.Options{Builds: builds, DefaultRecipe: f.recipe, PublicURL: f.publicURL, MaxReportBytes: int64(max),
-		RateEvery: f.rate, RateBurst: f.burst, StaticTokens: f.reportTokens, PageToken: f.pageToken}
+		RateEvery: f.rate, RateBurst: f.burst, StaticTokens: f.reportTokens, PageToken: f.pageToken,
+		SourceRateEvery: f.sourceRate, SourceBurst: f.sourceBurst,
+		Retention: netboot.Retention{ReportsPerNode: f.keepReports, ReportBytes: keepBytes, UnreportedNodes: f.keepUnreported},
+		Limits:    netboot.Limits{MaxConns: f.maxConns, BodyTimeout: f.bodyTimeout, WriteIdle: f.writeIdle}}
 	if opt.Log = slog.New(slog.NewTextHandler(stderr, nil)); f.logJSON {
 		opt.Log = slog.New(slog.NewJSONHandler(stderr, nil))
 	}
@@ -180,7 +221,7 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 	if err != nil {
 		return exitcode.Tag(exitcode.Network, fmt.Errorf("listening on %s: %w", f.listen, err))
 	}
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	hs := srv.HTTPServer()
 	base := f.publicURL
 	if base == "" {
 		base = "http://" + displayAddr(ln.Addr().String())
@@ -201,12 +242,12 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 	fmt.Fprintf(stdout, "  UEFI HTTP:  %s/uefi/boot.efi\n", base)
 	if f.demo {
 		b := builds.All()[0]
-		fmt.Fprintf(stdout, "  a report:   curl -H 'Authorization: Bearer %s' --data-binary @report.json '%s/reports?node=52:54:00:12:34:56'\n", srv.Token(b.ID), base)
+		fmt.Fprintf(stdout, "  a report:   curl -H 'Authorization: Bearer %s' --data-binary @report.json '%s/reports?node=52:54:00:12:34:56'\n", srv.Token(b.ID, "52:54:00:12:34:56"), base)
 		fmt.Fprintf(stdout, "  (demo: the database is temporary; Ctrl-C ends it)\n")
 	}
 
 	errc := make(chan error, 3)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- srv.Serve(hs, ln) }()
 	if f.tftp != "" || f.proxyDHCP != "" {
 		if err := startPXEHelpers(ctx, f, ln.Addr().String(), opt.Log, stdout, errc); err != nil {
 			hs.Close()
@@ -303,7 +344,7 @@ func startPXEHelpers(ctx context.Context, f *serveFlags, httpAddr string, log *s
 		if err != nil {
 			return exitcode.Tag(exitcode.Network, fmt.Errorf("--tftp %s: %w", f.tftp, err))
 		}
-		t := &netboot.TFTP{Dir: f.tftpDir, Chain: chain, Log: log}
+		t := &netboot.TFTP{Dir: f.tftpDir, Chain: chain, Log: log, MaxTransfers: f.tftpMax, PerSource: f.tftpPerSource}
 		go func() { errc <- t.Serve(ctx, pc) }()
 		fmt.Fprintf(stdout, "  TFTP:       %s (%s, and boot.ipxe -> %s)\n", pc.LocalAddr(), f.tftpDir, chain)
 	}

@@ -23,12 +23,6 @@ func (s *Store) HasOutput(key string) bool {
 	return err == nil
 }
 
-// NewScratch makes an empty directory for a stage to build in, on the store's
-// filesystem so CommitOutput can rename it into place.
-func (s *Store) NewScratch(stage string) (string, error) {
-	return os.MkdirTemp(filepath.Join(s.Root, "tmp"), stage+"-")
-}
-
 // CommitOutput writes dir's MANIFEST (sha256 of every regular file) and renames dir
 // to the output of key. If another process committed key first, dir is removed and
 // theirs kept: both are the same function of the same inputs.

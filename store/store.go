@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -29,6 +30,9 @@ var sumRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
 //	locks/                    flock files
 type Store struct {
 	Root string
+
+	mu   sync.Mutex
+	held []*Scratch // NewScratch's scratches, locked until the process exits
 }
 
 // DefaultRoot is $PEERBOOT_CACHE, else ~/.cache/peerboot.

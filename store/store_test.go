@@ -163,9 +163,14 @@ func TestGCRemovesOnlyOldLeftovers(t *testing.T) {
 	st, _ := Open(t.TempDir())
 	data := []byte("kept input")
 	st.Put(context.Background(), strings.NewReader(string(data)), sumOf(data))
-	old, _ := st.NewScratch("kernel")
+	// Scratches of builds that ended without cleaning up: unlocked.
+	oldSc, _ := st.OpenScratch("kernel")
+	oldSc.Release()
+	old := oldSc.Dir
 	os.WriteFile(filepath.Join(old, "big.o"), make([]byte, 4096), 0o644)
-	fresh, _ := st.NewScratch("driver")
+	freshSc, _ := st.OpenScratch("driver")
+	freshSc.Release()
+	fresh := freshSc.Dir
 	now := time.Now().Add(2 * time.Hour)
 	os.Chtimes(fresh, now, now)
 	stats, err := st.GC(time.Hour, now)
@@ -180,5 +185,67 @@ func TestGCRemovesOnlyOldLeftovers(t *testing.T) {
 	}
 	if err := st.CheckBlob(sumOf(data)); err != nil {
 		t.Errorf("GC touched an input: %v", err)
+	}
+}
+
+// A running build's scratch is never collected, however old its directory's
+// mtime and even with --older-than 0; nor is a download in progress. On the code
+// before the scratch lock, GC removed all of them.
+func TestGCKeepsScratchInUse(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	long := time.Now().Add(-48 * time.Hour)
+	age := func(p string) { os.Chtimes(p, long, long) }
+
+	held, err := st.NewScratch("kernel") // the path-only API build uses: locked for the process
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(held, "vmlinux.o"), []byte("being written"), 0o644)
+	age(held)
+	open, _ := st.OpenScratch("driver")
+	age(open.Dir)
+	sum := sumOf([]byte("a download"))
+	p, _ := st.NewPartial(sum, false)
+	p.Write([]byte("a down"))
+	partial := filepath.Join(st.Root, "tmp", sum+".partial")
+	age(partial)
+	// An interrupted build's scratch (its process is gone, so is its lock).
+	dead, _ := st.OpenScratch("rootfs")
+	dead.Release()
+	age(dead.Dir)
+
+	stats, err := st.GC(0, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stats.Removed != 1 || stats.InUse != 3 {
+		t.Errorf("got %+v, want the dead scratch removed and 3 in use", stats)
+	}
+	if b, err := os.ReadFile(filepath.Join(held, "vmlinux.o")); err != nil || string(b) != "being written" {
+		t.Errorf("GC removed a running build's scratch: %v", err)
+	}
+	for _, d := range []string{open.Dir, partial} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("GC removed %s in use: %v", d, err)
+		}
+	}
+	if _, err := os.Stat(dead.Dir); !os.IsNotExist(err) {
+		t.Errorf("an unlocked old scratch was kept: %v", err)
+	}
+
+	// Once released, both go at the next GC; a removed scratch leaves no lock file.
+	open.Release()
+	p.Abort()
+	if stats, _ := st.GC(0, time.Now()); stats.Removed != 1 || stats.InUse != 1 {
+		t.Errorf("after release: %+v, want the released scratch removed, the NewScratch one in use", stats)
+	}
+	sc, _ := st.OpenScratch("image")
+	if err := sc.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	st.GC(0, time.Now())
+	locks, _ := filepath.Glob(filepath.Join(st.Root, "locks", "scratch-*.lock"))
+	if len(locks) != 1 || !strings.Contains(locks[0], filepath.Base(held)) {
+		t.Errorf("lock files left: %v, want only the held scratch's", locks)
 	}
 }

@@ -119,10 +119,15 @@ type Deadlines struct {
 	NCCL     Duration `toml:"nccl"`
 }
 
-// Threshold is the minimum peer-copy bandwidth for pairs of one topology class.
+// Threshold is the minimum peer-copy bandwidth, and the maximum small-write latency,
+// for pairs of one topology class; 0 leaves a figure unchecked.
 type Threshold struct {
 	UnidirGBps float64 `toml:"min_unidir_gbps"`
 	BidirGBps  float64 `toml:"min_bidir_gbps"`
+	// MaxLatencyUS bounds a 16-byte peer write, timed the way p2pBandwidthLatencyTest
+	// does, in microseconds: direct P2P takes about 0.5, a write staged through host
+	// memory about 14.
+	MaxLatencyUS float64 `toml:"max_latency_us"`
 }
 
 // Boot says what the appliance does after the self-test.

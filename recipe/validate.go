@@ -367,6 +367,9 @@ func (c *checker) selftest(s *Selftest) {
 		if !(t.BidirGBps >= 0 && t.BidirGBps <= 2000) {
 			c.add(key+".min_bidir_gbps", "want 0..2000 GB/s, got %g", t.BidirGBps)
 		}
+		if !(t.MaxLatencyUS >= 0 && t.MaxLatencyUS <= 1000) {
+			c.add(key+".max_latency_us", "want 0..1000 µs, got %g", t.MaxLatencyUS)
+		}
 	}
 }
 

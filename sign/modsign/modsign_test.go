@@ -11,15 +11,21 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	mrand "math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/peerboot/peerboot/internal/testbin"
+	"github.com/peerboot/peerboot/internal/testguard"
+	"github.com/peerboot/peerboot/store"
 )
 
 type testKey struct {
@@ -143,7 +149,7 @@ func writePEM(t *testing.T, dir string, k testKey) (keyPath, certPath string) {
 // An independent implementation checks our PKCS#7: OpenSSL's CMS code.
 func TestOpenSSLVerifies(t *testing.T) {
 	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Skip("openssl not installed")
+		testguard.Skip(t, "openssl not installed (make deps installs it)")
 	}
 	k := twoKeys(t)
 	dir := t.TempDir()
@@ -173,13 +179,11 @@ func TestOpenSSLVerifies(t *testing.T) {
 	}
 }
 
-// The kernel's own scripts/sign-file, from a kernel stage output in the store,
-// writes the same bytes for the same key: RSA PKCS#1 v1.5 is deterministic.
+// The kernel's own scripts/sign-file, from the default recipe's kernel stage
+// output in the store (`make test` builds the default image first), writes the
+// same bytes for the same key: RSA PKCS#1 v1.5 is deterministic.
 func TestSameBytesAsKernelSignFile(t *testing.T) {
-	signFile := kernelSignFile()
-	if signFile == "" {
-		t.Skip("no kernel stage output with scripts/sign-file in the store (build the kernel stage first)")
-	}
+	signFile := kernelSignFile(t)
 	k := twoKeys(t)
 	dir := t.TempDir()
 	keyPath, certPath := writePEM(t, dir, k[0])
@@ -204,19 +208,88 @@ func TestSameBytesAsKernelSignFile(t *testing.T) {
 	}
 }
 
-func kernelSignFile() string {
-	cache := os.Getenv("PEERBOOT_CACHE")
-	if cache == "" {
-		d, _ := os.UserCacheDir()
-		cache = filepath.Join(d, "peerboot")
+// kernelSignFile finds scripts/sign-file in the output of the default recipe's
+// kernel stage: `peerboot plan` names the stage's key, the store keeps its
+// output under that key. No output is a guard CI would skip (make test builds it).
+func kernelSignFile(t *testing.T) string {
+	t.Helper()
+	// Only peerboot: the kernel key does not depend on the image binaries.
+	bins, err := testbin.Build(t.TempDir(), map[string]string{"peerboot": "../../cmd/peerboot"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	found, _ := filepath.Glob(filepath.Join(cache, "out", "kernel-*", "build", "scripts", "sign-file"))
-	for _, f := range found {
-		if info, err := os.Stat(f); err == nil && info.Mode()&0o111 != 0 {
-			return f
+	const recipe = "recipes/default.toml"
+	out, errs, code, err := testbin.Run(filepath.Join(bins, "peerboot"), "../..", "plan", recipe)
+	if err != nil || code != 0 {
+		t.Fatalf("peerboot plan %s: exit %d, %v\n%s", recipe, code, err, errs)
+	}
+	key, err := planStageKey(out, "kernel")
+	if err != nil {
+		t.Fatalf("peerboot plan %s: %v\n%s", recipe, err, out)
+	}
+	st, err := store.Open(store.DefaultRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(st.OutputDir(key), "build", "scripts", "sign-file")
+	if !st.HasOutput(key) {
+		testguard.Skipf(t, "the store %s has no output of %s's kernel stage %s: build it first (`peerboot build %s`; make test does)", st.Root, recipe, key, recipe)
+	}
+	if info, err := os.Stat(f); err != nil || info.Mode()&0o111 == 0 {
+		t.Fatalf("the kernel stage output has no executable scripts/sign-file (%v)", err)
+	}
+	return f
+}
+
+// planStageKey reads a stage's action key from `peerboot plan` output
+// ("N. NAME  STATUS  KEY").
+func planStageKey(plan, stage string) (string, error) {
+	for _, l := range strings.Split(plan, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 || !strings.HasSuffix(f[0], ".") || f[1] != stage {
+			continue
+		}
+		if _, err := strconv.Atoi(strings.TrimSuffix(f[0], ".")); err != nil {
+			continue
+		}
+		key := f[len(f)-1]
+		if !strings.HasPrefix(key, stage+"-") {
+			return "", fmt.Errorf("stage %s has no key (%q)", stage, l)
+		}
+		return key, nil
+	}
+	return "", fmt.Errorf("no stage %s in the plan", stage)
+}
+
+func TestPlanStageKey(t *testing.T) {
+	const plan = `recipe default  sha256:0081
+  files: (defaults) <- recipes/default.toml
+
+1. kernel    cached                     kernel-a3a5
+     input kernel-source linux-source-6.1_6.1.192-3         sha256:5259
+2. driver    run: not in store          driver-39ae
+     stage kernel                                           kernel-a3a5
+3. rootfs    blocked: unresolved inputs (unknown)
+`
+	for _, tc := range []struct {
+		stage, key, err string
+	}{
+		{stage: "kernel", key: "kernel-a3a5"},
+		{stage: "driver", key: "driver-39ae"},
+		{stage: "rootfs", err: "has no key"},
+		{stage: "image", err: "no stage image"},
+	} {
+		key, err := planStageKey(plan, tc.stage)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: err %v, want %q", tc.stage, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || key != tc.key {
+			t.Errorf("%s: %q %v, want %q", tc.stage, key, err, tc.key)
 		}
 	}
-	return ""
 }
 
 func FuzzVerify(f *testing.F) {

@@ -17,6 +17,8 @@ type ReportDiff struct {
 	Removed  []Finding    `json:"findings_removed"` // in A, not in B
 	Copies   []CopyChange `json:"copies"`           // every copy in either report
 	NCCL     []NCCLChange `json:"nccl"`             // every all-reduce size in either report
+	// Latencies compares every small-write latency (local and per ordered pair).
+	Latencies []LatencyChange `json:"latencies"`
 	// FailAdded: B has a fail finding A did not have. Clean: the verdicts are equal and
 	// no fail was added, which is what `peerboot report diff` exits 0 on.
 	FailAdded bool `json:"fail_added"`
@@ -63,6 +65,7 @@ func Diff(a, b *Report) *ReportDiff {
 		Copies:   diffCopies(a, b),
 		NCCL:     diffNCCL(a, b),
 	}
+	d.Latencies = diffLatencies(a, b)
 	d.Added, d.Removed = diffFindings(a.Findings, b.Findings)
 	for _, f := range d.Added {
 		if f.Status == SevFail {
@@ -348,6 +351,7 @@ func RenderDiff(d *ReportDiff, minPercent float64) string {
 		}
 		tw.Flush()
 	}
+	renderLatencyDiff(&b, d.Latencies, minPercent)
 	if len(d.NCCL) > 0 {
 		b.WriteString("\nNCCL all-reduce busbw, GB/s\n")
 		tw := newTab(&b)

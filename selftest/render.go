@@ -18,6 +18,7 @@ func Render(r *Report) string {
 	renderGPUs(&b, r)
 	renderTopology(&b, r)
 	renderCopies(&b, r)
+	renderLatencies(&b, r)
 	renderHighMem(&b, r)
 	renderNCCL(&b, r)
 	renderKernelEvents(&b, r)

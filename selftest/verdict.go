@@ -175,6 +175,7 @@ func Rules(r *Report, e *Expect) []Finding {
 	j.p2pStatus()
 	j.ptx()
 	j.copies()
+	j.latencies()
 	j.highMem()
 	j.nccl()
 	j.kernelEvents()

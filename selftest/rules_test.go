@@ -119,6 +119,25 @@ var faultRows = []struct {
 		id: "copy.bandwidth", status: SevFail, msg: "GPU2->GPU0 sm write 6.6 GB/s, below the NODE threshold of 18.0 GB/s"},
 	{name: "slow bidir", gpus: 2, mutate: func(r *Report, e *Expect) { findCopy(r, 0, 1, MethodCE, DirBidir).GBps = 25.7 },
 		id: "copy.bandwidth", status: SevFail, msg: "below the PHB threshold of 32.0 GB/s"},
+	{name: "corrupted local copy", gpus: 2, mutate: func(r *Report, e *Expect) {
+		findCopy(r, 1, 1, MethodCE, DirLocal).Mismatch = &Mismatch{Offset: 8192, Want: 5, Got: 6, Words: 2}
+	}, id: "copy.corrupt", status: SevFail, msg: "GPU1 local ce copy corrupted data", hint: "no peer path involved"},
+	{name: "corrupted injected on purpose", gpus: 2, mutate: func(r *Report, e *Expect) {
+		r.Add(SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): CorruptOnce test hook: after the ce write copy GPU 0 -> GPU 1, the word at byte offset 100 ...", "")
+		findCopy(r, 0, 1, MethodCE, DirWrite).Mismatch = &Mismatch{Offset: 100, Want: 5, Got: ^uint32(5), Words: 1}
+	}, id: "copy.corrupt", status: SevFail, msg: "GPU0->GPU1 ce write", hint: "--inject-corruption inverted on purpose"},
+	{name: "injected corruption not detected", gpus: 2, mutate: func(r *Report, e *Expect) {
+		r.Add(SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): CorruptOnce test hook: after the ce write copy GPU 0 -> GPU 1, the word at byte offset 100 ...", "")
+	}, id: "test.undetected", status: SevFail, msg: "no copy reported a mismatch", hint: "broken"},
+	{name: "unverified copy with verification on", gpus: 2, mutate: func(r *Report, e *Expect) {
+		findCopy(r, 0, 1, MethodSM, DirWrite).Verified = false
+	}, id: "copy.unverified", status: SevFail, msg: "GPU0->GPU1 sm write was not verified though verification is on"},
+	{name: "unverified copies with selftest.verify off", gpus: 2, mutate: func(r *Report, e *Expect) {
+		e.NoVerify = true
+		for k := range r.Copies {
+			r.Copies[k].Verified = false
+		}
+	}, id: "copy.unverified", status: SevWarn, msg: "selftest.verify = false"},
 	{name: "copy error", gpus: 2, mutate: func(r *Report, e *Expect) {
 		findCopy(r, 0, 1, MethodSM, DirWrite).Error = "cuLaunchKernel: CUDA_ERROR_ILLEGAL_ADDRESS (700)"
 	}, id: "copy.error", status: SevFail, msg: "GPU0->GPU1 sm write failed", hint: "unmapped address"},
@@ -292,6 +311,32 @@ func TestFindingsDocCoversCatalogue(t *testing.T) {
 		if !used[name] {
 			t.Errorf("TestFaultCatalogue row %q is not in docs/selftest-findings.md", name)
 		}
+	}
+	cases := map[string]bool{}
+	for _, c := range verdictCases {
+		cases[c.name] = true
+	}
+	for _, part := range strings.Split(doc, "`TestVerdict/")[1:] {
+		name, _, _ := strings.Cut(part, "`")
+		if !cases[name] {
+			t.Errorf("docs/selftest-findings.md names TestVerdict case %q, which does not exist", name)
+		}
+	}
+	// Every row of the finding tables cites a test in its last column.
+	rows := 0
+	for i, line := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue
+		}
+		rows++
+		cells := strings.Split(strings.TrimSuffix(strings.TrimSpace(line), "|"), " | ")
+		last := cells[len(cells)-1]
+		if len(cells) < 5 || !(strings.Contains(last, "`TestFaultCatalogue/") || strings.Contains(last, "`TestVerdict/") || strings.Contains(last, "`e2e/")) {
+			t.Errorf("docs/selftest-findings.md:%d: row cites no test: %s", i+1, line)
+		}
+	}
+	if rows < 30 {
+		t.Errorf("only %d finding rows found in the doc", rows)
 	}
 }
 

@@ -57,6 +57,7 @@ type Expect struct {
 	DriverParams  map[string]map[string]string // driver.params
 
 	RequireP2P   bool                        // selftest.require_p2p
+	NoVerify     bool                        // selftest.verify = false: copies are not checked
 	MinBusBWGBps float64                     // selftest.min_busbw_gbps; 0: not checked
 	Thresholds   map[string]recipe.Threshold // selftest.thresholds, by topology class
 	Env          map[string]string           // the recipe's env (NCCL_* and others)
@@ -72,6 +73,7 @@ func ExpectFrom(rc *recipe.Recipe) *Expect {
 	e.P2P = rc.Driver.P2P
 	e.DriverParams = rc.Driver.Params
 	e.RequireP2P = rc.Selftest.RequireP2P
+	e.NoVerify = !rc.Selftest.Verify
 	e.MinBusBWGBps = rc.Selftest.MinBusbwGBps
 	e.Thresholds = rc.Selftest.Thresholds
 	e.Env = rc.Env
@@ -176,6 +178,7 @@ func Rules(r *Report, e *Expect) []Finding {
 	j.ptx()
 	j.copies()
 	j.latencies()
+	j.injected()
 	j.highMem()
 	j.nccl()
 	j.kernelEvents()
@@ -976,6 +979,8 @@ func CopySubject(r *Report, c *Copy) string {
 // topology class.
 func (j *judge) copies() {
 	r := j.r
+	var unverified []string
+	defer func() { j.unverified(unverified) }()
 	for k := range r.Copies {
 		c := &r.Copies[k]
 		a, b := ordIndex(r, c.Src), ordIndex(r, c.Dst)
@@ -991,7 +996,11 @@ func (j *judge) copies() {
 		if m := c.Mismatch; m != nil {
 			j.add(SevFail, "copy.corrupt", subject, fmt.Sprintf("%s corrupted data: %d word(s) differ, first at byte %#x (want 0x%08x, got 0x%08x)", name, m.Words, m.Offset, m.Want, m.Got),
 				fmt.Sprintf("offset=%d want=0x%08x got=0x%08x words=%d bytes=%d", m.Offset, m.Want, m.Got, m.Words, c.Bytes),
-				"peer data landed in the wrong place: on cards whose BAR1 is smaller than VRAM an address outside the BAR1 window does this (use driver.p2p = \"dynamic-bar1\"); check kernel.iommu_fault and kernel.xid")
+				j.corruptHint(c))
+			continue
+		}
+		if !c.Verified {
+			unverified = append(unverified, name)
 			continue
 		}
 		if c.Src == c.Dst || c.Direction == DirLocal {
@@ -1012,6 +1021,73 @@ func (j *judge) copies() {
 		}
 		j.copyThreshold(c, a, b, subject, name)
 	}
+}
+
+// unverified judges copies that ran without error but were never checked: with
+// verification on (the default; selftest.verify) a copy that was not checked proves
+// nothing, so it fails; with verification off the bandwidth figures stand alone and
+// the report says so once.
+func (j *judge) unverified(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	ev := strings.Join(names, ", ")
+	if j.e != nil && j.e.NoVerify {
+		j.add(SevWarn, "copy.unverified", "copies", fmt.Sprintf("%d copies were not checked: the recipe sets selftest.verify = false, so a pass does not show that peer data arrived", len(names)), ev,
+			"set selftest.verify = true (the default): only a verified copy shows the data landed where it should")
+		return
+	}
+	for _, n := range names {
+		j.add(SevFail, "copy.unverified", "copies", fmt.Sprintf("%s was not verified though verification is on: the data check did not run", n), n,
+			"a copy that was timed but not checked proves nothing; this is a p2pcheck fault: report it with this JSON")
+	}
+}
+
+// injectedMessage is the message of p2pcheck's test.injected finding, which names the
+// copy --inject-corruption broke; "" when nothing was injected.
+func (j *judge) injectedMessage() string {
+	for _, f := range j.r.Findings {
+		if f.ID == "test.injected" {
+			return f.Message
+		}
+	}
+	return ""
+}
+
+func (j *judge) isInjected(c *Copy) bool {
+	msg := j.injectedMessage()
+	return msg != "" && strings.Contains(msg, fmt.Sprintf("after the %s %s copy GPU %d -> GPU %d,", c.Method, c.Direction, c.Src, c.Dst))
+}
+
+// corruptHint says what a mismatch means for this copy: the injected one, one GPU's
+// own copy (no peer path involved), an SM copy through the peer mapping, or a copy
+// engine peer copy.
+func (j *judge) corruptHint(c *Copy) string {
+	switch {
+	case j.isInjected(c):
+		return "this is the word --inject-corruption inverted on purpose: the data check works; run without the flag for a verdict"
+	case c.Src == c.Dst || c.Direction == DirLocal:
+		return "a copy within one GPU corrupted data, with no peer path involved: suspect the GPU's memory or the driver (check kernel.xid for ECC / MMU errors, and the card's temperature and clocks)"
+	case c.Method == MethodSM:
+		return "the GPU's own loads and stores through the peer mapping (the path NCCL uses) landed in the wrong place: on cards whose BAR1 is smaller than VRAM use driver.p2p = \"dynamic-bar1\"; check kernel.iommu_fault and kernel.xid"
+	}
+	return "peer data landed in the wrong place: on cards whose BAR1 is smaller than VRAM an address outside the BAR1 window does this (use driver.p2p = \"dynamic-bar1\"); check kernel.iommu_fault and kernel.xid"
+}
+
+// injected fails a run where --inject-corruption broke a word and no verification
+// found it: the data check itself is broken, so no pass of this image can be trusted.
+func (j *judge) injected() {
+	msg := j.injectedMessage()
+	if msg == "" {
+		return
+	}
+	for _, f := range j.fs {
+		if f.ID == "copy.corrupt" && f.Status == SevFail {
+			return
+		}
+	}
+	j.add(SevFail, "test.undetected", "copies", "corruption was injected on purpose but no copy reported a mismatch: the data check does not catch corrupted copies", msg,
+		"verification is off (selftest.verify) or broken; no PASS of this p2pcheck means peer data arrived")
 }
 
 func (j *judge) copyThreshold(c *Copy, a, b int, subject, name string) {

@@ -7,18 +7,21 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/cuda"
+	"github.com/peerboot/peerboot/selftest/gpufake"
 	"github.com/peerboot/peerboot/selftest/nccl"
 	"github.com/peerboot/peerboot/selftest/nvml"
 	"github.com/peerboot/peerboot/selftest/pcie"
 )
 
 // backend answers the phases. realBackend asks sysfs and the NVIDIA libraries;
-// fakeBackend (tests only) replays a scenario file, because a box with eight broken
-// GPUs cannot be had on demand. The precheck is always real: the tests point --root
-// at a generated sysfs tree instead.
+// fakeBackend (tests only) runs the same CUDA and NCCL code over the FAKE driver of
+// selftest/gpufake and answers NVML from a scenario file's raw codes, because a box
+// with eight broken GPUs cannot be had on demand. The precheck is always real: the
+// tests point --root at a generated sysfs tree instead.
 type backend interface {
 	precheck(ctx context.Context, in *phaseInput) (*pcie.Result, error)
 	nvml(ctx context.Context, in *phaseInput) (*nvmlOutput, error)
@@ -50,9 +53,15 @@ func (realBackend) nvml(ctx context.Context, in *phaseInput) (*nvmlOutput, error
 	return out, err
 }
 
-func (realBackend) cuda(ctx context.Context, in *phaseInput) (*cuda.Result, error) {
+func (b realBackend) cuda(ctx context.Context, in *phaseInput) (*cuda.Result, error) {
+	return b.cudaWith(ctx, in, nil)
+}
+
+// cudaWith is the copy phase over lib (nil: dlopen in.CUDALib).
+func (realBackend) cudaWith(ctx context.Context, in *phaseInput, lib cuda.Library) (*cuda.Result, error) {
 	link := in.LinkGBps
 	return cuda.Run(ctx, cuda.Options{
+		Library:         lib,
 		Lib:             in.CUDALib,
 		CopyBytes:       in.CopyBytes,
 		Warmup:          4,
@@ -74,29 +83,61 @@ func (realBackend) cuda(ctx context.Context, in *phaseInput) (*cuda.Result, erro
 	})
 }
 
-func (realBackend) nccl(ctx context.Context, in *phaseInput) (*selftest.NCCL, error) {
+func (b realBackend) nccl(ctx context.Context, in *phaseInput) (*selftest.NCCL, error) {
+	return b.ncclWith(ctx, in, nil, nil, nil)
+}
+
+// ncclWith is the all-reduce phase over the given libraries (nil: dlopen).
+func (realBackend) ncclWith(ctx context.Context, in *phaseInput, cudaLib, ncclLib cuda.Library, clock func() time.Time) (*selftest.NCCL, error) {
 	return nccl.Run(ctx, nccl.Options{
-		Lib:      in.NCCLLib,
-		CUDALib:  in.CUDALib,
-		MinBytes: in.NCCLMin,
-		MaxBytes: in.NCCLMax,
-		Iters:    in.NCCLIter,
-		Env:      in.Env,
-		LogPath:  in.LogPath,
+		Clock:       clock,
+		CUDALibrary: cudaLib,
+		NCCLLibrary: ncclLib,
+		Lib:         in.NCCLLib,
+		CUDALib:     in.CUDALib,
+		MinBytes:    in.NCCLMin,
+		MaxBytes:    in.NCCLMax,
+		Iters:       in.NCCLIter,
+		Env:         in.Env,
+		LogPath:     in.LogPath,
 	})
 }
 
-// fakeScenario is a FAKE backend's script: the answers each phase gives, a phase that
-// hangs, and kernel-log lines "printed" while the NVML phase runs. The answers use the
-// very structures the real probes return, so the verdict cannot tell them apart.
+// fakeScenario is a FAKE backend's script, in raw symptoms only: the numbers NVML's
+// entry points return (nvmlReturn_t of nvmlInit_v2, nvmlGpuP2PStatus_t and
+// nvmlGpuTopologyLevel_t per pair), the box the FAKE CUDA driver and NCCL of
+// selftest/gpufake emulate (devices, rates, raw faults such as a flipped word or an
+// error code, the NCCL INFO lines libnccl logs), kernel-log lines "printed" while the
+// NVML phase runs, a phase that hangs. Nothing in it is a finding or an interpreted
+// answer: the real CUDA engine, NCCL sweep, log parser, kernel-log classifier and
+// verdict have to get from these to the report.
 type fakeScenario struct {
-	Fake  string            `json:"fake"` // what it simulates, for the test log
-	NVML  *nvmlOutput       `json:"nvml"`
-	CUDA  *cuda.Result      `json:"cuda"`
-	NCCL  *selftest.NCCL    `json:"nccl"`
-	Hang  string            `json:"hang"` // phase that never returns
-	Kmsg  []string          `json:"kmsg"`
-	Error map[string]string `json:"error"` // phase -> error its probe returns
+	Fake  string              `json:"fake"` // what it simulates, for the test log
+	NVML  *fakeNVML           `json:"nvml"`
+	Box   *gpufake.FakeConfig `json:"box"`  // the FAKE libcuda and libnccl
+	Hang  string              `json:"hang"` // phase that never returns
+	Kmsg  []string            `json:"kmsg"`
+	Error map[string]string   `json:"error"` // phase -> error its probe returns
+}
+
+// fakeNVML is what the FAKE NVML's entry points return.
+type fakeNVML struct {
+	Init          int                          `json:"init"` // nvmlInit_v2's nvmlReturn_t
+	DriverVersion string                       `json:"driver_version"`
+	CUDAVersion   int                          `json:"cuda_version"`
+	GPUs          map[string]*selftest.NVMLGPU `json:"gpus"` // by BDF: the per-device queries' values
+	Pairs         []fakeNVMLPair               `json:"pairs"`
+}
+
+// fakeNVMLPair is one pair's nvmlDeviceGetTopologyCommonAncestor level and
+// nvmlDeviceGetP2PStatus codes (READ, WRITE; NVLink -1: not answered).
+type fakeNVMLPair struct {
+	A      string `json:"a"`
+	B      string `json:"b"`
+	Level  int    `json:"level"`
+	Read   int    `json:"read"`
+	Write  int    `json:"write"`
+	NVLink int    `json:"nvlink"`
 }
 
 type fakeBackend struct{ s fakeScenario }
@@ -131,41 +172,59 @@ func (f *fakeBackend) precheck(ctx context.Context, in *phaseInput) (*pcie.Resul
 	return pcie.Scan(in.Root)
 }
 
+// nvml turns the FAKE NVML's return codes into the phase's answer with the real
+// probe's own conversions (nvml.StatusLetter, nvml.TopologyClass, NVMLStatus).
 func (f *fakeBackend) nvml(ctx context.Context, in *phaseInput) (*nvmlOutput, error) {
 	if len(f.s.Kmsg) > 0 && in.KmsgPath != "" {
 		if err := appendLines(in.KmsgPath, f.s.Kmsg); err != nil {
 			return nil, err
 		}
 	}
-	if err := f.gate(ctx, selftest.PhaseNVML); err != nil {
-		return f.s.NVML, err
-	}
-	if f.s.NVML == nil {
+	n := f.s.NVML
+	if n == nil {
 		return nil, fmt.Errorf("FAKE scenario has no nvml answer")
 	}
-	return f.s.NVML, nil
+	init := selftest.NVMLStatus(n.Init)
+	out := &nvmlOutput{NVML: selftest.NVML{Library: "FAKE-libnvidia-ml (p2pcheck scenario)", Loaded: true, Init: &init}, GPUs: map[string]*selftest.NVMLGPU{}}
+	if err := f.gate(ctx, selftest.PhaseNVML); err != nil {
+		return out, err
+	}
+	if n.Init != 0 {
+		return out, fmt.Errorf("nvmlInit_v2: %s", init.Name)
+	}
+	out.NVML.DriverVersion, out.NVML.CUDAVersion = n.DriverVersion, n.CUDAVersion
+	out.GPUs = n.GPUs
+	for _, p := range n.Pairs {
+		np := nvmlPair{A: p.A, B: p.B, Topology: nvml.TopologyClass(p.Level), Read: nvml.StatusLetter(p.Read), Write: nvml.StatusLetter(p.Write)}
+		if p.NVLink >= 0 {
+			np.NVLink = nvml.StatusLetter(p.NVLink)
+		}
+		out.Pairs = append(out.Pairs, np)
+	}
+	return out, nil
 }
 
-func (f *fakeBackend) cuda(ctx context.Context, _ *phaseInput) (*cuda.Result, error) {
+// cuda runs the real copy phase over the FAKE driver.
+func (f *fakeBackend) cuda(ctx context.Context, in *phaseInput) (*cuda.Result, error) {
 	if err := f.gate(ctx, selftest.PhaseCUDA); err != nil {
-		return f.s.CUDA, err
+		return nil, err
 	}
-	if f.s.CUDA == nil {
-		return nil, fmt.Errorf("FAKE scenario has no cuda answer")
+	if f.s.Box == nil {
+		return nil, fmt.Errorf("FAKE scenario has no box")
 	}
-	return f.s.CUDA, nil
+	return realBackend{}.cudaWith(ctx, in, gpufake.New(*f.s.Box).CUDA())
 }
 
+// nccl runs the real all-reduce phase over the FAKE driver and NCCL.
 func (f *fakeBackend) nccl(ctx context.Context, in *phaseInput) (*selftest.NCCL, error) {
 	if err := f.gate(ctx, selftest.PhaseNCCL); err != nil {
-		return f.s.NCCL, err
+		return nil, err
 	}
-	if f.s.NCCL == nil {
-		return nil, fmt.Errorf("FAKE scenario has no nccl answer")
+	if f.s.Box == nil {
+		return nil, fmt.Errorf("FAKE scenario has no box")
 	}
-	n := *f.s.NCCL
-	n.Env = in.Env
-	return &n, nil
+	box := gpufake.New(*f.s.Box)
+	return realBackend{}.ncclWith(ctx, in, box.CUDA(), box.NCCL(), box.Now)
 }
 
 func appendLines(path string, lines []string) error {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/selftest/gpufake"
 	"github.com/peerboot/peerboot/selftest/pcie"
 	"github.com/peerboot/peerboot/selftest/pcie/pcietest"
 )
@@ -30,40 +32,37 @@ type faultCase struct {
 	layoutFx func(l *pcietest.Layout) // changes the box before it is built
 	args     []string
 	want     []string // "status id" findings that must be present
+	msg      []string // substrings of some finding's message
 	pass     bool     // the verdict
+	check    func(t *testing.T, r *selftest.Report)
 }
 
-func TestFaultCatalogue(t *testing.T) {
+func faultCases() []faultCase {
 	cases := []faultCase{
-		{name: "healthy-xeon", layout: pcietest.Xeon8GPU, recipe: "xeon-dynamic.toml", pass: true},
-		{name: "healthy-epyc", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", pass: true},
+		{name: "healthy-xeon", layout: pcietest.Xeon8GPU, recipe: "xeon-dynamic.toml", pass: true, check: allVerified},
+		{name: "healthy-epyc", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", pass: true, check: allVerified},
 		{
 			name: "unpatched-driver-all-cns", layout: pcietest.Xeon8GPU, recipe: "xeon-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+			mutate: func(t *testing.T, s *fakeScenario, pre *pcie.Result) {
 				for i := range s.NVML.Pairs {
-					s.NVML.Pairs[i].Read, s.NVML.Pairs[i].Write = "CNS", "CNS"
+					s.NVML.Pairs[i].Read, s.NVML.Pairs[i].Write = 1, 1 // NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED
 				}
-				for i := range s.CUDA.CanAccess {
-					for j := range s.CUDA.CanAccess[i] {
-						s.CUDA.CanAccess[i][j] = false
-					}
+				n := len(pre.GPUs)
+				s.Box.CanAccess = make([][]bool, n) // cuDeviceCanAccessPeer answers 0 everywhere
+				for i := range n {
+					s.Box.CanAccess[i] = make([]bool, n)
 				}
-				var local []selftest.Copy
-				for _, c := range s.CUDA.Copies {
-					if c.Src == c.Dst {
-						local = append(local, c)
-					}
+				s.Box.NCCLLog = nil
+				for r := range n {
+					s.Box.NCCLLog = append(s.Box.NCCLLog, fmt.Sprintf("node:77:78 [%d] NCCL INFO Channel 00/0 : %d[%d] -> %d[%d] via SHM/direct/direct", r, r, r, (r+1)%n, (r+1)%n))
 				}
-				s.CUDA.Copies = local
-				s.CUDA.HighMem = nil
-				s.NCCL.Transports = []selftest.Transport{{From: 0, To: 1, Via: "SHM/direct/direct"}}
 			},
 			want: []string{"fail p2p.status"},
 		},
 		{
 			name: "bar1-below-vram-static-driver-nccl-stall", layout: pcietest.Xeon8GPU, recipe: "xeon-static24.toml",
 			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) { s.Hang = selftest.PhaseNCCL },
-			args:   []string{"--deadline", "6s"},
+			args:   []string{"--deadline", "20s"},
 			want:   []string{"fail bar1.size", "fail deadline"},
 		},
 		{
@@ -82,25 +81,86 @@ func TestFaultCatalogue(t *testing.T) {
 		{
 			name: "nccl-uses-shm", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
 			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
-				s.NCCL.Transports[1].Via, s.NCCL.Transports[1].P2P = "SHM/direct/direct", false
+				s.Box.NCCLLog = gpufake.DefaultNCCLLog(4)
+				s.Box.NCCLLog[2] = "node:77:78 [1] NCCL INFO Channel 00/0 : 1[1] -> 2[2] via SHM/direct/direct"
 			},
-			want: []string{"fail nccl.transport"},
+			want: []string{"fail nccl.transport"}, msg: []string{"NCCL connected 1 channel(s) via SHM/direct/direct"},
+		},
+		{
+			name: "nccl-cumem-is-p2p", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+				s.Box.NCCLLog = gpufake.DefaultNCCLLog(4)
+				for i, l := range s.Box.NCCLLog {
+					s.Box.NCCLLog[i] = strings.Replace(l, "P2P/direct pointer", "P2P/CUMEM/read", 1)
+				}
+			},
+			pass: true,
+		},
+		{
+			name: "nccl-over-net", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+				s.Box.NCCLLog = gpufake.DefaultNCCLLog(4)
+				s.Box.NCCLLog[0] = "node:77:78 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0"
+			},
+			want: []string{"fail nccl.transport"}, msg: []string{"via NET/Socket/0"},
 		},
 		{
 			name: "corrupted-peer-copy", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
 			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
-				c := copyOf(t, s, selftest.MethodCE, selftest.DirWrite, true)
-				c.Mismatch = &selftest.Mismatch{Offset: 4096, Want: 0x9e3779b1, Got: 0, Words: 1024}
+				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultFlip, Copy: "0->1", Method: "ce", Offset: 4096}}
 			},
-			want: []string{"fail copy.corrupt"},
+			want: []string{"fail copy.corrupt"}, msg: []string{"GPU0->GPU1 ce write corrupted data: 1 word(s) differ, first at byte 0x1000"},
+		},
+		{
+			name: "short-local-copy", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultShort, Copy: "2->2", Method: "sm"}}
+			},
+			want: []string{"fail copy.corrupt"}, msg: []string{"GPU2 local sm copy corrupted data: 2048 word(s) differ, first at byte 0x2000"},
+		},
+		{
+			name: "inject-corruption", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", args: []string{"--inject-corruption"},
+			want: []string{"fail copy.corrupt", "info test.injected"},
+		},
+		{
+			name: "peer-enable-map-failed", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuCtxEnablePeerAccess", Code: 205}}
+			},
+			want: []string{"fail copy.error"}, msg: []string{"CUDA_ERROR_MAP_FAILED"},
+		},
+		{
+			name: "above-bar1-window-misses", layout: pcietest.Xeon8GPU, recipe: "xeon-dynamic.toml",
+			mutate: func(t *testing.T, s *fakeScenario, pre *pcie.Result) {
+				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultWindow, GPU: 3, Window: pre.GPUs[3].BAR1Bytes}}
+			},
+			want: []string{"fail highmem.copy"}, msg: []string{"above-BAR1 probe on GPU3"},
+		},
+		{
+			name: "nccl-wrong-sum", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultSum, Rank: 1, Elem: 0, Count: 5}}
+			},
+			want: []string{"fail nccl.data"}, msg: []string{"5 element(s)"},
+		},
+		{
+			name: "verify-off-in-recipe", layout: pcietest.EPYC4GPU, recipe: "epyc-noverify.toml",
+			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultFlip, Copy: "0->1", Method: "sm"}}
+			},
+			want: []string{"warn copy.unverified"}, pass: true,
+			check: func(t *testing.T, r *selftest.Report) {
+				for _, c := range r.Copies {
+					if c.Verified || c.Mismatch != nil {
+						t.Errorf("selftest.verify = false, yet %s verified %v mismatch %+v", copyName(c), c.Verified, c.Mismatch)
+					}
+				}
+			},
 		},
 		{
 			name: "bandwidth-above-link", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
-				c := copyOf(t, s, selftest.MethodCE, selftest.DirWrite, true)
-				c.GBps, c.Samples = 128, []float64{128, 128, 128}
-			},
-			want: []string{"fail copy.overrate"},
+			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) { s.Box.PairGBps[0][1] = 128 },
+			want:   []string{"fail copy.overrate"}, msg: []string{"GPU0->GPU1 ce write measured 128.0 GB/s"},
 		},
 		{
 			name: "downtrained-link-gen4-x8", layout: pcietest.Xeon8GPU, recipe: "xeon-dynamic.toml",
@@ -115,11 +175,11 @@ func TestFaultCatalogue(t *testing.T) {
 			name: "iommu-fault-and-xid", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
 			mutate: func(t *testing.T, s *fakeScenario, pre *pcie.Result) {
 				s.Kmsg = []string{
-					"3,2210,91234567,-;AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000e address=0x3ffffe000 flags=0x0020]",
+					"3,2210,91234567,-;AMD-Vi: Event logged [IO_PAGE_FAULT device=" + pre.GPUs[1].BDF + " domain=0x000e address=0x3ffffe000 flags=0x0020]",
 					"4,2211,91234600,-;NVRM: Xid (PCI:" + pre.GPUs[1].BDF[:10] + "): 79, pid=1234, name=p2pcheck, GPU has fallen off the bus.",
 				}
 			},
-			want: []string{"fail kernel.iommu_fault", "fail kernel.xid"},
+			want: []string{"fail kernel.iommu_fault", "fail kernel.xid"}, msg: []string{"IOMMU fault on GPU1", "Xid 79 on GPU1"},
 		},
 		{
 			name: "missing-gsp-firmware", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
@@ -131,9 +191,8 @@ func TestFaultCatalogue(t *testing.T) {
 		{
 			name: "libcuda-not-module-version", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
 			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
-				s.CUDA.CUDA.CuInit = &selftest.Status{Name: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", Code: 803}
-				s.CUDA.CUDA.Devices, s.CUDA.Copies, s.CUDA.HighMem, s.CUDA.CanAccess = nil, nil, nil, nil
-				s.NVML.NVML.Init = &selftest.Status{Name: "NVML_ERROR_LIB_RM_VERSION_MISMATCH", Code: 18}
+				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuInit", Code: 803}}
+				s.NVML.Init = 18 // NVML_ERROR_LIB_RM_VERSION_MISMATCH
 			},
 			want: []string{"fail version.mismatch"},
 		},
@@ -142,11 +201,15 @@ func TestFaultCatalogue(t *testing.T) {
 		cases = append(cases, faultCase{
 			name: "hang-in-" + phase, layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
 			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) { s.Hang = phase },
-			args:   []string{"--deadline", "5s"},
+			args:   []string{"--deadline", "10s"},
 			want:   []string{"fail deadline"},
 		})
 	}
-	for _, tc := range cases {
+	return cases
+}
+
+func TestFaultCatalogue(t *testing.T) {
+	for _, tc := range faultCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			r, code := runFault(t, tc)
@@ -159,6 +222,14 @@ func TestFaultCatalogue(t *testing.T) {
 					t.Errorf("finding %q missing; got %v", w, got)
 				}
 			}
+			for _, m := range tc.msg {
+				if !strings.Contains(strings.Join(all(r), "\n"), m) {
+					t.Errorf("no finding says %q:\n%s", m, strings.Join(all(r), "\n"))
+				}
+			}
+			if tc.check != nil {
+				tc.check(t, r)
+			}
 			if tc.pass != (r.Verdict == selftest.Pass) || tc.pass != (code == exitPass) {
 				t.Errorf("verdict %s exit %d, want pass=%v; findings:\n%s", r.Verdict, code, tc.pass, strings.Join(failing(r), "\n"))
 			}
@@ -170,6 +241,60 @@ func TestFaultCatalogue(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Every e2e case is cited in docs/selftest-findings.md, and every e2e name cited there
+// is a case.
+func TestFindingsDocCoversE2E(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "selftest-findings.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	names := map[string]bool{}
+	for _, tc := range faultCases() {
+		names[tc.name] = true
+		if !strings.Contains(doc, "`e2e/"+tc.name+"`") {
+			t.Errorf("e2e case %q is not cited in docs/selftest-findings.md", tc.name)
+		}
+	}
+	for _, part := range strings.Split(doc, "`e2e/")[1:] {
+		name, _, _ := strings.Cut(part, "`")
+		if !names[name] {
+			t.Errorf("docs/selftest-findings.md cites e2e/%s, which TestFaultCatalogue (cmd/p2pcheck) lacks", name)
+		}
+	}
+}
+
+func all(r *selftest.Report) []string {
+	var out []string
+	for _, f := range r.Findings {
+		out = append(out, f.Status+" "+f.ID+": "+f.Message)
+	}
+	return out
+}
+
+// allVerified: every copy of a healthy FAKE box ran, on the real engine, and was
+// checked on the (FAKE) GPU; the NCCL transports came from parsing its log.
+func allVerified(t *testing.T, r *selftest.Report) {
+	if len(r.Copies) == 0 || len(r.HighMem) == 0 {
+		t.Errorf("%d copies, %d above-BAR1 probes", len(r.Copies), len(r.HighMem))
+	}
+	for _, c := range r.Copies {
+		if !c.Verified || c.Mismatch != nil || c.Error != "" {
+			t.Errorf("%s: verified %v mismatch %+v error %q", copyName(c), c.Verified, c.Mismatch, c.Error)
+		}
+	}
+	if !strings.Contains(r.CUDA.Library, "FAKE") || r.NCCL == nil || !strings.Contains(r.NCCL.Library, "FAKE") {
+		t.Errorf("the report does not name the FAKE libraries: cuda %q", r.CUDA.Library)
+	}
+	if r.NCCL == nil || len(r.NCCL.Transports) != 2*len(r.GPUs) || len(r.NCCL.Sizes) == 0 {
+		t.Errorf("nccl %+v", r.NCCL)
+	}
+}
+
+func copyName(c selftest.Copy) string {
+	return fmt.Sprintf("GPU%d->GPU%d %s %s", c.Src, c.Dst, c.Method, c.Direction)
 }
 
 func failing(r *selftest.Report) []string {
@@ -209,6 +334,8 @@ func runFault(t *testing.T, tc faultCase) (*selftest.Report, int) {
 	args := append([]string{
 		"--fake", writeScenario(t, s), "--root", root, "--kmsg", kmsgPath,
 		"--recipe", filepath.Join("testdata", tc.recipe), "--modules-json", modulesFile(t, selftest.ModLoaded, 0),
+		// Small copies and all-reduces: the FAKE GPUs are host memory and Go loops.
+		"--copy-size", "16384", "--nccl-max", "65536",
 	}, tc.args...)
 	start := time.Now()
 	r, code, stderr := runCheck(t, nil, args...)

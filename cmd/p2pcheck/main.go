@@ -178,7 +178,20 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 		merge(r, res.out)
 		phaseError(r, phase, res.out)
 	}
+	if o.corrupt && r.CUDA.CuInit != nil && r.CUDA.CuInit.Code == selftest.CUDASuccess && !hasFinding(r, "test.injected") {
+		r.Add(selftest.SevFail, "test.injected", "--inject-corruption was given but the copy phase corrupted nothing",
+			"the test hook did not run: the data check is unproven; report it with this JSON")
+	}
 	return finish(r, rc, watch)
+}
+
+func hasFinding(r *selftest.Report, id string) bool {
+	for _, f := range r.Findings {
+		if f.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // stallCause says what a phase was doing, for the report; the verdict adds the likely

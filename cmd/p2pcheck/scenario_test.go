@@ -8,73 +8,54 @@ import (
 	"testing"
 
 	"github.com/peerboot/peerboot/selftest"
-	"github.com/peerboot/peerboot/selftest/cuda"
+	"github.com/peerboot/peerboot/selftest/gpufake"
+	"github.com/peerboot/peerboot/selftest/nvml"
 	"github.com/peerboot/peerboot/selftest/pcie"
 )
 
 // healthyScenario is a FAKE backend script for the box a sysfs fixture describes, as
-// a correctly patched driver would answer it: every pair P2P OK with NVML topology
-// equal to sysfs', every peer copy verified at 75 % of the path's link rate, the
-// above-BAR1 probe verified on every card whose BAR1 is smaller than its memory, and
-// NCCL over P2P/direct pointer on every channel. Fault tests mutate one thing.
+// a correctly patched driver would answer it, in raw values only: NVML returns
+// NVML_SUCCESS, P2P status 0 (OK) both ways and the topology level matching sysfs'
+// path for every pair; the FAKE CUDA driver has every GPU at the sysfs address, peer
+// access between all of them and copy rates of 75 % of each path's link; the FAKE
+// libnccl logs "via P2P/direct pointer" for a ring over every rank. Fault tests
+// change one raw thing.
 func healthyScenario(t *testing.T, pre *pcie.Result, vram int64) *fakeScenario {
 	t.Helper()
 	n := len(pre.GPUs)
 	s := &fakeScenario{Fake: "healthy patched box"}
-	s.NVML = &nvmlOutput{
-		NVML: selftest.NVML{Library: "libnvidia-ml.so.1", Loaded: true, Init: &selftest.Status{Name: "NVML_SUCCESS"},
-			DriverVersion: "550.163.01", CUDAVersion: 12040},
-		GPUs: map[string]*selftest.NVMLGPU{},
-	}
+	s.NVML = &fakeNVML{Init: 0, DriverVersion: "550.163.01", CUDAVersion: 12040, GPUs: map[string]*selftest.NVMLGPU{}}
 	for _, g := range pre.GPUs {
 		s.NVML.GPUs[g.BDF] = &selftest.NVMLGPU{Name: "NVIDIA GeForce RTX 4090", BAR1Total: g.BAR1Bytes, FBTotal: vram,
 			LinkGen: 4, LinkWidth: g.Link.CurrentWidth, MaxLinkGen: 4, MaxLinkWidth: g.Link.MaxWidth}
 	}
 	for _, p := range pre.Pairs {
-		s.NVML.Pairs = append(s.NVML.Pairs, nvmlPair{A: pre.GPUs[p.A].BDF, B: pre.GPUs[p.B].BDF, Topology: p.Topology, Read: "OK", Write: "OK"})
+		s.NVML.Pairs = append(s.NVML.Pairs, fakeNVMLPair{A: pre.GPUs[p.A].BDF, B: pre.GPUs[p.B].BDF, Level: nvmlLevel(t, p.Topology), NVLink: -1})
 	}
-	c := &cuda.Result{
-		CUDA: selftest.CUDA{Library: "libcuda.so.1", Loaded: true, CuInit: &selftest.Status{Name: "CUDA_SUCCESS"}, DriverVersion: 12040,
-			PTX: &selftest.Status{Name: "CUDA_SUCCESS"}},
-		CanAccess: make([][]bool, n),
-	}
+	box := &gpufake.FakeConfig{DriverVersion: 12040, LocalGBps: 900, SMFactor: 0.95, PairGBps: make([][]float64, n)}
 	for i, g := range pre.GPUs {
-		c.CUDA.Devices = append(c.CUDA.Devices, selftest.CUDADevice{Ordinal: i, Name: "NVIDIA GeForce RTX 4090", BDF: g.BDF, CC: "8.9", SMs: 128, MemBytes: vram})
-		c.CanAccess[i] = make([]bool, n)
-		c.Copies = append(c.Copies, fakeCopy(i, i, selftest.MethodCE, selftest.DirLocal, 900, 0))
+		box.GPUs = append(box.GPUs, gpufake.FakeGPU{Name: "NVIDIA GeForce RTX 4090", BDF: g.BDF, CC: "8.9", SMs: 128, MemBytes: vram})
+		box.PairGBps[i] = make([]float64, n)
 		for j := range n {
-			if i == j {
-				continue
-			}
-			c.CanAccess[i][j] = true
-			link := pcie.PathLinkGBps(pre, i, j)
-			for _, d := range []string{selftest.DirWrite, selftest.DirRead} {
-				c.Copies = append(c.Copies, fakeCopy(i, j, selftest.MethodCE, d, 0.75*link, link))
-				c.Copies = append(c.Copies, fakeCopy(i, j, selftest.MethodSM, d, 0.7*link, link))
-			}
-			if i < j {
-				c.Copies = append(c.Copies, fakeCopy(i, j, selftest.MethodCE, selftest.DirBidir, 1.5*link, link))
+			if i != j {
+				box.PairGBps[i][j] = 0.75 * pcie.PathLinkGBps(pre, i, j)
 			}
 		}
-		if g.BAR1Bytes < vram {
-			c.HighMem = append(c.HighMem, selftest.HighMem{GPU: i, Peer: (i + 1) % n, BAR1Bytes: g.BAR1Bytes, VRAMBytes: vram,
-				BallastMiB: g.BAR1Bytes >> 20, Verified: true, Guarantee: "FAKE"})
-		}
 	}
-	s.CUDA = c
-	s.NCCL = &selftest.NCCL{Library: "libnccl.so.2", Version: 22105, Ranks: n, BusBWAtMax: 20}
-	for _, b := range []int64{8, 1 << 20, 1 << 30} {
-		s.NCCL.Sizes = append(s.NCCL.Sizes, selftest.NCCLSize{Bytes: b, TimeUS: float64(b) / 15e3, AlgBW: 15, BusBW: 20})
-	}
-	for r := range n {
-		s.NCCL.Transports = append(s.NCCL.Transports, selftest.Transport{Channel: 0, From: r, To: (r + 1) % n, Via: "P2P/direct pointer", P2P: true})
-	}
+	s.Box = box
 	return s
 }
 
-func fakeCopy(src, dst int, method, dir string, gbps, link float64) selftest.Copy {
-	return selftest.Copy{Src: src, Dst: dst, Method: method, Direction: dir, Bytes: 256 << 20, GBps: gbps,
-		Samples: []float64{gbps, gbps, gbps}, LinkGBps: link, Verified: true}
+// nvmlLevel is the nvmlGpuTopologyLevel_t NVML answers for a sysfs topology class.
+func nvmlLevel(t *testing.T, class string) int {
+	t.Helper()
+	for _, l := range []int{10, 20, 30, 40, 50} {
+		if nvml.TopologyClass(l) == class {
+			return l
+		}
+	}
+	t.Fatalf("no NVML level for topology %q", class)
+	return -1
 }
 
 func writeScenario(t *testing.T, s *fakeScenario) string {
@@ -88,19 +69,6 @@ func writeScenario(t *testing.T, s *fakeScenario) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-// copyOf finds the first copy of a kind, for mutation.
-func copyOf(t *testing.T, s *fakeScenario, method, dir string, peer bool) *selftest.Copy {
-	t.Helper()
-	for i := range s.CUDA.Copies {
-		c := &s.CUDA.Copies[i]
-		if c.Method == method && c.Direction == dir && (c.Src != c.Dst) == peer {
-			return c
-		}
-	}
-	t.Fatalf("no %s %s copy in the scenario", method, dir)
-	return nil
 }
 
 func (s *fakeScenario) String() string { return fmt.Sprintf("FAKE %q", s.Fake) }

@@ -49,14 +49,14 @@ type FakeConfig struct {
 	// peer access on, and staged through the host without it [900, 20, 10]. PeerGBps
 	// [src][dst], when set, overrides PeerGBps for that pair. SM copies run at
 	// SMFactor of the same figure [0.9].
-	LocalGBps    float64     `json:"local_gbps"`
-	PeerGBps     float64     `json:"peer_gbps"`
-	PairGBps     [][]float64 `json:"pair_gbps,omitempty"`
-	StagedGBps   float64     `json:"staged_gbps"`
-	SMFactor     float64     `json:"sm_factor"`
-	NCCLVersion  int         `json:"nccl_version"`  // ncclGetVersion [22105]
-	NCCLBusGBps  float64     `json:"nccl_bus_gbps"` // all-reduce algbw per rank link [20]
-	Faults       []Fault     `json:"faults,omitempty"`
+	LocalGBps   float64     `json:"local_gbps"`
+	PeerGBps    float64     `json:"peer_gbps"`
+	PairGBps    [][]float64 `json:"pair_gbps,omitempty"`
+	StagedGBps  float64     `json:"staged_gbps"`
+	SMFactor    float64     `json:"sm_factor"`
+	NCCLVersion int         `json:"nccl_version"`  // ncclGetVersion [22105]
+	NCCLBusGBps float64     `json:"nccl_bus_gbps"` // all-reduce algbw per rank link [20]
+	Faults      []Fault     `json:"faults,omitempty"`
 	// NCCLLog is written, one line each, to NCCL_DEBUG_FILE at ncclCommInitAll, the
 	// way libnccl logs its channel setup. nil: one ring over every rank via
 	// "P2P/direct pointer", which is what a single-process NCCL logs with P2P on.

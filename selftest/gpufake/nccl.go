@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/peerboot/peerboot/selftest/cuda"
@@ -191,8 +192,12 @@ func (b *FakeBox) reduce() int32 {
 			sum[i] += b.readWord(x.rank, x.send+4*uint64(i))
 		}
 	}
-	bytes := 4 * float64(count)
-	dt := bytes / (b.cfg.NCCLBusGBps * 1e9)
+	// The time that makes busbw = NCCLBusGBps: algbw = busbw / (2(n-1)/n).
+	alg := b.cfg.NCCLBusGBps
+	if n := len(p); n > 1 {
+		alg /= 2 * float64(n-1) / float64(n)
+	}
+	dt := 4 * float64(count) / (alg * 1e9)
 	for _, x := range p {
 		for i, v := range sum {
 			b.writeWord(x.rank, x.rcv+4*uint64(i), v)
@@ -210,6 +215,17 @@ func (b *FakeBox) reduce() int32 {
 		x.st.clock += dt
 	}
 	return 0
+}
+
+// Now is the box's virtual host clock: the time of its furthest stream. Work runs when
+// the host waits for it, so after a synchronize this is when the host would be
+// released; pass it as nccl.Options.Clock.
+func (b *FakeBox) Now() time.Time {
+	var t float64
+	for _, s := range b.streams {
+		t = max(t, s.clock)
+	}
+	return time.Unix(0, 0).Add(time.Duration(t * 1e9))
 }
 
 var ncclErrors = map[int32]string{

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/peerboot/peerboot/apt"
+	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/store"
 )
@@ -133,9 +134,7 @@ func TestInputsNameUnresolved(t *testing.T) {
 
 // Locking the real default recipe twice against the live archive gives the same bytes.
 func TestLockDefaultRecipeTwice(t *testing.T) {
-	if testing.Short() {
-		t.Skip("network test; runs in `make test`")
-	}
+	testguard.Short(t, "resolves against the live archive")
 	r, err := recipe.Load("../recipes/default.toml")
 	if err != nil {
 		t.Fatal(err)

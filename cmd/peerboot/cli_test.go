@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/peerboot/peerboot/internal/testbin"
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
 var peerboot string
@@ -34,9 +35,7 @@ func run(t *testing.T, args ...string) (string, string, int) {
 // The issue's acceptance path on a fresh store: lock, fetch, fetch again (nothing
 // downloaded), verify; then a tampered entry is named and replaced.
 func TestFreshStoreLockFetchTamper(t *testing.T) {
-	if testing.Short() {
-		t.Skip("downloads ~214 MiB from the Debian mirror; runs in `make test`")
-	}
+	testguard.Short(t, "downloads ~214 MiB from the Debian mirror")
 	dir := t.TempDir()
 	recipeFile := filepath.Join(dir, "default.toml")
 	src, _ := os.ReadFile("../../recipes/default.toml")

@@ -14,24 +14,25 @@ import (
 	"github.com/peerboot/peerboot/debfile"
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/fetch"
-	"github.com/peerboot/peerboot/kernel"
 	"github.com/peerboot/peerboot/lock"
+	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/source"
 	"github.com/peerboot/peerboot/store"
 )
-
-// Implemented lists the stages Run can execute today, in order.
-var Implemented = []string{"kernel", "driver", "rootfs", "initramfs", "image"}
 
 // Options tune a build.
 type Options struct {
 	Store  *store.Store
 	Inputs []lock.Input
-	Until  string // last stage to run; "" = the last implemented one
+	Until  string // last stage to run; "" = the last one
 	Jobs   int
 	Log    io.Writer
 	Keep   bool   // keep scratch directories (for debugging a failed stage)
 	OutDir string // where the image stage's outputs are published (OutDir/<recipe>/)
+	// Check names stages to run again although the store holds their output,
+	// comparing what they write with it file by file: proof that a warm
+	// rebuild gives what a build from empty gives.
+	Check map[string]bool
 }
 
 // Outcome reports one stage of a run.
@@ -39,53 +40,103 @@ type Outcome struct {
 	Stage    string
 	Key      string
 	Cached   bool
+	Checked  bool // run again and found identical to the store's output
 	Duration time.Duration
 	Dir      string // the stage output in the store (for "publish": the output directory)
+}
+
+// stageRun is everything a stage's run may read, and where it writes.
+type stageRun struct {
+	Recipe  *recipe.Resolved // only the stage's declared fields are set
+	Data    []Datum          // the bytes the plan hashed, in plan order
+	Inputs  []lock.Input     // the pinned inputs of the stage's roles
+	Deps    map[string]string
+	Epoch   int64 // the build clock, when the stage declared Clock
+	Store   *store.Store
+	Scratch string
+	Out     string
+	Jobs    int
+	Log     io.Writer
+}
+
+// Dep is the output directory of a stage this one declared in Deps.
+func (sr *stageRun) Dep(name string) string {
+	d, ok := sr.Deps[name]
+	if !ok {
+		panic("build: a stage read the output of " + name + ", which it does not declare in Deps")
+	}
+	return d
+}
+
+// Datum returns the data the plan read under name, and whether there was one.
+func (sr *stageRun) Datum(name string) ([]byte, bool) {
+	for _, d := range sr.Data {
+		if d.Name == name {
+			return d.Bytes, true
+		}
+	}
+	return nil, false
 }
 
 // Run executes the plan's stages in order up to opt.Until, skipping every stage
 // whose output the store already has.
 func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
+	names := StageNames()
 	until := opt.Until
 	if until == "" {
-		until = Implemented[len(Implemented)-1]
+		until = names[len(names)-1]
 	}
-	if !contains(StageNames, until) {
-		return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("unknown stage %q (stages: %s)", until, strings.Join(StageNames, ", ")))
+	if p.Stage(until) == nil {
+		return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("unknown stage %q (stages: %s)", until, strings.Join(names, ", ")))
 	}
-	if !contains(Implemented, until) {
-		return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("stage %q is not implemented yet (implemented: %s)", until, strings.Join(Implemented, ", ")))
+	for name := range opt.Check {
+		if p.Stage(name) == nil {
+			return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("--check: unknown stage %q (stages: %s)", name, strings.Join(names, ", ")))
+		}
 	}
 	if opt.Jobs <= 0 {
 		opt.Jobs = 1
 	}
-	b := &runner{plan: p, opt: opt}
+	clock := &buildClock{recipe: p.Recipe, store: opt.Store, dates: map[string]int64{}}
 	var outs []Outcome
-	for _, name := range Implemented {
-		s := p.Stage(name)
+	for _, s := range p.Stages {
 		if s.Key == "" {
-			return outs, exitcode.Tag(exitcode.Stale, fmt.Errorf("stage %s: unresolved inputs: %s", name, strings.Join(s.Unresolved, "; ")))
+			return outs, exitcode.Tag(exitcode.Stale, fmt.Errorf("stage %s: unresolved inputs: %s", s.Name, strings.Join(s.Unresolved, "; ")))
 		}
 		start := time.Now()
-		o := Outcome{Stage: name, Key: s.Key, Dir: opt.Store.OutputDir(s.Key)}
-		if opt.Store.HasOutput(s.Key) {
+		o := Outcome{Stage: s.Name, Key: s.Key, Dir: opt.Store.OutputDir(s.Key)}
+		cached := opt.Store.HasOutput(s.Key)
+		switch {
+		case cached && !opt.Check[s.Name]:
 			o.Cached = true
-			fmt.Fprintf(opt.Log, "%s: cached (%s)\n", name, s.Key)
-		} else {
-			fmt.Fprintf(opt.Log, "%s: building (%s)\n", name, s.Key)
-			if err := b.stage(ctx, name, s); err != nil {
+			fmt.Fprintf(opt.Log, "%s: cached (%s)\n", s.Name, s.Key)
+		case cached:
+			fmt.Fprintf(opt.Log, "%s: checking (%s): building again to compare with the store\n", s.Name, s.Key)
+			if err := runStage(ctx, p, s, opt, clock, true); err != nil {
+				return outs, err
+			}
+			o.Cached, o.Checked = true, true
+		default:
+			fmt.Fprintf(opt.Log, "%s: building (%s)\n", s.Name, s.Key)
+			if err := runStage(ctx, p, s, opt, clock, false); err != nil {
 				return outs, err
 			}
 		}
 		o.Duration = time.Since(start)
 		outs = append(outs, o)
-		if name == until {
+		if s.Name == until {
 			break
 		}
 	}
-	if until == "image" && opt.OutDir != "" {
+	if until == names[len(names)-1] {
+		// Remembered for `plan --why`; losing it loses only that explanation.
+		if err := SaveRecord(opt.Store, p); err != nil {
+			fmt.Fprintf(opt.Log, "warning: cannot record the plan for `plan --why`: %v\n", err)
+		}
+	}
+	if until == names[len(names)-1] && opt.OutDir != "" {
 		start := time.Now()
-		epoch, err := b.epoch(ctx)
+		epoch, err := clock.newest(ctx, opt.Inputs)
 		if err != nil {
 			return outs, err
 		}
@@ -98,98 +149,55 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 	return outs, nil
 }
 
-type runner struct {
-	plan     *Plan
-	opt      Options
-	epochVal int64 // computed once
-}
-
-func (b *runner) stage(ctx context.Context, name string, s *Stage) error {
-	scratch, err := b.opt.Store.NewScratch(name)
+// runStage runs one stage in a scratch directory and commits its output, or
+// with check compares it with the output the store already holds.
+func runStage(ctx context.Context, p *Plan, s *Stage, opt Options, clock *buildClock, check bool) error {
+	sc, err := opt.Store.OpenScratch(s.Name)
 	if err != nil {
 		return err
 	}
-	if !b.opt.Keep {
-		defer os.RemoveAll(scratch)
+	if opt.Keep {
+		defer sc.Release()
+	} else {
+		defer sc.Remove()
 	}
-	out := filepath.Join(scratch, "out")
-	if err := os.MkdirAll(out, 0o755); err != nil {
+	scratch := sc.Dir
+	sr := &stageRun{
+		Recipe: s.view, Data: s.data, Inputs: s.inputs, Deps: map[string]string{},
+		Store: opt.Store, Scratch: scratch, Out: filepath.Join(scratch, "out"), Jobs: opt.Jobs, Log: opt.Log,
+	}
+	for _, d := range s.def.Deps {
+		sr.Deps[d] = opt.Store.OutputDir(p.Stage(d).Key)
+	}
+	if s.def.Clock != clockNone {
+		if sr.Epoch, err = clock.newest(ctx, s.clockInputs); err != nil {
+			return exitcode.Tag(exitcode.Build, fmt.Errorf("stage %s: %w", s.Name, err))
+		}
+	}
+	if err := os.MkdirAll(sr.Out, 0o755); err != nil {
 		return err
 	}
-	switch name {
-	case "kernel":
-		err = b.kernel(ctx, scratch, out)
-	case "driver":
-		err = b.driver(ctx, scratch, out)
-	case "rootfs":
-		err = b.rootfs(ctx, scratch, out)
-	case "initramfs":
-		err = b.initramfs(ctx, scratch, out)
-	case "image":
-		err = b.image(ctx, scratch, out)
-	default:
-		err = fmt.Errorf("stage %s is not implemented", name)
-	}
-	if err != nil {
-		if b.opt.Keep {
+	if err := s.def.Run(ctx, sr); err != nil {
+		if opt.Keep {
 			err = fmt.Errorf("%w\n(scratch kept at %s)", err, scratch)
 		}
-		return exitcode.Tag(exitcode.Build, fmt.Errorf("stage %s: %w", name, err))
+		return exitcode.Tag(exitcode.Build, fmt.Errorf("stage %s: %w", s.Name, err))
 	}
-	return b.opt.Store.CommitOutput(s.Key, out)
+	if check {
+		if err := opt.Store.CompareOutput(s.Key, sr.Out); err != nil {
+			return exitcode.Tag(exitcode.Integrity, fmt.Errorf("stage %s: a build from empty differs from the stored output, so its key misses something it reads: %w", s.Name, err))
+		}
+		return nil
+	}
+	return opt.Store.CommitOutput(s.Key, sr.Out)
 }
 
-// 1. Kernel: unpack the pinned source, merge fragments, compile, collect.
-func (b *runner) kernel(ctx context.Context, scratch, out string) error {
-	r := b.plan.Recipe
-	src, err := b.unpack(ctx, lock.RoleKernelSource, filepath.Join(scratch, "src"))
-	if err != nil {
-		return err
-	}
-	var frags, patches []kernel.Fragment
-	for _, f := range r.Kernel.Fragments {
-		data, _, err := r.ReadData(f, kernel.Configs, kernel.ConfigsDir)
-		if err != nil {
-			return err
-		}
-		frags = append(frags, kernel.Fragment{Name: f, Data: data})
-	}
-	for _, f := range r.Kernel.Patches {
-		data, _, err := r.ReadData(f, kernel.Configs, "patches")
-		if err != nil {
-			return err
-		}
-		patches = append(patches, kernel.Fragment{Name: f, Data: data})
-	}
-	epoch, err := b.epoch(ctx)
-	if err != nil {
-		return err
-	}
-	hintFile := filepath.Join(b.opt.Store.Root, "hints", "kernel-steps-"+r.Kernel.Base)
-	hint, _ := readInt(hintFile)
-	var cert []byte
-	if ms := b.plan.ModSign; ms != nil {
-		cert = ms.CertPEM
-	}
-	res, err := kernel.Build(ctx, kernel.Options{
-		Source: src, Base: r.Kernel.Base, Fragments: frags, Patches: patches, ModuleSigCert: cert, Epoch: epoch,
-		Jobs: b.opt.Jobs, Log: b.opt.Log, LogFile: filepath.Join(scratch, "kernel.log"), ObjectsHint: hint,
-	}, out)
-	if err != nil {
-		return err
-	}
-	os.MkdirAll(filepath.Dir(hintFile), 0o755)
-	os.WriteFile(hintFile, []byte(strconv.FormatInt(res.Steps, 10)), 0o644)
-	fmt.Fprintf(b.opt.Log, "kernel: release %s\n", res.Release)
-	return nil
-}
-
-// unpack extracts the (single) input of role into dir and returns the tree root.
-func (b *runner) unpack(ctx context.Context, role, dir string) (string, error) {
+// unpack extracts the stage's single input of role into dir and returns the tree root.
+func (sr *stageRun) unpack(ctx context.Context, role, dir string) (string, error) {
 	var in *lock.Input
-	for i := range b.opt.Inputs {
-		if b.opt.Inputs[i].Role == role {
-			in = &b.opt.Inputs[i]
+	for i := range sr.Inputs {
+		if sr.Inputs[i].Role == role {
+			in = &sr.Inputs[i]
 			break
 		}
 	}
@@ -199,45 +207,32 @@ func (b *runner) unpack(ctx context.Context, role, dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	fmt.Fprintf(b.opt.Log, "unpacking %s\n", in.Name)
-	return source.Unpack(ctx, b.opt.Store, *in, func(u string) string { return fetch.GitDir(b.opt.Store, u) }, dir)
+	fmt.Fprintf(sr.Log, "unpacking %s\n", in.Name)
+	return source.Unpack(ctx, sr.Store, *in, func(u string) string { return fetch.GitDir(sr.Store, u) }, dir)
 }
 
-// epoch is the build clock: the recipe's source_date_epoch, else the newest
-// input's own date (a .deb's data.tar time, a git commit's committer time).
-func (b *runner) epoch(ctx context.Context) (int64, error) {
-	if b.epochVal > 0 {
-		return b.epochVal, nil
-	}
-	e, err := b.deriveEpoch(ctx)
-	b.epochVal = e
-	return e, err
+// buildClock reads the build clock: the recipe's source_date_epoch, else the
+// newest own date of the given inputs (a .deb's data.tar time, a git commit's
+// committer time), each input read once per build.
+type buildClock struct {
+	recipe *recipe.Resolved
+	store  *store.Store
+	dates  map[string]int64 // input digest -> its date
 }
 
-func (b *runner) deriveEpoch(ctx context.Context) (int64, error) {
-	if e := b.plan.Recipe.SourceDateEpoch; e > 0 {
+func (c *buildClock) newest(ctx context.Context, ins []lock.Input) (int64, error) {
+	if e := c.recipe.SourceDateEpoch; e > 0 {
 		return e, nil
 	}
 	var newest int64
-	for _, in := range b.opt.Inputs {
-		var t int64
-		switch in.Kind {
-		case "deb":
-			f, err := os.Open(b.opt.Store.BlobPath(in.SHA256))
-			if err != nil {
+	for _, in := range ins {
+		t, ok := c.dates[in.Digest()]
+		if !ok {
+			var err error
+			if t, err = c.date(ctx, in); err != nil {
 				return 0, err
 			}
-			t, err = debfile.DataTime(f)
-			f.Close()
-			if err != nil {
-				return 0, fmt.Errorf("%s: %w", in.Name, err)
-			}
-		case "git":
-			out, err := exec.CommandContext(ctx, "git", "--git-dir", fetch.GitDir(b.opt.Store, in.URL), "show", "-s", "--format=%ct", in.Commit).Output()
-			if err != nil {
-				return 0, fmt.Errorf("%s: reading commit time: %w", in.Name, err)
-			}
-			t, _ = strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+			c.dates[in.Digest()] = t
 		}
 		newest = max(newest, t)
 	}
@@ -247,19 +242,25 @@ func (b *runner) deriveEpoch(ctx context.Context) (int64, error) {
 	return newest, nil
 }
 
-func readInt(path string) (int64, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
+func (c *buildClock) date(ctx context.Context, in lock.Input) (int64, error) {
+	switch in.Kind {
+	case "deb":
+		f, err := os.Open(c.store.BlobPath(in.SHA256))
+		if err != nil {
+			return 0, err
 		}
+		defer f.Close()
+		t, err := debfile.DataTime(f)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", in.Name, err)
+		}
+		return t, nil
+	case "git":
+		out, err := exec.CommandContext(ctx, "git", "--git-dir", fetch.GitDir(c.store, in.URL), "show", "-s", "--format=%ct", in.Commit).Output()
+		if err != nil {
+			return 0, fmt.Errorf("%s: reading commit time: %w", in.Name, err)
+		}
+		return strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 	}
-	return false
+	return 0, nil
 }

@@ -33,6 +33,24 @@ patches = ["./0001-local.patch"]
 efi_stub = { url = "https://example.invalid/stub.deb", sha256 = "%s" }
 `
 
+// keysOf plans r and returns each stage's key ("" when unresolved).
+func keysOf(t *testing.T, r *recipe.Resolved, tools Tools) (map[string]string, []lock.Input, []lock.Unresolved) {
+	t.Helper()
+	ins, un, err := lock.Inputs(r, nil, func(string) (string, error) { return "", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := MakePlan(r, ins, un, nil, tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]string{}
+	for _, s := range p.Stages {
+		keys[s.Name] = s.Key
+	}
+	return keys, ins, un
+}
+
 func planFor(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	r, err := recipe.Load(filepath.Join(dir, "t.toml"))
@@ -89,28 +107,33 @@ func TestKeysFollowTheirInputs(t *testing.T) {
 		change  func()
 		changed []string
 	}{
-		{"config fragment", func() { write("local.config", "CONFIG_NUMA=n\n") }, []string{"kernel", "driver", "rootfs", "initramfs", "image", "sign"}},
-		{"driver patch", func() { write("0001-local.patch", "patch v2\n") }, []string{"driver", "rootfs", "initramfs", "image", "sign"}},
-		{"self-test binary", func() { write("p2pcheck", "p2pcheck v2") }, []string{"rootfs", "initramfs", "image", "sign"}},
+		{"config fragment", func() { write("local.config", "CONFIG_NUMA=n\n") }, []string{"kernel", "driver", "modules", "initramfs", "image"}},
+		{"driver patch", func() { write("0001-local.patch", "patch v2\n") }, []string{"driver", "modules", "initramfs", "image"}},
+		{"self-test binary", func() { write("p2pcheck", "p2pcheck v2") }, []string{"config", "initramfs", "image"}},
+		// The recipe is written into the image: any edit re-lays the config layer.
 		{"kernel cmdline", func() {
 			b, _ := os.ReadFile(filepath.Join(dir, "t.toml"))
 			write("t.toml", strings.Replace(string(b), `cmdline = "console=ttyS0"`, `cmdline = "console=ttyS0 quiet"`, 1))
-		}, []string{"image", "sign"}},
+		}, []string{"config", "initramfs", "image"}},
+		{"description", func() {
+			b, _ := os.ReadFile(filepath.Join(dir, "t.toml"))
+			write("t.toml", strings.Replace(string(b), `name = "t"`, "name = \"t\"\ndescription = \"edited\"", 1))
+		}, []string{"config", "initramfs", "image"}},
 		{"module signing on", func() {
 			write("module.crt", testCert(t, 1))
 			write("module.key", "key v1")
 			b, _ := os.ReadFile(filepath.Join(dir, "t.toml"))
 			write("t.toml", string(b)+"[sign]\nmodule_key = \"file:module.key\"\nmodule_cert = \"file:module.crt\"\n")
-		}, []string{"kernel", "driver", "rootfs", "initramfs", "image", "sign"}},
-		{"module key", func() { write("module.key", "key v2") }, []string{"rootfs", "initramfs", "image", "sign"}},
-		{"module certificate", func() { write("module.crt", testCert(t, 2)) }, []string{"kernel", "driver", "rootfs", "initramfs", "image", "sign"}},
+		}, []string{"kernel", "driver", "modules", "config", "initramfs", "image"}},
+		{"module key", func() { write("module.key", "key v2") }, []string{"modules", "initramfs", "image"}},
+		{"module certificate", func() { write("module.crt", testCert(t, 2)) }, []string{"kernel", "driver", "modules", "initramfs", "image"}},
 	}
 	prev := base
 	for _, c := range cases {
 		c.change()
 		now := planFor(t, dir)
 		var changed []string
-		for _, s := range StageNames {
+		for _, s := range StageNames() {
 			if now[s] != prev[s] {
 				changed = append(changed, s)
 			}

@@ -56,7 +56,7 @@ func TestSignedModulesEnforced(t *testing.T) {
 	}
 	dir := filepath.Join(outRoot, "modsig")
 	plan, _ := peerboot(t, "plan", recipe)
-	kernelOut, rootfsOut := stageDir(t, plan, "kernel"), stageDir(t, plan, "rootfs")
+	kernelOut, modulesOut := stageDir(t, plan, "kernel"), stageDir(t, plan, "modules")
 	if b, err := os.ReadFile(filepath.Join(kernelOut, "config")); err != nil || !strings.Contains(string(b), "CONFIG_SYSTEM_TRUSTED_KEYS=\".peerboot/trusted-certs.pem\"") {
 		t.Fatalf("the kernel stage's config does not name the module certificate (%v)", err)
 	}
@@ -102,15 +102,18 @@ func TestSignedModulesEnforced(t *testing.T) {
 		if out, code := peerboot(t, "keys", "init", other); code != 0 {
 			t.Fatalf("keys init: exit %d\n%s", code, out)
 		}
+		// One more initrd segment holding only the re-signed nvidia.ko, after the
+		// image's own: the kernel unpacks segments in turn and the later file
+		// replaces the earlier, as the config layer replaces userspace files.
+		orig, _ := filepath.Glob(filepath.Join(modulesOut, "root/usr/lib/modules/*/updates/dkms/nvidia.ko"))
+		if len(orig) != 1 {
+			t.Fatalf("nvidia.ko not found in the modules stage output (%v)", orig)
+		}
+		rel, _ := filepath.Rel(filepath.Join(modulesOut, "root"), orig[0])
 		root := filepath.Join(tmp, "root")
-		if out, err := exec.Command("cp", "-a", filepath.Join(rootfsOut, "root"), root).CombinedOutput(); err != nil {
-			t.Fatalf("copying the rootfs stage output: %v\n%s", err, out)
-		}
-		kos, _ := filepath.Glob(filepath.Join(root, "usr/lib/modules/*/updates/dkms/nvidia.ko"))
-		if len(kos) != 1 {
-			t.Fatalf("nvidia.ko not found in the rootfs copy (%v)", kos)
-		}
-		b, err := os.ReadFile(kos[0])
+		kos := []string{filepath.Join(root, rel)}
+		os.MkdirAll(filepath.Dir(kos[0]), 0o755)
+		b, err := os.ReadFile(orig[0])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,8 +136,15 @@ func TestSignedModulesEnforced(t *testing.T) {
 				t.Fatalf("%v\n%s", err, out)
 			}
 		}
+		initrd, err := os.ReadFile(filepath.Join(dir, "pxe", "initrd.img"))
+		if err != nil {
+			t.Fatal(err)
+		}
 		f, err := os.Create(filepath.Join(bad, "pxe", "initrd.img"))
 		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(initrd); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := initramfs.Pack(context.Background(), root, 1700000000, f); err != nil {

@@ -103,7 +103,7 @@ func WriteDisk(f *os.File, d Disk) error {
 		start    int64
 	}{
 		{d.ESP, GUIDTypeESP, fat.FAT32, "ESP", espStart},
-		{d.Reports, GUIDTypeBasicData, fat.Auto, "PEERBOOT", repStart},
+		{d.Reports, GUIDTypeBasicData, fat.Auto, ReportsLabel, repStart},
 	}
 	entries := make([]byte, gptEntries*gptEntrySize)
 	for i, pt := range parts {

@@ -578,3 +578,37 @@ func TestReadFiles(t *testing.T) {
 		t.Errorf("ReadFiles gave %d files %v, want the 3 regular .ko files", len(got), slices.Sorted(maps.Keys(got)))
 	}
 }
+
+// An initrd of several segments (one per rootfs layer) lists and reads as
+// the kernel unpacks it: every segment in turn, each with its own trailer.
+func TestConcatenatedSegments(t *testing.T) {
+	var all bytes.Buffer
+	for i, files := range []map[string]string{{"usr/lib/a.so": "a"}, {"etc/b.conf": "b"}} {
+		root := t.TempDir()
+		for p, body := range files {
+			os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+			os.WriteFile(filepath.Join(root, p), []byte(body), 0o644)
+		}
+		if _, err := Pack(context.Background(), root, 1700000000, &all); err != nil {
+			t.Fatalf("segment %d: %v", i, err)
+		}
+	}
+	lines, err := List(bytes.NewReader(all.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	joined := strings.Join(lines, "\n")
+	for _, want := range []string{" usr/lib/a.so", " etc/b.conf"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("listing lacks %s:\n%s", want, joined)
+		}
+	}
+	got := map[string]string{}
+	err = ReadFiles(bytes.NewReader(all.Bytes()), func(string) bool { return true }, func(p string, b []byte) error {
+		got[p] = string(b)
+		return nil
+	})
+	if err != nil || got["usr/lib/a.so"] != "a" || got["etc/b.conf"] != "b" {
+		t.Errorf("ReadFiles across segments: %v, %v", got, err)
+	}
+}

@@ -70,7 +70,7 @@ func ListFile(path string) ([]string, error) {
 //
 // Paths and targets containing control characters, backslashes, double
 // quotes or invalid UTF-8 are printed Go-quoted, so each entry stays one
-// unambiguous line. Reading stops at the trailer.
+// unambiguous line. Concatenated archives are read in turn, as the kernel unpacks them.
 func List(r io.Reader) ([]string, error) {
 	rc, err := NewReader(r)
 	if err != nil {
@@ -137,7 +137,15 @@ func readArchive(r io.Reader, fn func(rawHeader) error) error {
 
 // readArchiveData is readArchive that also reads the data of the regular files
 // want accepts (into rawHeader.data, non-nil).
-func readArchiveData(r io.Reader, want func(string) bool, fn func(rawHeader) error) error {
+//
+// An initrd may be several archives back to back (peerboot's is one per rootfs
+// layer): after a trailer, NUL padding is skipped and another archive read, as
+// the kernel's unpacker does; anything else after a trailer ends the listing.
+func readArchiveData(rd io.Reader, want func(string) bool, fn func(rawHeader) error) error {
+	r, ok := rd.(*bufio.Reader)
+	if !ok {
+		r = bufio.NewReaderSize(rd, 64<<10)
+	}
 	var buf [newcHdrLen]byte
 	var off int64 // for error messages
 	for {
@@ -172,7 +180,12 @@ func readArchiveData(r io.Reader, want func(string) bool, fn func(rawHeader) err
 		h.name = string(name[:namesize-1])
 		off += newcHdrLen + nameLen
 		if h.name == trailerName {
-			return nil
+			more, n, err := nextArchive(r)
+			if err != nil || !more {
+				return err
+			}
+			off += n
+			continue
 		}
 		dataLen := int64(h.size) + int64(pad(int64(h.size)))
 		if h.mode&0o170000 == 0o120000 {
@@ -202,6 +215,31 @@ func readArchiveData(r io.Reader, want func(string) bool, fn func(rawHeader) err
 			return err
 		}
 	}
+}
+
+// nextArchive skips the NUL padding after a trailer and says whether another
+// archive follows, and how many bytes it skipped.
+func nextArchive(r *bufio.Reader) (bool, int64, error) {
+	var n int64
+	for {
+		b, err := r.Peek(1)
+		if errors.Is(err, io.EOF) {
+			return false, n, nil
+		}
+		if err != nil {
+			return false, n, fmt.Errorf("initramfs: after a trailer: %w", err)
+		}
+		if b[0] != 0 {
+			break
+		}
+		r.ReadByte()
+		n++
+	}
+	magic, err := r.Peek(len(newcMagic))
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, n, fmt.Errorf("initramfs: after a trailer: %w", err)
+	}
+	return string(magic) == newcMagic, n, nil
 }
 
 // noEOF turns a bare EOF into ErrUnexpectedEOF: every EOF before the

@@ -24,32 +24,33 @@ import (
 	"github.com/peerboot/peerboot/sign/modsign"
 )
 
-// Version is the rootfs stage's version: bump it when this code changes its output.
-const Version = 1
+// Version is the version of the three rootfs layers' code: bump it when this
+// code changes what a layer writes.
+const Version = 2 // 2: three layers (userspace, modules, config)
 
 // NVIDIALibDir is where Debian's NVIDIA packages put their libraries; the
 // alternatives that maintainer scripts would set up are replaced by a linker path
 // and soname links in the multiarch directory.
 const NVIDIALibDir = "usr/lib/x86_64-linux-gnu/nvidia/current"
 
-// Options is everything the rootfs stage reads.
-type Options struct {
-	Debs          []string          // userspace .deb files, in lock order
-	KernelModules string            // the kernel stage's lib/modules/<release> directory
-	Release       string            // kernel release
-	DriverModules []string          // nvidia .ko files
-	DriverVersion string            // libcuda must be this exact version
-	Overlay       fs.FS             // static files laid over everything (rooted at the image root)
-	Files         map[string][]byte // generated files (image path -> bytes), laid last
-	Executables   map[string]string // image path -> host file (init, p2pcheck), mode 0755
-	// ModuleKey, when set, signs every module in the image (in-tree and
-	// driver); ModuleCert is its certificate, which the kernel trusts.
-	ModuleKey  crypto.Signer
-	ModuleCert *x509.Certificate
+// The image's tree is three layers, each its own stage output and its own
+// initramfs segment, so an edit re-lays only its layer: the userspace from the
+// .debs (large, changes with the lock), the modules (changes with the kernel
+// and the driver), and the small configuration layer (overlay, files generated
+// from the recipe, init and self-test). The kernel unpacks the segments in that
+// order, a later file replacing an earlier one, so a layer's paths must be real
+// directories all the way down (no path through the usr-merge links).
+
+// UserspaceOptions is what the userspace layer reads.
+type UserspaceOptions struct {
+	Debs          []string // userspace .deb files, in lock order
+	DriverVersion string   // libcuda must be this exact version; "" = not checked
 }
 
-// Build writes the tree into root, which must be empty.
-func Build(ctx context.Context, opt Options, root string) error {
+// Userspace lays out the base directories and usr-merge links, the packages (no
+// maintainer scripts), the NVIDIA library links and the linker cache into root,
+// which must be empty.
+func Userspace(ctx context.Context, opt UserspaceOptions, root string) error {
 	// 1. usr-merge: /bin, /sbin, /lib, /lib64 are links into /usr, as on Debian today.
 	for _, d := range []string{"usr/bin", "usr/sbin", "usr/lib", "usr/lib64", "etc", "proc", "sys", "dev", "run", "tmp", "root", "var/tmp"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
@@ -79,8 +80,38 @@ func Build(ctx context.Context, opt Options, root string) error {
 			return err
 		}
 	}
-	// 4. Modules: the kernel's tree plus the driver's, and modules.dep.
-	modDir := filepath.Join(root, "usr/lib/modules", opt.Release)
+	// 4. The dynamic linker cache, built by the host's ldconfig against the tree
+	// (only this layer holds libraries).
+	if err := writeFile(root, "etc/ld.so.conf", []byte("include /etc/ld.so.conf.d/*.conf\n"), 0o644); err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, "ldconfig", "-r", root, "-X").CombinedOutput(); err != nil {
+		return fmt.Errorf("ldconfig: %w: %s", err, out)
+	}
+	return CheckResolves(root, "libcuda.so.1", "libnvidia-ml.so.1")
+}
+
+// ModulesOptions is what the modules layer reads.
+type ModulesOptions struct {
+	KernelModules string   // the kernel stage's lib/modules/<release> directory
+	Release       string   // kernel release
+	DriverModules []string // nvidia .ko files
+	// ModuleKey, when set, signs every module (in-tree and driver); ModuleCert
+	// is its certificate, which the kernel trusts.
+	ModuleKey  crypto.Signer
+	ModuleCert *x509.Certificate
+}
+
+// ModulesDir is where the modules layer puts a release's modules.
+func ModulesDir(release string) string { return filepath.Join("usr/lib/modules", release) }
+
+// Modules lays the kernel's module tree plus the driver's modules, signed when
+// a key is given, with depmod's indexes, at usr/lib/modules/<release> in root.
+func Modules(ctx context.Context, opt ModulesOptions, root string) error {
+	modDir := filepath.Join(root, ModulesDir(opt.Release))
+	if err := os.MkdirAll(modDir, 0o755); err != nil {
+		return err
+	}
 	if opt.KernelModules != "" {
 		if err := fsutil.CopyTree(opt.KernelModules, modDir, nil); err != nil {
 			return fmt.Errorf("kernel modules: %w", err)
@@ -100,23 +131,33 @@ func Build(ctx context.Context, opt Options, root string) error {
 			return fmt.Errorf("module signing: no .ko files under %s", modDir)
 		}
 	}
-	if opt.Release != "" {
-		if out, err := exec.CommandContext(ctx, "depmod", "-b", root, opt.Release).CombinedOutput(); err != nil {
-			return fmt.Errorf("depmod: %w: %s", err, out)
-		}
+	// bookworm's depmod looks under BASE/lib/modules: a link for its run only,
+	// never part of the layer (the userspace layer has the real one).
+	link := filepath.Join(root, "lib")
+	if err := os.Symlink("usr/lib", link); err != nil {
+		return err
 	}
-	// 5. Overlay, generated files, executables.
-	if opt.Overlay != nil {
-		if err := fs.WalkDir(opt.Overlay, ".", func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			data, err := fs.ReadFile(opt.Overlay, p)
-			if err != nil {
-				return err
-			}
-			return writeFile(root, p, data, 0o644)
-		}); err != nil {
+	out, err := exec.CommandContext(ctx, "depmod", "-b", root, opt.Release).CombinedOutput()
+	if rerr := os.Remove(link); err == nil && rerr != nil {
+		return rerr
+	}
+	if err != nil {
+		return fmt.Errorf("depmod: %w: %s", err, out)
+	}
+	return nil
+}
+
+// ConfigOptions is what the configuration layer reads.
+type ConfigOptions struct {
+	Overlay     map[string][]byte // static files (image path -> bytes)
+	Files       map[string][]byte // generated files (image path -> bytes), laid over the overlay
+	Executables map[string][]byte // image path -> bytes (init, p2pcheck), mode 0755
+}
+
+// Config lays the overlay, the generated files and the executables into root.
+func Config(ctx context.Context, opt ConfigOptions, root string) error {
+	for _, p := range slices.Sorted(maps.Keys(opt.Overlay)) {
+		if err := writeFile(root, p, opt.Overlay[p], 0o644); err != nil {
 			return fmt.Errorf("overlay: %w", err)
 		}
 	}
@@ -126,18 +167,11 @@ func Build(ctx context.Context, opt Options, root string) error {
 		}
 	}
 	for _, p := range slices.Sorted(maps.Keys(opt.Executables)) {
-		if err := fsutil.CopyFile(opt.Executables[p], filepath.Join(root, p), 0o755); err != nil {
+		if err := writeFile(root, p, opt.Executables[p], 0o755); err != nil {
 			return err
 		}
 	}
-	// 6. The dynamic linker cache, built by the host's ldconfig against the tree.
-	if err := writeFile(root, "etc/ld.so.conf", []byte("include /etc/ld.so.conf.d/*.conf\n"), 0o644); err != nil {
-		return err
-	}
-	if out, err := exec.CommandContext(ctx, "ldconfig", "-r", root, "-X").CombinedOutput(); err != nil {
-		return fmt.Errorf("ldconfig: %w: %s", err, out)
-	}
-	return CheckResolves(root, "libcuda.so.1", "libnvidia-ml.so.1")
+	return ctx.Err()
 }
 
 var compressedKo = regexp.MustCompile(`\.ko\.(xz|gz|zst)$`)

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"testing/fstest"
 
 	"github.com/peerboot/peerboot/debfile/debtest"
 )
@@ -55,17 +54,17 @@ func sharedObject(t *testing.T, soname string) string {
 	return string(b)
 }
 
-func TestBuildLaysOutTheTree(t *testing.T) {
-	root := t.TempDir()
-	exe := filepath.Join(t.TempDir(), "init")
-	os.WriteFile(exe, []byte("#!init"), 0o600)
-	err := Build(context.Background(), Options{
-		Debs:          fakeDebs(t, "535.261.03"),
-		DriverVersion: "535.261.03",
-		Overlay:       fstest.MapFS{"etc/hostname": {Data: []byte("peerboot\n")}},
-		Files:         map[string][]byte{"etc/peerboot/recipe.toml": []byte("name = \"t\"\n")},
-		Executables:   map[string]string{"init": exe},
-	}, root)
+func TestLayersLayOutTheTree(t *testing.T) {
+	root, config := t.TempDir(), t.TempDir()
+	err := Userspace(context.Background(), UserspaceOptions{Debs: fakeDebs(t, "535.261.03"), DriverVersion: "535.261.03"}, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Config(context.Background(), ConfigOptions{
+		Overlay:     map[string][]byte{"etc/hostname": []byte("peerboot\n")},
+		Files:       map[string][]byte{"etc/peerboot/recipe.toml": []byte("name = \"t\"\n")},
+		Executables: map[string][]byte{"init": []byte("#!init"), "bin/tool": []byte("#!tool")},
+	}, config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,15 +72,28 @@ func TestBuildLaysOutTheTree(t *testing.T) {
 		"usr/lib/x86_64-linux-gnu/libc.so.6":      "libc",
 		"lib/x86_64-linux-gnu/libc.so.6":          "libc", // through the usr-merge link
 		"usr/lib/x86_64-linux-gnu/libc-hard.so.6": "libc", // a hardlink became a copy
-		"etc/hostname":                    "peerboot\n",
-		"etc/peerboot/recipe.toml":        "name = \"t\"\n",
-		"init":                            "#!init",
-		"etc/ld.so.conf.d/00-nvidia.conf": "/usr/lib/x86_64-linux-gnu/nvidia/current\n",
+		"etc/ld.so.conf.d/00-nvidia.conf":         "/usr/lib/x86_64-linux-gnu/nvidia/current\n",
 	} {
 		got, err := os.ReadFile(filepath.Join(root, path))
 		if err != nil || string(got) != want {
-			t.Errorf("%s: got %q, %v; want %q", path, got, err, want)
+			t.Errorf("userspace %s: got %q, %v; want %q", path, got, err, want)
 		}
+	}
+	// The configuration layer is unpacked over the userspace: its paths are
+	// real directories (bin/tool lands in usr/bin, not through a link).
+	for path, want := range map[string]string{
+		"etc/hostname":             "peerboot\n",
+		"etc/peerboot/recipe.toml": "name = \"t\"\n",
+		"init":                     "#!init",
+		"usr/bin/tool":             "#!tool",
+	} {
+		got, err := os.ReadFile(filepath.Join(config, path))
+		if err != nil || string(got) != want {
+			t.Errorf("config %s: got %q, %v; want %q", path, got, err, want)
+		}
+	}
+	if info, _ := os.Lstat(filepath.Join(config, "usr/bin")); info == nil || !info.IsDir() {
+		t.Error("config layer: usr/bin is not a real directory")
 	}
 	for _, so := range []string{"libcuda.so.1", "libnvidia-ml.so.1"} {
 		got, err := os.ReadFile(filepath.Join(root, "usr/lib/x86_64-linux-gnu", so))
@@ -89,7 +101,7 @@ func TestBuildLaysOutTheTree(t *testing.T) {
 			t.Errorf("%s does not resolve to the NVIDIA library: %v", so, err)
 		}
 	}
-	if info, _ := os.Stat(filepath.Join(root, "init")); info.Mode().Perm() != 0o755 {
+	if info, _ := os.Stat(filepath.Join(config, "init")); info.Mode().Perm() != 0o755 {
 		t.Errorf("init mode %v, want 0755 whatever the source mode", info.Mode().Perm())
 	}
 	if _, err := os.Stat(filepath.Join(root, "usr/share/doc/libc6")); !os.IsNotExist(err) {
@@ -104,7 +116,7 @@ func TestBuildLaysOutTheTree(t *testing.T) {
 }
 
 func TestRefusesLibcudaOfAnotherVersion(t *testing.T) {
-	err := Build(context.Background(), Options{Debs: fakeDebs(t, "550.163.01"), DriverVersion: "535.261.03"}, t.TempDir())
+	err := Userspace(context.Background(), UserspaceOptions{Debs: fakeDebs(t, "550.163.01"), DriverVersion: "535.261.03"}, t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "libcuda is 550.163.01 but the driver is 535.261.03") {
 		t.Fatalf("got %v", err)
 	}
@@ -126,5 +138,28 @@ func TestImagePath(t *testing.T) {
 		if got, ok := imagePath(bad); ok {
 			t.Errorf("%s accepted as %s", bad, got)
 		}
+	}
+}
+
+// The modules layer: the kernel's tree and the driver's .ko under
+// usr/lib/modules/<release>, indexed by depmod, with no /lib link left behind.
+func TestModulesLayer(t *testing.T) {
+	kmods := t.TempDir()
+	os.WriteFile(filepath.Join(kmods, "modules.order"), nil, 0o644)
+	os.WriteFile(filepath.Join(kmods, "modules.builtin"), nil, 0o644)
+	ko := filepath.Join(t.TempDir(), "nvidia.ko")
+	os.WriteFile(ko, []byte("not an ELF"), 0o600)
+	root := t.TempDir()
+	err := Modules(context.Background(), ModulesOptions{KernelModules: kmods, Release: "6.1.0-test", DriverModules: []string{ko}}, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"usr/lib/modules/6.1.0-test/updates/dkms/nvidia.ko", "usr/lib/modules/6.1.0-test/modules.dep"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(root, "lib")); !os.IsNotExist(err) {
+		t.Errorf("the modules layer keeps a /lib entry (%v): it would replace the userspace's usr-merge link", err)
 	}
 }

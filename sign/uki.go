@@ -127,33 +127,19 @@ func certMatchesKey(cert *x509.Certificate, key crypto.Signer) error {
 	return nil
 }
 
-// The disk layout build's image stage uses (build/stages.go): the ESP fills
-// the disk but for the 32 MiB report partition and 2 MiB of GPT overhead.
-const (
-	reportsSize  = 32 << 20
-	diskOverhead = 2 << 20
-)
-
-// WriteDisk writes the GPT disk image the image stage writes, around uki,
-// with the GUIDs, volume ids and timestamps derived from the recipe digest.
+// WriteDisk writes the GPT disk image the image stage writes (image.StandardDisk)
+// around uki, with the GUIDs, volume ids and timestamps derived from the recipe digest.
 func WriteDisk(path string, size int64, recipeDigest string, epoch int64, uki []byte) error {
-	espSize := size - reportsSize - diskOverhead
-	if int64(len(uki)) > espSize-(8<<20) {
-		return fmt.Errorf("%s: a %d-byte disk has no room for a %d-byte UKI", path, size, len(uki))
+	d, err := image.StandardDisk(recipeDigest, size, epoch, uki)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	seed := recipeDigest
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name())
-	err = image.WriteDisk(f, image.Disk{
-		Size: size, DiskGUID: image.DeriveGUID(seed, "disk"), Epoch: epoch,
-		ESP: image.Partition{Size: espSize, GUID: image.DeriveGUID(seed, "esp"), Label: "ESP",
-			VolumeID: image.DeriveVolumeID(seed, "esp"), Files: map[string][]byte{"EFI/BOOT/BOOTX64.EFI": uki}},
-		Reports: image.Partition{Size: reportsSize, GUID: image.DeriveGUID(seed, "reports"), Label: "PEERBOOT",
-			VolumeID: image.DeriveVolumeID(seed, "reports"), Files: map[string][]byte{"reports/": nil}},
-	})
+	err = image.WriteDisk(f, d)
 	if err == nil {
 		err = f.Chmod(0o644)
 	}

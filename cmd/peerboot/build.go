@@ -16,12 +16,15 @@ func buildCmd(g *globals) *cobra.Command {
 	var jobs int
 	var keep bool
 	var outDir string
+	var check []string
 	cmd := &cobra.Command{
 		Use:   "build [RECIPE]",
 		Short: "Build the recipe's stages in order, reusing every stage output the store has",
-		Long: `build runs the pipeline (kernel, driver, rootfs, initramfs, image, sign) from the
-lock file's pins; it reads no network (run ` + "`peerboot fetch`" + ` first). A stage whose action key
-the store already holds is skipped. --stage stops after the named stage.`,
+		Long: `build runs the pipeline (kernel, driver, userspace, modules, config, initramfs,
+image) from the lock file's pins; it reads no network (run ` + "`peerboot fetch`" + ` first). A stage
+whose action key the store already holds is skipped. --stage stops after the named stage.
+--check STAGE,... builds those stages again although the store holds them and fails
+(exit 6) naming the files that differ: proof that the key covers what the stage reads.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
@@ -38,10 +41,17 @@ the store already holds is skipped. --stage stops after the named stage.`,
 				return err
 			}
 			start := time.Now()
-			outs, err := build.Run(cmd.Context(), p, build.Options{Store: st, Inputs: ins, Until: until, Jobs: jobs, Log: cmd.ErrOrStderr(), Keep: keep, OutDir: outDir})
+			checks := map[string]bool{}
+			for _, c := range check {
+				checks[c] = true
+			}
+			outs, err := build.Run(cmd.Context(), p, build.Options{Store: st, Inputs: ins, Until: until, Jobs: jobs, Log: cmd.ErrOrStderr(), Keep: keep, OutDir: outDir, Check: checks})
 			for _, o := range outs {
 				state := "built"
-				if o.Cached {
+				switch {
+				case o.Checked:
+					state = "same"
+				case o.Cached:
 					state = "cached"
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "%-9s %-6s %8s  %s\n", o.Stage, state, o.Duration.Round(100*time.Millisecond), o.Dir)
@@ -56,6 +66,7 @@ the store already holds is skipped. --stage stops after the named stage.`,
 	cmd.Flags().StringVar(&until, "stage", "", "stop after this stage (default: the last implemented one)")
 	cmd.Flags().IntVarP(&jobs, "jobs", "j", runtime.NumCPU(), "parallel compile jobs")
 	cmd.Flags().StringVarP(&outDir, "out", "o", "out", "publish the images to OUT/<recipe>/")
+	cmd.Flags().StringSliceVar(&check, "check", nil, "build these stages again and compare with the store (e.g. config,initramfs,image)")
 	cmd.Flags().BoolVar(&keep, "keep-scratch", false, "keep the scratch directory of each built stage")
 	return cmd
 }

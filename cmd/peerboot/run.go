@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/peerboot/peerboot/exitcode"
+	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/qemu"
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/sign"
@@ -163,7 +164,5 @@ func diskAround(uki, disk string) error {
 	if err != nil {
 		return fmt.Errorf("--efi: %w", err)
 	}
-	// FAT32 needs an ESP of at least ~33 MiB; leave 8 MiB of slack as the image stage does.
-	size := (int64(len(b)) + 96<<20 + 1<<20 - 1) &^ (1<<20 - 1)
-	return sign.WriteDisk(disk, size, "peerboot run --efi", 0, b)
+	return sign.WriteDisk(disk, image.MinDiskSize(int64(len(b))), "peerboot run --efi", 0, b)
 }

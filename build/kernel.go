@@ -1,0 +1,100 @@
+package build
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/peerboot/peerboot/kernel"
+	"github.com/peerboot/peerboot/lock"
+)
+
+const moduleCertDatum = "module certificate"
+
+// 1. Kernel: unpack the pinned source, apply patches, merge fragments, compile, collect.
+func kernelStage() *stage {
+	return &stage{
+		Name: "kernel", Version: kernel.Version,
+		Roles:      []string{lock.RoleKernelSource},
+		Fields:     []string{"kernel.base"},
+		DataFields: []string{"kernel.fragments", "kernel.patches", "sign.module_cert"},
+		Clock:      clockOwn,
+		Data: func(pc *planContext) ([]Datum, []string, error) {
+			r := pc.Recipe
+			var data []Datum
+			for _, f := range r.Kernel.Fragments {
+				b, _, err := r.ReadData(f, kernel.Configs, kernel.ConfigsDir)
+				if err != nil {
+					return nil, nil, fmt.Errorf("kernel.fragments: %w", err)
+				}
+				data = append(data, Datum{"fragment " + f, b})
+			}
+			for _, f := range r.Kernel.Patches {
+				b, _, err := r.ReadData(f, kernel.Configs, "patches")
+				if err != nil {
+					return nil, nil, fmt.Errorf("kernel.patches: %w", err)
+				}
+				data = append(data, Datum{"patch " + f, b})
+			}
+			// Only with a certificate: a recipe without module signing keeps its key.
+			ms, err := moduleSigning(r)
+			if err != nil {
+				return nil, nil, err
+			}
+			if ms != nil {
+				data = append(data, Datum{moduleCertDatum, ms.CertPEM})
+			}
+			return data, nil, nil
+		},
+		Run: func(ctx context.Context, sr *stageRun) error {
+			src, err := sr.unpack(ctx, lock.RoleKernelSource, filepath.Join(sr.Scratch, "src"))
+			if err != nil {
+				return err
+			}
+			var frags, patches []kernel.Fragment
+			for _, d := range sr.Data {
+				if name, ok := strings.CutPrefix(d.Name, "fragment "); ok {
+					frags = append(frags, kernel.Fragment{Name: name, Data: d.Bytes})
+				}
+				if name, ok := strings.CutPrefix(d.Name, "patch "); ok {
+					patches = append(patches, kernel.Fragment{Name: name, Data: d.Bytes})
+				}
+			}
+			cert, _ := sr.Datum(moduleCertDatum)
+			base := sr.Recipe.Kernel.Base
+			// The step count of the last compile makes the ETA; it never changes the output.
+			hintFile := filepath.Join(sr.Store.Root, "hints", "kernel-steps-"+base)
+			hint, _ := readInt(hintFile)
+			res, err := kernel.Build(ctx, kernel.Options{
+				Source: src, Base: base, Fragments: frags, Patches: patches, ModuleSigCert: cert, Epoch: sr.Epoch,
+				Jobs: sr.Jobs, Log: sr.Log, LogFile: filepath.Join(sr.Scratch, "kernel.log"), ObjectsHint: hint,
+			}, sr.Out)
+			if err != nil {
+				return err
+			}
+			os.MkdirAll(filepath.Dir(hintFile), 0o755)
+			os.WriteFile(hintFile, []byte(strconv.FormatInt(res.Steps, 10)), 0o644)
+			fmt.Fprintf(sr.Log, "kernel: release %s\n", res.Release)
+			return nil
+		},
+	}
+}
+
+func readInt(path string) (int64, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+func readRelease(kernelOut string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(kernelOut, kernel.ReleaseFile))
+	if err != nil {
+		return "", fmt.Errorf("kernel stage output: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}

@@ -1,0 +1,208 @@
+package build
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/peerboot/peerboot/driver"
+	"github.com/peerboot/peerboot/exitcode"
+	"github.com/peerboot/peerboot/initramfs"
+	"github.com/peerboot/peerboot/kernel"
+	"github.com/peerboot/peerboot/lock"
+	"github.com/peerboot/peerboot/overlay"
+	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/rootfs"
+	"github.com/peerboot/peerboot/sign/keyref"
+)
+
+// A layer stage's output: its tree, and that tree as one initramfs segment.
+const (
+	layerTree    = "root"
+	layerSegment = "segment.cpio.zst"
+)
+
+// 3. Userspace: the pinned .debs, extracted, with the NVIDIA links and the linker cache.
+func userspaceStage() *stage {
+	return &stage{
+		Name: "userspace", Version: rootfs.Version,
+		Roles:  []string{lock.RoleUserspace},
+		Fields: []string{"driver.version"},
+		Clock:  clockOwn,
+		Run: func(ctx context.Context, sr *stageRun) error {
+			var debs []string
+			for _, in := range sr.Inputs {
+				debs = append(debs, sr.Store.BlobPath(in.SHA256))
+			}
+			return layer(ctx, sr, func(root string) error {
+				return rootfs.Userspace(ctx, rootfs.UserspaceOptions{Debs: debs, DriverVersion: sr.Recipe.Driver.Version}, root)
+			})
+		},
+	}
+}
+
+const moduleKeyDatum = "module signing key"
+
+// 4. Modules: the kernel's and the driver's modules, signed when the recipe says so, with depmod.
+func modulesStage() *stage {
+	return &stage{
+		Name: "modules", Version: rootfs.Version,
+		Deps:       []string{"kernel", "driver"},
+		DataFields: []string{"sign.module_key", "sign.module_cert"},
+		Clock:      clockOwn,
+		Data: func(pc *planContext) ([]Datum, []string, error) {
+			ms, err := moduleSigning(pc.Recipe)
+			if err != nil || ms == nil || ms.Key == nil {
+				return nil, nil, err
+			}
+			// The key's digest enters the key, never the key: a new key re-signs every module.
+			return []Datum{{moduleKeyDatum, ms.Key}, {moduleCertDatum, ms.CertPEM}}, nil, nil
+		},
+		Run: func(ctx context.Context, sr *stageRun) error {
+			kout := sr.Dep("kernel")
+			rel, err := readRelease(kout)
+			if err != nil {
+				return err
+			}
+			kos, err := filepath.Glob(filepath.Join(sr.Dep("driver"), driver.ModulesDir, "lib", "modules", rel, "updates", "dkms", "*.ko"))
+			if err != nil {
+				return err
+			}
+			sort.Strings(kos)
+			opt := rootfs.ModulesOptions{KernelModules: filepath.Join(kout, kernel.ModulesDir, "lib", "modules", rel), Release: rel, DriverModules: kos}
+			if opt.ModuleKey, opt.ModuleCert, err = moduleSigner(sr); err != nil {
+				return err
+			}
+			return layer(ctx, sr, func(root string) error { return rootfs.Modules(ctx, opt, root) })
+		},
+	}
+}
+
+// moduleSigner parses the module key and certificate the plan read.
+func moduleSigner(sr *stageRun) (crypto.Signer, *x509.Certificate, error) {
+	kb, ok := sr.Datum(moduleKeyDatum)
+	if !ok {
+		return nil, nil, nil
+	}
+	key, err := keyref.ParsePrivateKeyPEM(kb)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sign.module_key: %w", err)
+	}
+	cb, _ := sr.Datum(moduleCertDatum)
+	cert, err := keyref.ParseCert(cb)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sign.module_cert: %w", err)
+	}
+	return key, cert, nil
+}
+
+// 5. Config: the overlay, the files generated from the recipe (the recipe
+// itself among them), the init and the self-test. Small, so an edit here
+// re-packs a few MiB.
+func configStage() *stage {
+	return &stage{
+		Name: "config", Version: rootfs.Version,
+		Fields: []string{wholeRecipe},
+		Clock:  clockAll,
+		Data: func(pc *planContext) ([]Datum, []string, error) {
+			var data []Datum
+			err := fs.WalkDir(overlay.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+				if err != nil || d.IsDir() {
+					return err
+				}
+				b, err := fs.ReadFile(overlay.FS(), p)
+				data = append(data, Datum{"overlay " + p, b})
+				return err
+			})
+			if err != nil {
+				return nil, nil, fmt.Errorf("overlay: %w", err)
+			}
+			var unresolved []string
+			for _, t := range []struct{ at, path string }{{"init", pc.Tools.Init}, {"usr/bin/p2pcheck", pc.Tools.P2PCheck}} {
+				b, err := os.ReadFile(t.path)
+				if err != nil {
+					unresolved = append(unresolved, fmt.Sprintf("image binary /%s not found at %s: run make", t.at, t.path))
+					continue
+				}
+				data = append(data, Datum{"binary " + t.at, b})
+			}
+			return data, unresolved, nil
+		},
+		Run: func(ctx context.Context, sr *stageRun) error {
+			opt := rootfs.ConfigOptions{Overlay: map[string][]byte{}, Files: generatedFiles(sr.Recipe), Executables: map[string][]byte{}}
+			for _, d := range sr.Data {
+				if p, ok := strings.CutPrefix(d.Name, "overlay "); ok {
+					opt.Overlay[p] = d.Bytes
+				}
+				if p, ok := strings.CutPrefix(d.Name, "binary "); ok {
+					opt.Executables[p] = d.Bytes
+				}
+			}
+			return layer(ctx, sr, func(root string) error { return rootfs.Config(ctx, opt, root) })
+		},
+	}
+}
+
+// layer builds a layer's tree with lay, then packs it as the layer's segment.
+func layer(ctx context.Context, sr *stageRun, lay func(root string) error) error {
+	root := filepath.Join(sr.Out, layerTree)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return err
+	}
+	if err := lay(root); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(sr.Out, layerSegment))
+	if err != nil {
+		return err
+	}
+	st, err := initramfs.Pack(ctx, root, sr.Epoch, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(sr.Log, "%s: %d files, %d dirs, %d symlinks, %.1f MiB uncompressed\n", filepath.Base(sr.Scratch), st.Files, st.Dirs, st.Symlinks, float64(st.Bytes)/(1<<20))
+	return nil
+}
+
+// ModuleSigning is the recipe's module-signing material: the kernel stage
+// compiles the certificate into its built-in keyring, the modules stage signs
+// every module with the key.
+type ModuleSigning struct {
+	CertPEM []byte // sign.module_cert, normalised to one PEM CERTIFICATE block
+	Key     []byte // sign.module_key's bytes; nil = modules stay unsigned
+}
+
+// moduleSigning reads sign.module_cert and sign.module_key, relative paths
+// taken from the recipe's directory.
+func moduleSigning(r *recipe.Resolved) (*ModuleSigning, error) {
+	if r.Sign.ModuleCert == "" && r.Sign.ModuleKey == "" {
+		return nil, nil
+	}
+	if r.Sign.ModuleCert == "" {
+		return nil, exitcode.Tag(exitcode.Recipe, fmt.Errorf("%s: sign.module_key needs sign.module_cert: the kernel must be built to trust the key", r.Path))
+	}
+	dir := filepath.Dir(r.Path)
+	cert, err := keyref.LoadCert(keyref.Resolve(r.Sign.ModuleCert, dir))
+	if err != nil {
+		return nil, exitcode.Tag(exitcode.Recipe, fmt.Errorf("%s: sign.module_cert: %w", r.Path, err))
+	}
+	m := &ModuleSigning{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})}
+	if r.Sign.ModuleKey != "" {
+		b, _, err := keyref.Read(keyref.Resolve(r.Sign.ModuleKey, dir))
+		if err != nil {
+			return nil, exitcode.Tag(exitcode.Recipe, fmt.Errorf("%s: sign.module_key: %w", r.Path, err))
+		}
+		m.Key = b
+	}
+	return m, nil
+}

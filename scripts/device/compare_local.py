@@ -65,6 +65,9 @@ if sm and "sm" in ref:
     check("sm-vs-ref", abs(d) <= 0.05, "p2pcheck %.1f GB/s, CUDA-C kernel of the same shape %.1f GB/s, %+.1f%% (goal 5%%)" % (sm["gbps"], ref["sm"], 100 * d))
 else:
     check("sm-vs-ref", False, "missing: p2pcheck %s, reference %s" % (sm is not None, "sm" in ref))
+for api in ("latency-peer-api", "latency-driver-api"):
+    if api in ref and lat:
+        print("%s: CUDA-C %.3f us; p2pcheck %.3f us, %+.1f%%" % (api, ref[api], lat[0]["us"], 100 * rel(lat[0]["us"], ref[api])))
 if lat and "latency" in ref:
     l = lat[0]
     d = rel(l["us"], ref["latency"])

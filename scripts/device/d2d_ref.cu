@@ -12,7 +12,7 @@
 //            cudaMemcpyAsync of 16 bytes, stop event; one sample = time / 100; 9
 //            samples, median, in microseconds.
 //
-//   nvcc -O2 -o d2d_ref scripts/device/d2d_ref.cu && ./d2d_ref [device]
+//   nvcc -O2 -o d2d_ref scripts/device/d2d_ref.cu -lcuda && ./d2d_ref [device]
 //   ./d2d_ref sweep [device]   # SM copy over several unroll and grid shapes
 //
 // Output: one line per figure, the median last:
@@ -22,6 +22,7 @@
 #include <cstring>
 #include <algorithm>
 #include <vector>
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
@@ -203,6 +204,26 @@ int main(int argc, char **argv) {
 		char shape[64];
 		snprintf(shape, sizeof shape, "bytes 16 writes %d", writes);
 		print("latency", dev, shape, v);
+		// The same writes through cudaMemcpyPeerAsync (p2pBandwidthLatencyTest's call)
+		// and through the driver API's cuMemcpyAsync (what selftest/cuda calls), to
+		// tell the API's share of a difference from the method's.
+		v.clear();
+		for (int k = 0; k < samples; k++) {
+			float ms = timed(g, 0, writes, [&] { CK(cudaMemcpyPeerAsync(dst, dev, src, dev, 16, g.s)); });
+			v.push_back(ms * 1e3 / writes);
+		}
+		print("latency-peer-api", dev, shape, v);
+		v.clear();
+		for (int k = 0; k < samples; k++) {
+			float ms = timed(g, 0, writes, [&] {
+				if (cuMemcpyAsync((CUdeviceptr)dst, (CUdeviceptr)src, 16, (CUstream)g.s) != CUDA_SUCCESS) {
+					fprintf(stderr, "cuMemcpyAsync failed\n");
+					exit(1);
+				}
+			});
+			v.push_back(ms * 1e3 / writes);
+		}
+		print("latency-driver-api", dev, shape, v);
 	}
 	return 0;
 }

@@ -7,7 +7,10 @@
 //   - a spin kernel on a mapped host flag holds the stream while 4 warm-up copies and
 //     the start event are queued; 16 timed copies; stop event; release the flag;
 //   - 3 samples, median; GB/s = bytes * 16 / seconds / 1e9.
-// Output, one line per measurement: "ce write SRC->DST GBPS" / "ce bidir A<->B GBPS".
+// Latency (p2pBandwidthLatencyTest's method): 100 copies of 16 bytes behind the same
+// gate, time / 100, median of 9 samples, locally and per ordered pair.
+// Output, one line per measurement: "ce write SRC->DST GBPS" / "ce bidir A<->B GBPS" /
+// "latency write SRC->DST US" / "latency local D->D US".
 //
 //   nvcc -O2 -o p2p_ref scripts/device/p2p_ref.cu && ./p2p_ref
 #include <algorithm>
@@ -73,6 +76,36 @@ static double median(std::vector<double> v) {
 	return v[v.size() / 2];
 }
 
+// latency is p2pBandwidthLatencyTest's figure for one ordered pair (or one GPU): behind
+// the spin gate on d's stream, start event, 100 copies of 16 bytes, stop event; one
+// sample = time / 100 in microseconds; the median of 9 samples.
+static double latency(int d, cudaStream_t s, void *dst, const void *src, int *flag) {
+	const int writes = 100, samples = 9;
+	int *dflag;
+	CK(cudaHostGetDevicePointer((void **)&dflag, flag, 0));
+	CK(cudaSetDevice(d));
+	cudaEvent_t start, stop;
+	CK(cudaEventCreate(&start));
+	CK(cudaEventCreate(&stop));
+	std::vector<double> v;
+	for (int k = 0; k < samples; k++) {
+		*(volatile int *)flag = 0;
+		spin<<<1, 1, 0, s>>>(dflag, spinTimeout(d));
+		CK(cudaGetLastError());
+		CK(cudaEventRecord(start, s));
+		for (int i = 0; i < writes; i++) CK(cudaMemcpyAsync(dst, src, 16, cudaMemcpyDefault, s));
+		CK(cudaEventRecord(stop, s));
+		*(volatile int *)flag = 1;
+		CK(cudaEventSynchronize(stop));
+		float ms = 0;
+		CK(cudaEventElapsedTime(&ms, start, stop));
+		v.push_back(ms * 1e3 / writes);
+	}
+	CK(cudaEventDestroy(start));
+	CK(cudaEventDestroy(stop));
+	return median(v);
+}
+
 int main() {
 	int n = 0;
 	CK(cudaGetDeviceCount(&n));
@@ -92,6 +125,7 @@ int main() {
 		std::vector<double> v;
 		for (int k = 0; k < kSamples; k++) v.push_back(sample(d, s[d], b[d], a[d], 0, 0, 0, 0, flag));
 		printf("ce local %d->%d %.1f\n", d, d, median(v));
+		printf("latency local %d->%d %.3f\n", d, d, latency(d, s[d], b[d], a[d], flag));
 	}
 	for (int i = 0; i < n; i++) {
 		for (int j = 0; j < n; j++) {
@@ -109,6 +143,7 @@ int main() {
 			std::vector<double> v;
 			for (int k = 0; k < kSamples; k++) v.push_back(sample(i, s[i], b[j], a[i], 0, 0, 0, 0, flag));
 			printf("ce write %d->%d %.1f\n", i, j, median(v));
+			printf("latency write %d->%d %.3f\n", i, j, latency(i, s[i], b[j], a[i], flag));
 			if (i < j) {
 				std::vector<double> w;
 				for (int k = 0; k < kSamples; k++) w.push_back(sample(i, s[i], b[j], a[i], j, t[j], b[i], a[j], flag));

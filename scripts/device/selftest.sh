@@ -53,7 +53,7 @@ rc=$?
 result corrupt-exit-9 "$([ $rc = 9 ] && echo ok || echo FAIL)" "exit $rc"
 
 echo "== CUDA-C references"
-if nvcc -O2 -o /tmp/d2d_ref "$here/d2d_ref.cu"; then
+if nvcc -O2 -o /tmp/d2d_ref "$here/d2d_ref.cu" -lcuda; then
 	/tmp/d2d_ref | tee "$out/ref.txt"
 	[ "${SWEEP:-0}" = 1 ] && /tmp/d2d_ref sweep | tee "$out/sweep.txt"
 else

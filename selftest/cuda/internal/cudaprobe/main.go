@@ -97,6 +97,16 @@ func main() {
 				}
 				out.Summary = append(out.Summary, s)
 			}
+			for _, l := range r.Latencies {
+				s := fmt.Sprintf("latency %-5s %d->%d %d B: %.3f us verified=%v", l.Direction, l.Src, l.Dst, l.Bytes, l.US, l.Verified)
+				if l.Mismatch != nil {
+					s += fmt.Sprintf(" MISMATCH at byte %d want 0x%08x got 0x%08x", l.Mismatch.Offset, l.Mismatch.Want, l.Mismatch.Got)
+				}
+				if l.Error != "" {
+					s += " ERROR " + l.Error
+				}
+				out.Summary = append(out.Summary, s)
+			}
 			for _, h := range r.HighMem {
 				out.Summary = append(out.Summary, fmt.Sprintf("highmem gpu %d peer %d ballast %d MiB va %s verified=%v mismatch=%v err=%q", h.GPU, h.Peer, h.BallastMiB, h.BufferVA, h.Verified, h.Mismatch != nil, h.Error))
 			}

@@ -1,12 +1,14 @@
 package build
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"flag"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -149,5 +151,45 @@ func TestKeysFollowTheirInputs(t *testing.T) {
 		if again[s] != k {
 			t.Errorf("stage %s: key not stable", s)
 		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// `plan -v` for a small recipe, byte for byte: what every key covers.
+func TestPlanVerboseGolden(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) { os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644) }
+	write("t.toml", strings.NewReplacer("%s", strings.Repeat("a", 64)).Replace(planRecipe))
+	write("local.config", "CONFIG_NUMA=y\n")
+	write("0001-local.patch", "patch v1\n")
+	write("init", "init v1")
+	write("p2pcheck", "p2pcheck v1")
+	r, err := recipe.Load(filepath.Join(dir, "t.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins, un, err := lock.Inputs(r, nil, func(string) (string, error) { return "", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := MakePlan(r, ins, un, nil, Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	p.Print(&buf, true)
+	got := strings.ReplaceAll(buf.String(), dir, "DIR")
+	golden := filepath.Join("testdata", "plan-v.golden")
+	if *update {
+		os.MkdirAll("testdata", 0o755)
+		os.WriteFile(golden, []byte(got), 0o644)
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -update ./build/)", err)
+	}
+	if got != string(want) {
+		t.Errorf("plan -v differs from %s (go test -update ./build/ after checking):\n%s", golden, got)
 	}
 }

@@ -258,7 +258,7 @@ func (p *Plan) Print(w io.Writer, verbose bool) {
 		if verbose {
 			fields := "none"
 			if len(s.Fields) > 0 {
-				fields = strings.ReplaceAll(strings.Join(s.Fields, ", "), wholeRecipe, "the whole recipe (it is written into the image)")
+				fields = strings.ReplaceAll(strings.Join(s.Fields, ", "), wholeRecipe, "the whole resolved recipe (by its digest)")
 			}
 			fmt.Fprintf(w, "     covers fields: %s\n", fields)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/peerboot/peerboot/initramfs"
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
 // A warm rebuild after a recipe edit gives the bytes of a build whose stages
@@ -18,9 +19,7 @@ import (
 // published SHA256SUMS must be those of the first build. `plan --why` names the
 // two fields.
 func TestWarmRebuildEqualsFresh(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the default image (a store hit after TestBuildAndBootDefault); runs in `make test`")
-	}
+	testguard.Short(t, "builds the default image (a store hit after TestBuildAndBootDefault)")
 	dir := t.TempDir()
 	recipe := filepath.Join(dir, "default.toml")
 	for _, f := range []string{"default.toml", "default.toml.lock"} {

@@ -249,7 +249,7 @@ func CheckSymbols(mods []string, symvers io.Reader) error {
 }
 
 // CheckDepmod runs the host's depmod over a copy of the kernel stage's module
-// tree with the driver modules added where the rootfs stage will put them, and
+// tree with the driver modules added where the modules stage will put them, and
 // fails on any unresolved symbol it reports: this is the same index the booted
 // node will load modules through, so it also catches dependencies between the
 // driver modules and the kernel's own modules.

@@ -46,7 +46,7 @@ type Result struct {
 
 // ModulesDir is where the modules land, relative to the stage output:
 // modules/lib/modules/<release>/updates/dkms/<name>.ko. It mirrors the kernel
-// stage's modules/lib/modules/<release>/ so the rootfs stage overlays both trees
+// stage's modules/lib/modules/<release>/ so the modules stage overlays both trees
 // onto / the same way, and updates/dkms is where Debian's DKMS packaging puts
 // these very modules: depmod's default search order ("updates" before "built-in")
 // then prefers them over anything of the same name in the kernel's own tree.

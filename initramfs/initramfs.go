@@ -1,4 +1,4 @@
-// Package initramfs turns the rootfs stage's directory tree into the initrd
+// Package initramfs turns a rootfs layer's directory tree into an initrd segment
 // the kernel unpacks: a newc cpio archive compressed with zstd.
 //
 // The output is a pure function of the tree's paths, file types, contents,

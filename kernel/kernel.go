@@ -66,7 +66,7 @@ const (
 //     into the built-in (.builtin_trusted_keys) keyring, which module signature
 //     checks use. That is how the module certificate gets in: the kernel stage
 //     sees the certificate, never the key; modules are signed later, in the
-//     rootfs stage (MODULE_SIG_ALL stays off, see configs/base.config).
+//     modules stage (MODULE_SIG_ALL stays off, see configs/base.config).
 //
 // The path is relative to the tree (kbuild runs there), so the scratch
 // directory's name stays out of .config.

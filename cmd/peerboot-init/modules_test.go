@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -160,7 +161,7 @@ func TestLoadModulesUnknownSymbol(t *testing.T) {
 // Out-of-tree modules that depmod never saw carry their needs in .modinfo.
 func TestModinfoDepends(t *testing.T) {
 	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not installed")
+		testguard.Skip(t, "gcc not installed (make deps installs build-essential)")
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "m.c")

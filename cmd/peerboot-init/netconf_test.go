@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
 // bringUp on fakes: an interface without link is passed over after the carrier wait,
@@ -117,34 +119,44 @@ func TestSysfsInterfaces(t *testing.T) {
 
 const dhcpHelperEnv = "PEERBOOT_DHCP_HELPER"
 
-// TestDHCPClientHelper is not a test: TestDHCPInNetns runs it inside the client
-// namespace (ip netns exec, which also mounts that namespace's /sys), where it is the
-// init's real bring-up, then the init's real POST.
-func TestDHCPClientHelper(t *testing.T) {
-	iface := os.Getenv(dhcpHelperEnv)
-	if iface == "" {
-		t.Skip("run by TestDHCPInNetns")
-	}
+// dhcpClientHelper is the process TestDHCPInNetns runs inside the client
+// namespace (ip netns exec, which also mounts that namespace's /sys), where it is
+// the init's real bring-up, then the init's real POST. TestMain runs it when
+// PEERBOOT_DHCP_HELPER names the interface.
+func dhcpClientHelper(iface string) error {
 	// Never touch the interfaces of a namespace that is not the test's own.
 	ents, err := os.ReadDir("/sys/class/net")
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	var names []string
 	for _, e := range ents {
 		names = append(names, e.Name())
 	}
 	if want := []string{iface, "lo"}; !slices.Equal(names, want) && !slices.Equal(names, []string{"lo", iface}) {
-		t.Fatalf("this namespace has interfaces %v, want only %v: refusing to run", names, want)
+		return fmt.Errorf("this namespace has interfaces %v, want only %v: refusing to run", names, want)
 	}
 	l, err := realNetwork("/sys/class/net", linkUp)()
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	fmt.Printf("LEASE %s %s %s %s %s %s\n", l.iface, l.prefix(), l.router, ipsOr(l.dns, "-"), l.server, l.time)
 	if err := httpPost(os.Getenv("PEERBOOT_DHCP_POST"), "t0k", []byte(`{"from":"node"}`)); err != nil {
-		t.Fatalf("POST: %v", err)
+		return fmt.Errorf("POST: %w", err)
 	}
+	return nil
+}
+
+// TestMain runs dhcpClientHelper instead of the tests when asked to.
+func TestMain(m *testing.M) {
+	if iface := os.Getenv(dhcpHelperEnv); iface != "" {
+		if err := dhcpClientHelper(iface); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
 }
 
 // TestDHCPInNetns: the init's DHCP client, in a namespace of its own, gets a lease over
@@ -155,14 +167,12 @@ func TestDHCPClientHelper(t *testing.T) {
 // sets its own end up, and drops a frame until its queue is active): the client's
 // resend after a second is then part of what is tested.
 func TestDHCPInNetns(t *testing.T) {
-	if testing.Short() {
-		t.Skip("creates network namespaces")
-	}
+	testguard.Short(t, "creates network namespaces")
 	if os.Getuid() != 0 {
-		t.Skip("needs root for ip netns")
+		testguard.Skip(t, "needs root for ip netns (CI runs make test as root)")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2")
+		testguard.Skip(t, "needs iproute2 (make deps installs it)")
 	}
 	id := fmt.Sprintf("%d", os.Getpid()%100000)
 	srvNS, cliNS, srvIf, cliIf := "pbdhs"+id, "pbdhc"+id, "pbdhs"+id, "pbdhc"+id
@@ -219,7 +229,7 @@ func TestDHCPInNetns(t *testing.T) {
 		close(served)
 	}()
 
-	cmd := exec.Command("ip", "netns", "exec", cliNS, os.Args[0], "-test.run=^TestDHCPClientHelper$", "-test.count=1")
+	cmd := exec.Command("ip", "netns", "exec", cliNS, os.Args[0])
 	cmd.Env = append(os.Environ(), dhcpHelperEnv+"="+cliIf, "PEERBOOT_DHCP_POST=http://"+web.Addr().String()+"/reports")
 	start := time.Now()
 	out, err := cmd.CombinedOutput()

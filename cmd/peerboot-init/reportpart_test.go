@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -17,7 +18,7 @@ func fatImage(t *testing.T, label string, fat32 bool) string {
 	t.Helper()
 	mkfs, err := exec.LookPath("mkfs.vfat")
 	if err != nil {
-		t.Skip("mkfs.vfat not installed (dosfstools)")
+		testguard.Skip(t, "mkfs.vfat not installed (make deps installs dosfstools)")
 	}
 	p := filepath.Join(t.TempDir(), "part.img")
 	args := []string{"-C", "-n", label, p, "2048"}

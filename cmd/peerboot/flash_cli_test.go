@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -58,5 +62,72 @@ func TestFlashAndReportsExitCodes(t *testing.T) {
 		if code != c.code || !strings.Contains(out+errs, c.text) {
 			t.Errorf("%v: exit %d, output %q; want exit %d containing %q", c.args, code, out+errs, c.code, c.text)
 		}
+	}
+}
+
+// flash through the binary on a loop device: the device line and the
+// question on stderr, "no" refuses with exit 10 and writes nothing, "yes"
+// writes and prints the image's sha256.
+func TestFlashPromptOnLoopDevice(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testguard.Skip(t, "flash needs root (losetup)")
+	}
+	if _, err := exec.LookPath("losetup"); err != nil {
+		testguard.Skip(t, "losetup not installed (peerboot doctor --packages)")
+	}
+	img := diskWithReport(t, selftest.Pass)
+	backing := filepath.Join(t.TempDir(), "stick.raw")
+	if err := os.WriteFile(backing, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(backing, 128<<20); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("losetup", "-f", "--show", backing).CombinedOutput()
+	if err != nil {
+		t.Fatalf("losetup: %v\n%s", err, out)
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() { exec.Command("losetup", "-d", dev).Run() })
+
+	flash := func(answer string) (string, string, int) {
+		cmd := exec.Command(peerboot, "flash", img, dev, "--force")
+		cmd.Stdin = strings.NewReader(answer)
+		var o, e bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &o, &e
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return o.String(), e.String(), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return o.String(), e.String(), 0
+	}
+	gpt := func() string {
+		b := make([]byte, 8)
+		f, err := os.Open(backing)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		f.ReadAt(b, 512)
+		return string(b)
+	}
+
+	o, e, code := flash("no\n")
+	if code != 10 || !strings.Contains(e, "loop device backed by "+backing) || !strings.Contains(e, "Type yes to continue") || !strings.Contains(e, "not confirmed") {
+		t.Errorf("answer no: exit %d\nstdout %s\nstderr %s", code, o, e)
+	}
+	if gpt() == "EFI PART" {
+		t.Fatal("answer no: the device was written")
+	}
+	o, e, code = flash("yes\n")
+	sum, _ := exec.Command("sha256sum", img).Output()
+	if code != 0 || !strings.Contains(o, "wrote") || !strings.Contains(o, "sha256 "+strings.Fields(string(sum))[0]) {
+		t.Errorf("answer yes: exit %d\nstdout %s\nstderr %s", code, o, e)
+	}
+	if gpt() != "EFI PART" {
+		t.Error("answer yes: no GPT on the device")
 	}
 }

@@ -58,23 +58,23 @@ func TestFilter(t *testing.T) {
 }
 
 func TestReport(t *testing.T) {
-	short := result{skips: []skip{{"p", "TestA", "-short: slow"}}}
-	tool := result{skips: []skip{{"p", "TestA", "-short: slow"}, {"p", "TestB", "gcc not installed"}}}
+	skipped := result{skips: []skip{{"p", "TestA", "gcc not installed"}, {"p", "TestB/sub", "-short: slow"}}}
 	for _, tc := range []struct {
-		name string
-		res  result
-		onCI bool
-		fail bool
-		want string
+		name        string
+		res         result
+		onCI, short bool
+		fail        bool
+		want        string
 	}{
 		{name: "clean", res: result{}, onCI: true},
-		{name: "short on CI", res: short, onCI: true, want: "  p TestA: -short: slow"},
-		{name: "tool on CI", res: tool, onCI: true, fail: true, want: "! p TestB: gcc not installed"},
-		{name: "tool off CI", res: tool, want: "(1 of them would fail under CI=true)"},
+		{name: "skips on CI", res: skipped, onCI: true, fail: true, want: "FAIL: 2 tests skipped under CI=true"},
+		{name: "skips on CI with -short", res: skipped, onCI: true, short: true, want: "  p TestB/sub: -short: slow"},
+		{name: "skips off CI", res: skipped, want: "  p TestA: gcc not installed\n"},
 		{name: "failed test", res: result{failed: true}, fail: true},
+		{name: "failed test, -short", res: result{failed: true, skips: skipped.skips}, short: true, fail: true},
 	} {
 		var w bytes.Buffer
-		if got := report(&w, tc.res, tc.onCI); got != tc.fail {
+		if got := report(&w, tc.res, tc.onCI, tc.short); got != tc.fail {
 			t.Errorf("%s: fails %v, want %v\n%s", tc.name, got, tc.fail, w.String())
 		}
 		if !strings.Contains(w.String(), tc.want) {

@@ -3,12 +3,17 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 var keyRe = regexp.MustCompile(`^[a-z0-9-]+-[0-9a-f]{64}$`)
@@ -17,42 +22,94 @@ var keyRe = regexp.MustCompile(`^[a-z0-9-]+-[0-9a-f]{64}$`)
 // Keys look like "kernel-<sha256>".
 func (s *Store) OutputDir(key string) string { return filepath.Join(s.Root, "out", key) }
 
-// HasOutput says whether a committed output exists for key.
-func (s *Store) HasOutput(key string) bool {
-	_, err := os.Stat(filepath.Join(s.OutputDir(key), manifestName))
-	return err == nil
+// HasOutput says whether a complete committed output exists for key (see CheckOutput).
+func (s *Store) HasOutput(key string) bool { return s.CheckOutput(key) == nil }
+
+// CheckOutput says why key's output cannot be reused, or nil when it can: its
+// MANIFEST must be there, and every file it lists must be a regular file of the
+// size recorded at commit. Only stat: a no-op build checks every output, and
+// `store verify` is what re-hashes. An output committed before sizes were
+// recorded (no SIZES file) is checked for its files' presence only.
+func (s *Store) CheckOutput(key string) error {
+	dir := s.OutputDir(key)
+	m, err := readManifest(dir)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	sizes, err := readSizes(dir)
+	if err != nil {
+		return fmt.Errorf("%s: %w", dir, err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	for _, e := range m {
+		// fstatat from the output directory: the kernel walks only e.path.
+		var st unix.Stat_t
+		if err := unix.Fstatat(int(d.Fd()), e.path, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("%s/%s: missing (listed in MANIFEST)", dir, e.path)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return fmt.Errorf("%s/%s: not a regular file (listed in MANIFEST)", dir, e.path)
+		}
+		if sizes == nil {
+			continue
+		}
+		if want, ok := sizes[e.path]; !ok {
+			return fmt.Errorf("%s/%s: listed in MANIFEST but not in %s", dir, e.path, sizesName)
+		} else if st.Size != want {
+			return fmt.Errorf("%s/%s: %d bytes, %d when committed (cut short by a crash?)", dir, e.path, st.Size, want)
+		}
+	}
+	return nil
 }
 
-// CommitOutput writes dir's MANIFEST (sha256 of every regular file) and renames dir
-// to the output of key. If another process committed key first, dir is removed and
+// CommitOutput fsyncs every file and directory of dir, writes SIZES (each
+// regular file's size) and MANIFEST (its sha256), in that order and synced, and
+// renames dir to the output of key. If another process committed key first, dir is removed and
 // theirs kept: both are the same function of the same inputs.
 func (s *Store) CommitOutput(key, dir string) error {
 	if !keyRe.MatchString(key) {
 		return fmt.Errorf("store: malformed action key %q", key)
 	}
-	var lines []string
+	// Every file and directory reaches the disk before MANIFEST does: MANIFEST is
+	// what says "complete", so a crash must never leave it over truncated files.
+	var files, dirs []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, path)
-		sum, err := HashFile(path)
 		if err != nil {
 			return err
 		}
-		lines = append(lines, sum+"  "+rel)
+		if d.IsDir() {
+			dirs = append(dirs, path)
+		} else if d.Type().IsRegular() {
+			files = append(files, path)
+		} // a symlink lives in its directory, synced below
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("hashing output %s: %w", dir, err)
 	}
-	sort.Strings(lines)
-	body := strings.Join(lines, "\n")
-	if body != "" {
-		body += "\n"
+	lines, sizes, err := hashAndSyncAll(dir, files)
+	if err != nil {
+		return fmt.Errorf("hashing output %s: %w", dir, err)
 	}
-	if err := writeFileSync(filepath.Join(dir, manifestName), []byte(body)); err != nil {
+	for _, d := range dirs {
+		if err := syncPath(d); err != nil {
+			return fmt.Errorf("syncing output %s: %w", dir, err)
+		}
+	}
+	sort.Strings(lines)
+	sort.Slice(sizes, func(i, j int) bool { return pathOf(sizes[i]) < pathOf(sizes[j]) })
+	if err := writeFileSync(filepath.Join(dir, sizesName), []byte(joinLines(sizes))); err != nil {
 		return err
+	}
+	if err := writeFileSync(filepath.Join(dir, manifestName), []byte(joinLines(lines))); err != nil {
+		return err
+	}
+	if err := syncPath(dir); err != nil {
+		return fmt.Errorf("syncing output %s: %w", dir, err)
 	}
 	unlock, err := s.Lock("out-" + key)
 	if err != nil {
@@ -63,12 +120,103 @@ func (s *Store) CommitOutput(key, dir string) error {
 		return os.RemoveAll(dir)
 	}
 	dst := s.OutputDir(key)
-	os.RemoveAll(dst) // a stale directory without MANIFEST is an interrupted commit
+	os.RemoveAll(dst) // an interrupted commit (no MANIFEST) or a damaged output (CheckOutput)
 	if err := os.Rename(dir, dst); err != nil {
 		return fmt.Errorf("committing output %s: %w", key, err)
 	}
 	syncDir(filepath.Dir(dst))
 	return nil
+}
+
+func joinLines(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+func pathOf(line string) string { _, p, _ := strings.Cut(line, "  "); return p }
+
+// hashAndSyncAll hashes and fsyncs files (under dir) on several goroutines: one
+// fsync at a time waits for a journal commit each, concurrent ones share commits.
+// It returns MANIFEST's and SIZES' lines.
+func hashAndSyncAll(dir string, files []string) (lines, sizes []string, err error) {
+	lines, sizes = make([]string, len(files)), make([]string, len(files))
+	errs := make([]error, len(files))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(16, len(files)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				sum, size, err := hashAndSync(files[i])
+				rel, _ := filepath.Rel(dir, files[i])
+				lines[i], sizes[i], errs[i] = sum+"  "+rel, strconv.FormatInt(size, 10)+"  "+rel, err
+			}
+		}()
+	}
+	for i := range files {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return lines, sizes, errors.Join(errs...)
+}
+
+// hashAndSync returns a file's sha256 and size, and fsyncs it.
+func hashAndSync(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := newHashWriter()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	if err := f.Sync(); err != nil {
+		return "", 0, fmt.Errorf("syncing %s: %w", path, err)
+	}
+	return h.Sum(), n, nil
+}
+
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// sizesName lists each MANIFEST file's size at commit ("<bytes>  <path>"), so
+// reuse can check sizes without hashing. MANIFEST itself keeps its format.
+const sizesName = "SIZES"
+
+// readSizes reads SIZES; nil (no error) for an output committed before it existed.
+func readSizes(dir string) (map[string]int64, error) {
+	b, err := os.ReadFile(filepath.Join(dir, sizesName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		if line == "" {
+			continue
+		}
+		n, p, ok := strings.Cut(line, "  ")
+		size, err := strconv.ParseInt(n, 10, 64)
+		if !ok || err != nil || size < 0 {
+			return nil, fmt.Errorf("%s: malformed line %q", sizesName, line)
+		}
+		out[p] = size
+	}
+	return out, nil
 }
 
 func writeFileSync(path string, data []byte) error {

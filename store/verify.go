@@ -63,11 +63,19 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int64)) ([
 			problems = append(problems, Problem{dir, err.Error()})
 			continue
 		}
+		sizes, err := readSizes(dir)
+		if err != nil {
+			problems = append(problems, Problem{dir, err.Error()})
+		}
 		for _, e := range m {
 			p := filepath.Join(dir, e.path)
 			info, err := os.Lstat(p)
 			if err != nil {
 				problems = append(problems, Problem{p, "missing (listed in MANIFEST)"})
+				continue
+			}
+			if want, ok := sizes[e.path]; sizes != nil && (!ok || want != info.Size()) {
+				problems = append(problems, Problem{p, fmt.Sprintf("%d bytes, %d when committed (%s)", info.Size(), want, sizesName)})
 				continue
 			}
 			items = append(items, item{p, e.sum, info.Size()})
@@ -108,10 +116,23 @@ func readManifest(dir string) ([]manifestEntry, error) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		sum, path, ok := strings.Cut(sc.Text(), "  ")
-		if !ok || !sumRe.MatchString(sum) {
+		if !ok || !isSum(sum) {
 			return nil, fmt.Errorf("MANIFEST: malformed line %q", sc.Text())
 		}
 		out = append(out, manifestEntry{sum, path})
 	}
 	return out, sc.Err()
+}
+
+// isSum is sumRe without the regexp: a no-op build reads every MANIFEST line.
+func isSum(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }

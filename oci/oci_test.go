@@ -19,7 +19,12 @@ import (
 	"testing"
 	"time"
 
+	godigest "github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2"
+
 	"github.com/peerboot/peerboot/build"
+	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/sign"
 )
 
@@ -34,7 +39,7 @@ func startRegistry(t *testing.T) *registryServer {
 	t.Helper()
 	bin, err := exec.LookPath("docker-registry")
 	if err != nil {
-		t.Skip("docker-registry not installed (apt-get install docker-registry; scripts/deps.sh does)")
+		testguard.Skip(t, "docker-registry not installed (apt-get install docker-registry; scripts/deps.sh does)")
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -404,5 +409,69 @@ func TestLoopbackRegistry(t *testing.T) {
 		if repo.PlainHTTP != plain {
 			t.Errorf("%s: PlainHTTP = %v, want %v", ref, repo.PlainHTTP, plain)
 		}
+	}
+}
+
+// A registry is outside input: manifests that name files outside the target,
+// twice, with a size that is not the blob's, or beside SHA256SUMS' list, are
+// refused, and nothing lands in the target or beside it.
+func TestHostileRegistryPull(t *testing.T) {
+	reg := startRegistry(t)
+	ctx := context.Background()
+	r, err := ParseRef("oci://" + reg.host + "/peerboot/hostile:x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := Remote{}.repository(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := func(title string, b []byte) ocispec.Descriptor {
+		d := ocispec.Descriptor{MediaType: MediaFile, Digest: godigest.FromBytes(b), Size: int64(len(b)),
+			Annotations: map[string]string{ocispec.AnnotationTitle: title}}
+		if err := repo.Push(ctx, d, bytes.NewReader(b)); err != nil && !strings.Contains(err.Error(), "exists") {
+			t.Fatal(err)
+		}
+		return d
+	}
+	payload := []byte("written by a hostile registry\n")
+	h := sha256.Sum256(payload)
+	sums := sign.FormatSums([]sign.Sum{{Path: "disk.img", SHA256: hex.EncodeToString(h[:])}})
+	good := blob("disk.img", payload)
+	sumsLayer := blob("SHA256SUMS", sums)
+	retitled := func(title string) ocispec.Descriptor {
+		d := good
+		d.Annotations = map[string]string{ocispec.AnnotationTitle: title}
+		return d
+	}
+	short := good
+	short.Size--
+	for _, c := range []struct {
+		name     string
+		layers   []ocispec.Descriptor
+		mentions string
+	}{
+		{"dot-dot title", []ocispec.Descriptor{retitled("../escape"), sumsLayer}, "not a clean relative path"},
+		{"deep dot-dot title", []ocispec.Descriptor{retitled("pxe/../../escape"), sumsLayer}, "not a clean relative path"},
+		{"absolute title", []ocispec.Descriptor{retitled("/tmp/escape"), sumsLayer}, "not a clean relative path"},
+		{"two layers one title", []ocispec.Descriptor{good, good, sumsLayer}, "two layers are titled disk.img"},
+		{"size that is not the blob's", []ocispec.Descriptor{short, sumsLayer}, "the registry sent a blob that is not the 29 bytes"},
+		{"a layer SHA256SUMS does not list", []ocispec.Descriptor{good, retitled("extra.efi"), sumsLayer}, "is not listed in SHA256SUMS"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			img, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, ArtifactImage, oras.PackManifestOptions{Layers: c.layers})
+			if err != nil {
+				t.Fatalf("pushing the hostile manifest: %v", err)
+			}
+			parent := t.TempDir()
+			dst := filepath.Join(parent, "out", "default")
+			_, err = Pull(ctx, "oci://"+reg.host+"/peerboot/hostile@"+img.Digest.String(), dst, PullOptions{})
+			checkRefused(t, err, dst, c.mentions)
+			for _, p := range []string{filepath.Join(parent, "escape"), filepath.Join(parent, "out", "escape"), "/tmp/escape"} {
+				if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s exists after the pull", p)
+				}
+			}
+		})
 	}
 }

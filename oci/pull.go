@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sys/unix"
@@ -271,6 +272,13 @@ func fetchBlob(ctx context.Context, repo *remote.Repository, d ocispec.Descripto
 	}
 	rc, err := repo.Blobs().Fetch(ctx, d)
 	if err != nil {
+		// oras-go checks the response's Content-Length against the
+		// descriptor itself and says so only in words (v2.7): a blob that is
+		// not the size the manifest gives is an integrity failure, not a
+		// network one. TestHostileRegistryPull notices if the words change.
+		if strings.Contains(err.Error(), "mismatch Content-Length") {
+			return integrity("%s: the registry sent a blob that is not the %d bytes the manifest says (%v)", title, d.Size, err)
+		}
 		return fmt.Errorf("fetching %s (%s): %w", title, d.Digest, err)
 	}
 	defer rc.Close()

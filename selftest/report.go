@@ -73,8 +73,9 @@ type Finding struct {
 
 // RecipeRef names the recipe the image was built from.
 type RecipeRef struct {
-	Name   string `json:"name"`
-	Digest string `json:"digest"`
+	Name          string `json:"name"`
+	Digest        string `json:"digest"`
+	DriverVersion string `json:"driver_version,omitempty"` // the recipe's driver.version
 }
 
 // Kernel is the running kernel.
@@ -92,8 +93,9 @@ type Module struct {
 	Result     string   `json:"result"`                // loaded, ENODEV, error, skipped
 	Errno      int      `json:"errno"`
 	Error      string   `json:"error"`
-	KernelLog  []string `json:"kernel_log"`        // /dev/kmsg lines that appeared during the load
-	Version    string   `json:"version,omitempty"` // /sys/module/<name>/version, for modules found already loaded
+	KernelLog  []string `json:"kernel_log"`           // /dev/kmsg lines that appeared during the load
+	Version    string   `json:"version,omitempty"`    // /sys/module/<name>/version, for modules found already loaded
+	KoVersion  string   `json:"ko_version,omitempty"` // "version" of the .ko file's .modinfo, loaded or not
 	// Parameters as the running module holds them (/sys/module/<name>/parameters), for
 	// the driver's P2P knobs (e.g. NVreg_RegistryDwords); nil when not read.
 	Parameters map[string]string `json:"parameters,omitempty"`
@@ -134,6 +136,7 @@ type Status struct {
 // CUDA is what the driver API said.
 type CUDA struct {
 	Library       string  `json:"library"`
+	LibraryFile   string  `json:"library_file,omitempty"` // the file it resolved to, e.g. /usr/lib/x86_64-linux-gnu/libcuda.so.550.163.01
 	Loaded        bool    `json:"loaded"`
 	Error         string  `json:"error"`
 	CuInit        *Status `json:"cu_init"`        // nil: not called
@@ -148,6 +151,7 @@ type CUDA struct {
 // NVML is what the management library said.
 type NVML struct {
 	Library       string  `json:"library"`
+	LibraryFile   string  `json:"library_file,omitempty"` // the file it resolved to (libnvidia-ml.so.<version>)
 	Loaded        bool    `json:"loaded"`
 	Error         string  `json:"error"`
 	Init          *Status `json:"init"` // nvmlInit_v2; nil: not called

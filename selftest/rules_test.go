@@ -180,6 +180,12 @@ var faultRows = []struct {
 		id: "version.mismatch", status: SevFail, msg: "NVML reports driver 550.54.15, recipe driver.version = 550.163.01"},
 	{name: "module version differs from the recipe", gpus: 2, mutate: func(r *Report, e *Expect) { r.Modules[0].Version = "550.54.15" },
 		id: "version.mismatch", status: SevFail, msg: "module nvidia is version 550.54.15"},
+	{name: "module file version differs though nothing loaded", gpus: 2, mutate: func(r *Report, e *Expect) {
+		r.Modules[0].Result, r.Modules[0].Errno, r.Modules[0].Version, r.Modules[0].KoVersion = ModENODEV, 19, "", "550.54.15"
+	}, id: "version.mismatch", status: SevFail, msg: "nvidia.ko in the image is version 550.54.15 (ENODEV (errno 19)), recipe driver.version 550.163.01"},
+	{name: "libcuda file version differs from the recipe", gpus: 2, mutate: func(r *Report, e *Expect) {
+		r.CUDA.LibraryFile = "/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03"
+	}, id: "version.mismatch", status: SevFail, msg: "libcuda is /usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03 (version 535.261.03), recipe driver.version 550.163.01"},
 	// deadline
 	{name: "NCCL stall on a static-BAR1 driver", gpus: 4, mutate: func(r *Report, e *Expect) {
 		e.P2P = recipe.P2PStaticBAR1

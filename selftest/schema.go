@@ -178,11 +178,12 @@ type Latency struct {
 
 // NCCL is the all-reduce phase: one communicator over every GPU in one process.
 type NCCL struct {
-	Library string            `json:"library"`
-	Version int               `json:"version"` // ncclGetVersion, e.g. 22803
-	Ranks   int               `json:"ranks"`
-	Env     map[string]string `json:"env"` // the NCCL_* variables it ran with
-	Sizes   []NCCLSize        `json:"sizes"`
+	Library     string            `json:"library"`
+	LibraryFile string            `json:"library_file,omitempty"` // the file it resolved to (libnccl.so.<version>)
+	Version     int               `json:"version"`                // ncclGetVersion, e.g. 22803
+	Ranks       int               `json:"ranks"`
+	Env         map[string]string `json:"env"` // the NCCL_* variables it ran with
+	Sizes       []NCCLSize        `json:"sizes"`
 	// Transports is one entry per channel connection NCCL logged between two ranks.
 	Transports []Transport `json:"transports"`
 	LogFile    string      `json:"log_file"` // NCCL_DEBUG=INFO output, kept for the report partition

@@ -593,6 +593,25 @@ func (j *judge) versions(gpus bool) {
 		j.add(SevFail, "version.mismatch", "nvml", fmt.Sprintf("NVML reports driver %s, recipe driver.version = %s", r.NVML.DriverVersion, want),
 			"nvmlSystemGetDriverVersion="+r.NVML.DriverVersion, hint)
 	}
+	// The files themselves, whether or not anything loaded: each .ko's modinfo version
+	// and the version in the libraries' file names (libcuda.so.550.163.01).
+	ref, refName := want, "recipe driver.version"
+	if ref == "" {
+		ref, refName = r.NVML.DriverVersion, "NVML reports driver"
+	}
+	for _, f := range []struct{ what, file string }{{"libcuda", r.CUDA.LibraryFile}, {"libnvidia-ml", r.NVML.LibraryFile}} {
+		if v := LibraryVersion(f.file); v != "" && ref != "" && v != ref {
+			j.add(SevFail, "version.mismatch", f.what, fmt.Sprintf("%s is %s (version %s), %s %s", f.what, f.file, v, refName, ref), f.what+"="+f.file, hint)
+		}
+	}
+	for _, m := range r.Modules {
+		// A loaded module's /sys version is judged below; the same number twice is one fault.
+		if m.KoVersion == "" || !strings.HasPrefix(m.Name, "nvidia") || ref == "" || m.KoVersion == ref || m.KoVersion == m.Version {
+			continue
+		}
+		j.add(SevFail, "version.mismatch", "module "+m.Name, fmt.Sprintf("%s.ko in the image is version %s (%s), %s %s", m.Name, m.KoVersion, moduleOutcome(&m), refName, ref),
+			"modinfo "+orDefault(m.File, m.Name+".ko")+": version="+m.KoVersion, hint)
+	}
 	for _, m := range r.Modules {
 		if m.Version == "" || !strings.HasPrefix(m.Name, "nvidia") {
 			continue

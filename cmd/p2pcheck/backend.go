@@ -40,6 +40,7 @@ func (realBackend) nvml(ctx context.Context, in *phaseInput) (*nvmlOutput, error
 	if res == nil {
 		return nil, err
 	}
+	res.NVML.LibraryFile = selftest.LibraryFile(in.Root, in.NVMLLib)
 	out := &nvmlOutput{NVML: res.NVML, GPUs: res.GPUs}
 	for k, p := range res.Pairs {
 		out.Pairs = append(out.Pairs, nvmlPair{A: k[0], B: k[1], Topology: p.Topology, Read: p.Read, Write: p.Write, NVLink: p.NVLink})
@@ -54,7 +55,11 @@ func (realBackend) nvml(ctx context.Context, in *phaseInput) (*nvmlOutput, error
 }
 
 func (b realBackend) cuda(ctx context.Context, in *phaseInput) (*cuda.Result, error) {
-	return b.cudaWith(ctx, in, nil)
+	r, err := b.cudaWith(ctx, in, nil)
+	if r != nil {
+		r.CUDA.LibraryFile = selftest.LibraryFile(in.Root, in.CUDALib)
+	}
+	return r, err
 }
 
 // cudaWith is the copy phase over lib (nil: dlopen in.CUDALib).
@@ -84,7 +89,11 @@ func (realBackend) cudaWith(ctx context.Context, in *phaseInput, lib cuda.Librar
 }
 
 func (b realBackend) nccl(ctx context.Context, in *phaseInput) (*selftest.NCCL, error) {
-	return b.ncclWith(ctx, in, nil, nil, nil)
+	r, err := b.ncclWith(ctx, in, nil, nil, nil)
+	if r != nil {
+		r.LibraryFile = selftest.LibraryFile(in.Root, in.NCCLLib)
+	}
+	return r, err
 }
 
 // ncclWith is the all-reduce phase over the given libraries (nil: dlopen).

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,7 +27,7 @@ const vram48G = 49140 << 20
 type faultCase struct {
 	name   string
 	layout func() pcietest.Layout
-	recipe string // testdata file
+	recipe string // testdata file; "" runs without --recipe
 	// mutate changes the healthy answers; nil keeps them.
 	mutate   func(t *testing.T, s *fakeScenario, pre *pcie.Result)
 	layoutFx func(l *pcietest.Layout) // changes the box before it is built
@@ -35,12 +36,17 @@ type faultCase struct {
 	msg      []string // substrings of some finding's message
 	pass     bool     // the verdict
 	check    func(t *testing.T, r *selftest.Report)
+	ko       string // version of an nvidia.ko written under the root's lib/modules; "" none
+	// modResult is the init's outcome for nvidia [loaded].
+	modResult string
 }
 
 func faultCases() []faultCase {
 	cases := []faultCase{
 		{name: "healthy-xeon", layout: pcietest.Xeon8GPU, recipe: "xeon-dynamic.toml", pass: true, check: allVerified},
 		{name: "healthy-epyc", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", pass: true, check: allVerified},
+		// Run by hand without a recipe: p2pcheck's own defaults (verification on) apply.
+		{name: "healthy-epyc-no-recipe", layout: pcietest.EPYC4GPU, pass: true, check: allVerified},
 		{
 			name: "unpatched-driver-all-cns", layout: pcietest.Xeon8GPU, recipe: "xeon-dynamic.toml",
 			mutate: func(t *testing.T, s *fakeScenario, pre *pcie.Result) {
@@ -189,6 +195,18 @@ func faultCases() []faultCase {
 			want: []string{"fail kernel.firmware"},
 		},
 		{
+			// The issue-21 case: nvidia.ko failed with ENODEV, so nothing reports a driver
+			// version except the .ko file itself.
+			name: "ko-version-differs-module-enodev", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", ko: "550.54.15",
+			modResult: selftest.ModENODEV,
+			want:      []string{"fail version.mismatch"}, msg: []string{"nvidia.ko in the image is version 550.54.15"},
+			check: func(t *testing.T, r *selftest.Report) {
+				if r.Recipe.DriverVersion != "550.163.01" || len(r.Modules) != 1 || r.Modules[0].KoVersion != "550.54.15" || r.Modules[0].File != "updates/dkms/nvidia.ko" {
+					t.Errorf("recipe %+v modules %+v", r.Recipe, r.Modules)
+				}
+			},
+		},
+		{
 			name: "libcuda-not-module-version", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
 			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
 				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuInit", Code: 803}}
@@ -319,6 +337,21 @@ func runFault(t *testing.T, tc faultCase) (*selftest.Report, int) {
 	if err := pcietest.Build(root, l); err != nil {
 		t.Fatal(err)
 	}
+	if tc.ko != "" {
+		// testdata/nvidia-<version>.ko: an ELF object with only a .modinfo section,
+		// written by selftest's TestWriteKoFixture.
+		ko, err := os.ReadFile(filepath.Join("testdata", "nvidia-"+tc.ko+".ko"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := filepath.Join(root, "lib", "modules", selftest.ReadKernel(filepath.Join(root, "proc")).Release, "updates", "dkms")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "nvidia.ko"), ko, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	pre, err := pcie.Scan(root)
 	if err != nil {
 		t.Fatal(err)
@@ -333,10 +366,13 @@ func runFault(t *testing.T, tc faultCase) (*selftest.Report, int) {
 	}
 	args := append([]string{
 		"--fake", writeScenario(t, s), "--root", root, "--kmsg", kmsgPath,
-		"--recipe", filepath.Join("testdata", tc.recipe), "--modules-json", modulesFile(t, selftest.ModLoaded, 0),
+		"--modules-json", modulesFile(t, cmp.Or(tc.modResult, selftest.ModLoaded), 0),
 		// Small copies and all-reduces: the FAKE GPUs are host memory and Go loops.
 		"--copy-size", "16384", "--nccl-max", "65536",
 	}, tc.args...)
+	if tc.recipe != "" {
+		args = append(args, "--recipe", filepath.Join("testdata", tc.recipe))
+	}
 	start := time.Now()
 	r, code, stderr := runCheck(t, nil, args...)
 	t.Logf("%s: exit %d in %s", s, code, time.Since(start).Round(time.Millisecond))

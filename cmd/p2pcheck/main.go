@@ -121,7 +121,7 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 			r.Add(selftest.SevFail, "recipe", fmt.Sprintf("cannot load %s: %v", o.recipePath, err), "the image's recipe is written by the rootfs stage; rebuild the image")
 		} else {
 			rc = &res.Recipe
-			r.Recipe = selftest.RecipeRef{Name: res.Name, Digest: res.Digest}
+			r.Recipe = selftest.RecipeRef{Name: res.Name, Digest: res.Digest, DriverVersion: res.Recipe.Driver.Version}
 		}
 	}
 	mergeModules(o, r)
@@ -246,6 +246,9 @@ func phaseError(r *selftest.Report, phase string, out *phaseOutput) {
 }
 
 func mergeModules(o *options, r *selftest.Report) {
+	// Each nvidia module's version from its own .ko, loaded or not (ENODEV on a
+	// GPU-less box leaves no /sys/module/nvidia/version to read).
+	defer func() { selftest.FillKoVersions(r.Modules, filepath.Join(o.root, "lib", "modules", r.Kernel.Release)) }()
 	if o.modulesJSON != "" {
 		b, err := os.ReadFile(o.modulesJSON)
 		var rec *selftest.InitRecord

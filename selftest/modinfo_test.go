@@ -1,0 +1,148 @@
+package selftest
+
+import (
+	"bytes"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// elfWithModinfo is a minimal ELF64 relocatable object with a .modinfo section, the
+// shape of a .ko as far as modinfo(8) reads it.
+func elfWithModinfo(info string) []byte {
+	shstr := []byte("\x00.modinfo\x00.shstrtab\x00")
+	const ehsize, shentsize = 64, 64
+	data := []byte(info)
+	dataOff := uint64(ehsize)
+	strOff := dataOff + uint64(len(data))
+	shOff := (strOff + uint64(len(shstr)) + 7) &^ 7
+	var b bytes.Buffer
+	le := binary.LittleEndian
+	b.Write([]byte{0x7f, 'E', 'L', 'F', 2, 1, 1, 0})
+	b.Write(make([]byte, 8))
+	binary.Write(&b, le, uint16(1))  // ET_REL
+	binary.Write(&b, le, uint16(62)) // EM_X86_64
+	binary.Write(&b, le, uint32(1))
+	binary.Write(&b, le, uint64(0)) // entry
+	binary.Write(&b, le, uint64(0)) // phoff
+	binary.Write(&b, le, shOff)
+	binary.Write(&b, le, uint32(0))
+	binary.Write(&b, le, uint16(ehsize))
+	binary.Write(&b, le, uint16(0))
+	binary.Write(&b, le, uint16(0))
+	binary.Write(&b, le, uint16(shentsize))
+	binary.Write(&b, le, uint16(3)) // shnum
+	binary.Write(&b, le, uint16(2)) // shstrndx
+	b.Write(data)
+	b.Write(shstr)
+	b.Write(make([]byte, int(shOff)-b.Len()))
+	sh := func(name, typ uint32, off, size uint64) {
+		binary.Write(&b, le, name)
+		binary.Write(&b, le, typ)
+		binary.Write(&b, le, uint64(0)) // flags
+		binary.Write(&b, le, uint64(0)) // addr
+		binary.Write(&b, le, off)
+		binary.Write(&b, le, size)
+		binary.Write(&b, le, uint32(0))
+		binary.Write(&b, le, uint32(0))
+		binary.Write(&b, le, uint64(1))
+		binary.Write(&b, le, uint64(0))
+	}
+	sh(0, 0, 0, 0)
+	sh(1, 1, dataOff, uint64(len(data)))  // .modinfo, SHT_PROGBITS
+	sh(10, 3, strOff, uint64(len(shstr))) // .shstrtab, SHT_STRTAB
+	return b.Bytes()
+}
+
+// writeKo writes a FAKE nvidia.ko whose modinfo says version v, where DKMS puts it.
+func writeKo(t testing.TB, modDir, name, v string) string {
+	t.Helper()
+	p := filepath.Join(modDir, "updates", "dkms", name+".ko")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	info := "version=" + v + "\x00license=Dual MIT/GPL\x00alias=pci:v000010DEd*sv*sd*bc03sc00i00*\x00alias=second\x00vermagic=6.12.57 SMP preempt mod_unload modversions \x00"
+	if err := os.WriteFile(p, elfWithModinfo(info), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestKoModinfo(t *testing.T) {
+	mod := t.TempDir()
+	p := writeKo(t, mod, "nvidia", "550.163.01")
+	info, err := KoModinfo(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info["version"] != "550.163.01" || info["license"] != "Dual MIT/GPL" || info["alias"] != "pci:v000010DEd*sv*sd*bc03sc00i00*" {
+		t.Errorf("modinfo %v", info)
+	}
+	if _, err := KoModinfo(p + ".xz"); err == nil {
+		t.Error("a compressed module name was accepted")
+	}
+	bad := filepath.Join(mod, "bad.ko")
+	os.WriteFile(bad, []byte("not elf"), 0o644)
+	if _, err := KoModinfo(bad); err == nil {
+		t.Error("a non-ELF .ko was accepted")
+	}
+	writeKo(t, mod, "nvidia_uvm", "550.54.15")
+	ms := []Module{{Name: "nvidia", File: "updates/dkms/nvidia.ko", Result: ModENODEV, Errno: 19}, {Name: "nvidia-uvm", Result: ModSkipped}, {Name: "ib_core"}}
+	FillKoVersions(ms, mod)
+	if ms[0].KoVersion != "550.163.01" || ms[1].KoVersion != "550.54.15" || ms[1].File != "updates/dkms/nvidia_uvm.ko" || ms[2].KoVersion != "" {
+		t.Errorf("modules %+v", ms)
+	}
+}
+
+func FuzzParseModinfo(f *testing.F) {
+	f.Add([]byte("version=550.163.01\x00license=MIT\x00"))
+	f.Add([]byte("\x00\x00=x\x00noequals\x00k=v=w"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for k := range ParseModinfo(b) {
+			if k == "" || bytes.ContainsAny([]byte(k), "\x00=") {
+				t.Errorf("bad key %q", k)
+			}
+		}
+	})
+}
+
+func TestLibraryFile(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "usr", "lib", "x86_64-linux-gnu")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "libcuda.so.550.163.01"), []byte("FAKE"), 0o644)
+	os.Symlink("libcuda.so.550.163.01", filepath.Join(dir, "libcuda.so.1"))
+	got := LibraryFile(root, "libcuda.so.1")
+	if got != filepath.Join(dir, "libcuda.so.550.163.01") || LibraryVersion(got) != "550.163.01" {
+		t.Errorf("LibraryFile = %q, version %q", got, LibraryVersion(got))
+	}
+	if LibraryFile(root, "libnvidia-ml.so.1") != "" || LibraryVersion("libcuda.so.1") != "" {
+		t.Error("an absent library or a soname resolved to a version")
+	}
+	// A mapped library wins: this test binary has libc mapped (or is static: none).
+	maps := filepath.Join(root, "proc", "self", "maps")
+	os.MkdirAll(filepath.Dir(maps), 0o755)
+	os.WriteFile(maps, []byte("7f00-7f10 r-xp 00000000 08:01 1234 /opt/nv/libcuda.so.580.159.04\n7f10-7f20 r-xp 00000000 08:01 99 /usr/lib/libcudadebugger.so.1\n"), 0o644)
+	if got := LibraryFile(root, "libcuda.so.1"); got != "/opt/nv/libcuda.so.580.159.04" {
+		t.Errorf("mapped library %q", got)
+	}
+}
+
+// PEERBOOT_WRITE_KO_FIXTURE=1 go test ./selftest -run TestWriteKoFixture writes cmd/p2pcheck's FAKE
+// nvidia.ko fixture (modinfo version 550.54.15).
+func TestWriteKoFixture(t *testing.T) {
+	if os.Getenv("PEERBOOT_WRITE_KO_FIXTURE") == "" {
+		// Check the committed fixture still reads back instead of rewriting it.
+		info, err := KoModinfo(filepath.Join("..", "cmd", "p2pcheck", "testdata", "nvidia-550.54.15.ko"))
+		if err != nil || info["version"] != "550.54.15" {
+			t.Fatalf("fixture: %v %v", info, err)
+		}
+		return
+	}
+	p := writeKo(t, t.TempDir(), "nvidia", "550.54.15")
+	b, _ := os.ReadFile(p)
+	if err := os.WriteFile(filepath.Join("..", "cmd", "p2pcheck", "testdata", "nvidia-550.54.15.ko"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

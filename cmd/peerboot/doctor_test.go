@@ -1,0 +1,146 @@
+package main
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// essential are the commands tests run that every Debian bookworm box has
+// (Essential: yes packages, and the Go toolchain the tests run under).
+var essential = map[string]string{
+	"sh": "dash", "cp": "coreutils", "sha256sum": "coreutils", "mkfifo": "coreutils",
+	"runuser": "util-linux", "blkid": "util-linux", "go": "the Go toolchain",
+}
+
+// alsoFrom are commands a need's package provides besides the one doctor checks.
+var alsoFrom = map[string]string{
+	"objdump": "binutils", "mkfs.vfat": "dosfstools", "mdir": "mtools", "mtype": "mtools",
+	"minfo": "mtools", "mcopy": "mtools", "mount": "mount", "umount": "mount", "chromium-browser": "chromium",
+	"sbverify": "sbsigntool",
+}
+
+// Every command a test runs or looks up is a host need `make deps` installs
+// (or part of every Debian box): under CI=true a test that finds one missing
+// fails, so the list must name it.
+func TestDoctorCoversTestTools(t *testing.T) {
+	pkgs := map[string]bool{}
+	cmds := map[string]bool{}
+	for _, n := range hostNeeds {
+		pkgs[n.pkg] = true
+		if n.command != "" {
+			cmds[n.command] = true
+		}
+	}
+	used := testCommands(t, "../..")
+	if len(used) < 10 {
+		t.Fatalf("found only %d commands in the tests: the scan is broken", len(used))
+	}
+	var names []string
+	for c := range used {
+		names = append(names, c)
+	}
+	sort.Strings(names)
+	for _, c := range names {
+		if cmds[c] || essential[c] != "" || pkgs[alsoFrom[c]] {
+			continue
+		}
+		t.Errorf("%s runs %q, which no host need in doctor.go provides: add its Debian package (test: true if only tests need it)", used[c], c)
+	}
+}
+
+// testCommands finds the commands the tree's tests name as string literals in
+// exec.Command, exec.CommandContext and exec.LookPath calls, in the tests' own
+// need* helpers, and in string lists ranged over around an exec.LookPath call,
+// with one place each.
+func testCommands(t *testing.T, root string) map[string]string {
+	t.Helper()
+	found := map[string]string{}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && p != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			return err
+		}
+		add := func(e ast.Expr) {
+			if bl, ok := e.(*ast.BasicLit); ok && bl.Kind == token.STRING {
+				if s, err := strconv.Unquote(bl.Value); err == nil && s != "" && !strings.Contains(s, "/") {
+					if _, ok := found[s]; !ok {
+						found[s] = fset.Position(bl.Pos()).String()
+					}
+				}
+			}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.CallExpr:
+				// needTool(t, "sbsign"), needTools(t, "sgdisk", "fdisk"): a test's own helper.
+				if id, ok := n.Fun.(*ast.Ident); ok && strings.HasPrefix(id.Name, "need") {
+					for _, a := range n.Args {
+						add(a)
+					}
+				}
+				switch execCall(n) {
+				case "Command", "LookPath":
+					add(n.Args[0])
+				case "CommandContext":
+					if len(n.Args) > 1 {
+						add(n.Args[1])
+					}
+				}
+			case *ast.RangeStmt:
+				lit, ok := n.X.(*ast.CompositeLit)
+				if !ok || !looksUp(n.Body) {
+					return true
+				}
+				for _, e := range lit.Elts {
+					add(e)
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
+// execCall names the os/exec function c calls, or "".
+func execCall(c *ast.CallExpr) string {
+	sel, ok := c.Fun.(*ast.SelectorExpr)
+	if !ok || len(c.Args) == 0 {
+		return ""
+	}
+	if x, ok := sel.X.(*ast.Ident); !ok || x.Name != "exec" {
+		return ""
+	}
+	return sel.Sel.Name
+}
+
+func looksUp(body ast.Node) bool {
+	found := false
+	ast.Inspect(body, func(n ast.Node) bool {
+		if c, ok := n.(*ast.CallExpr); ok && execCall(c) == "LookPath" {
+			found = true
+		}
+		return !found
+	})
+	return found
+}

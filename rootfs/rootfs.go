@@ -259,9 +259,8 @@ func linkNVIDIA(root string) error {
 		if e.Type()&fs.ModeSymlink == 0 || !regexp.MustCompile(`\.so\.\d+$`).MatchString(e.Name()) {
 			continue
 		}
-		link := filepath.Join(root, "usr/lib/x86_64-linux-gnu", e.Name())
-		os.Remove(link)
-		if err := os.Symlink("nvidia/current/"+e.Name(), link); err != nil {
+		// Through the tree's own writer: a package may have made the directory a link.
+		if err := writeSymlink(root, "usr/lib/x86_64-linux-gnu/"+e.Name(), "nvidia/current/"+e.Name()); err != nil {
 			return err
 		}
 	}

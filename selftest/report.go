@@ -113,8 +113,9 @@ type GPU struct {
 	VRAMBytes *int64 `json:"vram_bytes,omitempty"` // only once a driver tells us
 	// Schema 2. Upstream runs from the root port down to the GPU's own upstream link.
 	Upstream   []Bridge    `json:"upstream"`
-	RootBus    string      `json:"root_bus"`    // "pci0000:00": the host bridge it hangs off
-	IOMMUGroup int         `json:"iommu_group"` // -1: none
+	RootBus    string      `json:"root_bus"`           // "pci0000:00": the host bridge it hangs off
+	IOMMUGroup int         `json:"iommu_group"`        // -1: none
+	BootVGA    bool        `json:"boot_vga,omitempty"` // sysfs boot_vga = 1: the firmware's console card
 	NVML       *NVMLGPU    `json:"nvml,omitempty"`
 	CUDA       *CUDADevice `json:"cuda,omitempty"`
 }

@@ -153,6 +153,15 @@ var faultRows = []struct {
 	}, id: "pcie.link", status: SevWarn, msg: "the port above is only x8 wide"},
 	{name: "link at idle speed", gpus: 2, mutate: func(r *Report, e *Expect) { r.GPUs[0].Link.CurrentSpeed = "2.5 GT/s PCIe" },
 		id: "pcie.link", status: SevWarn, msg: "link at 2.5 GT/s PCIe of 16 GT/s", hint: "idle"},
+	// gpu.display
+	{name: "display GPU on a static-BAR1 driver", gpus: 2, mutate: func(r *Report, e *Expect) {
+		e.P2P = recipe.P2PStaticBAR1
+		r.GPUs[1].BootVGA = true
+	}, id: "gpu.display", status: SevFail, msg: "GPU1 (0000:02:00.0) drives a display (boot_vga=1)", hint: "headless"},
+	{name: "display GPU from NVML without a recipe", gpus: 2, mutate: func(r *Report, e *Expect) {
+		on := 1
+		r.GPUs[0].NVML.DisplayActive = &on
+	}, id: "gpu.display", status: SevWarn, msg: "nvml display_active=1"},
 	// pcie.replay
 	{name: "PCIe replays", gpus: 2, mutate: func(r *Report, e *Expect) { r.GPUs[1].NVML.ReplayCounter = 12 },
 		id: "pcie.replay", status: SevWarn, msg: "GPU1 (0000:02:00.0): 12 PCIe replay(s)"},
@@ -248,7 +257,7 @@ func TestNVLinkPairNotOverrate(t *testing.T) {
 }
 
 // noRecipe marks rows judged without a recipe (e == nil).
-var noRecipeRows = map[string]bool{"BAR1 below VRAM without a recipe": true, "pairs CNS without a recipe": true}
+var noRecipeRows = map[string]bool{"BAR1 below VRAM without a recipe": true, "pairs CNS without a recipe": true, "display GPU from NVML without a recipe": true}
 
 func TestFaultCatalogue(t *testing.T) {
 	for _, tt := range faultRows {

@@ -95,6 +95,10 @@ type NVMLGPU struct {
 	MaxLinkGen    int    `json:"max_link_gen"`
 	MaxLinkWidth  int    `json:"max_link_width"`
 	ReplayCounter int64  `json:"replay_counter"` // -1: not supported
+	// nvmlDeviceGetDisplayMode / DisplayActive (nvmlEnableState_t: 1 enabled); nil:
+	// not answered.
+	DisplayMode   *int `json:"display_mode,omitempty"`
+	DisplayActive *int `json:"display_active,omitempty"`
 }
 
 // CUDADevice is what the CUDA driver API says about one ordinal.

@@ -171,6 +171,7 @@ func Rules(r *Report, e *Expect) []Finding {
 	j.versions(want > 0)
 	j.gpuIdentity()
 	j.bar1()
+	j.display()
 	j.replays()
 	j.iommu()
 	j.acs()
@@ -792,6 +793,39 @@ func (j *judge) link(subject, name, bdf string, l Link, partner *Link, gpu bool)
 }
 
 // replays warns on PCIe replays NVML counted: link errors the hardware retried.
+// display names the GPUs that drive a display: sysfs boot_vga (the firmware's console
+// card) or NVML's display mode / display active. The P2P forks' static BAR1 mapping
+// is lost on such a card, so with driver.p2p = "static-bar1" it fails; without a
+// recipe it warns; with the dynamic-BAR1 driver or P2P off it is information.
+func (j *judge) display() {
+	for i, g := range j.r.GPUs {
+		var ev []string
+		if g.BootVGA {
+			ev = append(ev, "boot_vga=1")
+		}
+		if n := g.NVML; n != nil {
+			if n.DisplayMode != nil && *n.DisplayMode == 1 {
+				ev = append(ev, "nvml display_mode=1")
+			}
+			if n.DisplayActive != nil && *n.DisplayActive == 1 {
+				ev = append(ev, "nvml display_active=1")
+			}
+		}
+		if len(ev) == 0 {
+			continue
+		}
+		sev := SevWarn
+		switch j.p2pMode() {
+		case recipe.P2PStaticBAR1:
+			sev = SevFail
+		case recipe.P2PDynamicBAR1, recipe.P2POff:
+			sev = SevInfo
+		}
+		j.add(sev, "gpu.display", fmt.Sprintf("GPU%d", i), fmt.Sprintf("%s drives a display (%s): the P2P forks do not give a display GPU its static BAR1 mapping", j.gpuLabel(i), strings.Join(ev, ", ")),
+			strings.Join(ev, " "), "drive the display from the board's VGA or another card (BIOS primary display), or run this GPU headless; with driver.p2p = \"static-bar1\" a display GPU cannot take part in P2P")
+	}
+}
+
 func (j *judge) replays() {
 	for i, g := range j.r.GPUs {
 		if g.NVML != nil && g.NVML.ReplayCounter > 0 {

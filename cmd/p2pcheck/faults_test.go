@@ -37,6 +37,9 @@ type faultCase struct {
 	pass     bool     // the verdict
 	check    func(t *testing.T, r *selftest.Report)
 	ko       string // version of an nvidia.ko written under the root's lib/modules; "" none
+	// bootVGA is the GPU whose sysfs boot_vga is 1 (0 is GPU 0; the zero value);
+	// -1 none. Set only in the display cases.
+	bootVGA int
 	// modResult is the init's outcome for nvidia [loaded].
 	modResult string
 }
@@ -167,6 +170,18 @@ func faultCases() []faultCase {
 			name: "bandwidth-above-link", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
 			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) { s.Box.PairGBps[0][1] = 128 },
 			want:   []string{"fail copy.overrate"}, msg: []string{"GPU0->GPU1 ce write measured 128.0 GB/s"},
+		},
+		{
+			name: "display-gpu-static-bar1", layout: pcietest.Xeon8GPU, recipe: "xeon-static24.toml", bootVGA: 0,
+			want: []string{"fail gpu.display"}, msg: []string{"GPU0 (0000:1a:00.0) drives a display (boot_vga=1)"},
+		},
+		{
+			name: "display-gpu-dynamic-bar1", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", bootVGA: -1,
+			mutate: func(t *testing.T, s *fakeScenario, pre *pcie.Result) {
+				on := 1 // NVML_FEATURE_ENABLED
+				s.NVML.GPUs[pre.GPUs[2].BDF].DisplayMode, s.NVML.GPUs[pre.GPUs[2].BDF].DisplayActive = &on, &on
+			},
+			want: []string{"info gpu.display"}, msg: []string{"nvml display_mode=1, nvml display_active=1"}, pass: true,
 		},
 		{
 			name: "downtrained-link-gen4-x8", layout: pcietest.Xeon8GPU, recipe: "xeon-dynamic.toml",
@@ -349,6 +364,12 @@ func runFault(t *testing.T, tc faultCase) (*selftest.Report, int) {
 			t.Fatal(err)
 		}
 		if err := os.WriteFile(filepath.Join(dir, "nvidia.ko"), ko, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if strings.HasPrefix(tc.name, "display-") && tc.bootVGA >= 0 {
+		bdf := l.GPUs[tc.bootVGA].BDF
+		if err := os.WriteFile(filepath.Join(root, "sys", "bus", "pci", "devices", bdf, "boot_vga"), []byte("1\n"), 0o444); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/peerboot/peerboot/recipe"
@@ -176,6 +177,9 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 			pre = res.out.Precheck
 		}
 		merge(r, res.out)
+		if res.out.Precheck != nil {
+			markBootVGA(o.root, r)
+		}
 		phaseError(r, phase, res.out)
 	}
 	if o.corrupt && r.CUDA.CuInit != nil && r.CUDA.CuInit.Code == selftest.CUDASuccess && !hasFinding(r, "test.injected") {
@@ -183,6 +187,15 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 			"the test hook did not run: the data check is unproven; report it with this JSON")
 	}
 	return finish(r, rc, watch)
+}
+
+// markBootVGA reads each GPU's sysfs boot_vga: 1 marks the card the firmware set up as
+// the console, which is a display GPU for the P2P forks (gpu.display).
+func markBootVGA(root string, r *selftest.Report) {
+	for i := range r.GPUs {
+		b, err := os.ReadFile(filepath.Join(root, "sys", "bus", "pci", "devices", r.GPUs[i].BDF, "boot_vga"))
+		r.GPUs[i].BootVGA = err == nil && strings.TrimSpace(string(b)) == "1"
+	}
 }
 
 func hasFinding(r *selftest.Report, id string) bool {

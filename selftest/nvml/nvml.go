@@ -141,6 +141,8 @@ type api struct {
 	currGen, currWidth     func(dev uintptr, v *uint32) int32
 	maxGen, maxWidth       func(dev uintptr, v *uint32) int32
 	replay                 func(dev uintptr, v *uint32) int32
+	displayMode            func(dev uintptr, v *uint32) int32 // nvmlEnableState_t
+	displayActive          func(dev uintptr, v *uint32) int32
 	p2pStatus              func(a, b uintptr, caps int32, status *int32) int32
 	topologyCommonAncestor func(a, b uintptr, level *int32) int32
 }
@@ -326,6 +328,8 @@ func (p *probe) bindAll(h uintptr) {
 	p.bind(h, "nvmlDeviceGetMaxPcieLinkGeneration", &p.maxGen)
 	p.bind(h, "nvmlDeviceGetMaxPcieLinkWidth", &p.maxWidth)
 	p.bind(h, "nvmlDeviceGetPcieReplayCounter", &p.replay)
+	p.bind(h, "nvmlDeviceGetDisplayMode", &p.displayMode)
+	p.bind(h, "nvmlDeviceGetDisplayActive", &p.displayActive)
 	p.bind(h, "nvmlDeviceGetP2PStatus", &p.p2pStatus)
 	p.bind(h, "nvmlDeviceGetTopologyCommonAncestor", &p.topologyCommonAncestor)
 }
@@ -403,6 +407,10 @@ func (p *probe) gpu(bdf string, dev uintptr) *selftest.NVMLGPU {
 	u32("nvmlDeviceGetMaxPcieLinkGeneration", p.maxGen, func(v uint32) { g.MaxLinkGen = int(v) })
 	u32("nvmlDeviceGetMaxPcieLinkWidth", p.maxWidth, func(v uint32) { g.MaxLinkWidth = int(v) })
 	u32("nvmlDeviceGetPcieReplayCounter", p.replay, func(v uint32) { g.ReplayCounter = int64(v) })
+	// A GPU with a display attached (or initialized for one) is the one the P2P forks'
+	// static BAR1 mapping does not get.
+	u32("nvmlDeviceGetDisplayMode", p.displayMode, func(v uint32) { x := int(v); g.DisplayMode = &x })
+	u32("nvmlDeviceGetDisplayActive", p.displayActive, func(v uint32) { x := int(v); g.DisplayActive = &x })
 	return g
 }
 

@@ -38,13 +38,18 @@ const (
 
 func wantGPUs() map[string]*selftest.NVMLGPU {
 	g := func(bar1Used int64, gen, width int, replay int64) *selftest.NVMLGPU {
+		off := 0
 		return &selftest.NVMLGPU{
 			Name: "NVIDIA GeForce RTX 4090", BAR1Total: 32 << 30, BAR1Used: bar1Used, FBTotal: 49140 << 20,
 			LinkGen: gen, LinkWidth: width, MaxLinkGen: 4, MaxLinkWidth: 16, ReplayCounter: replay,
+			DisplayMode: &off, DisplayActive: &off,
 		}
 	}
+	display := g(8<<20, 1, 16, 0)
+	on := 1
+	display.DisplayMode, display.DisplayActive = &on, &on // GPU 0 drives the console
 	return map[string]*selftest.NVMLGPU{
-		gpu0: g(8<<20, 1, 16, 0),
+		gpu0: display,
 		gpu1: g(16<<20, 4, 16, 3),
 		gpu2: g(24<<20, 4, 8, 0),
 		gpu3: g(32<<20, 4, 16, -1), // NOT_SUPPORTED

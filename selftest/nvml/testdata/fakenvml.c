@@ -209,6 +209,22 @@ LINK_FN(nvmlDeviceGetCurrPcieLinkWidth, curr_width)
 LINK_FN(nvmlDeviceGetMaxPcieLinkGeneration, max_gen)
 LINK_FN(nvmlDeviceGetMaxPcieLinkWidth, max_width)
 
+/* nvmlEnableState_t: GPU 0 drives the console (display mode and display active 1), as
+ * a box's first card often does; the others are headless. */
+int nvmlDeviceGetDisplayMode(nvmlDevice_t d, int *v) {
+	if (idx(d) < 0 || !v)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*v = idx(d) == 0;
+	return NVML_SUCCESS;
+}
+
+int nvmlDeviceGetDisplayActive(nvmlDevice_t d, int *v) {
+	if (idx(d) < 0 || !v)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*v = idx(d) == 0;
+	return NVML_SUCCESS;
+}
+
 #ifndef FAKE_NO_REPLAY
 int nvmlDeviceGetPcieReplayCounter(nvmlDevice_t d, unsigned int *v) {
 	if (idx(d) < 0 || !v)

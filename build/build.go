@@ -105,7 +105,8 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 		}
 		start := time.Now()
 		o := Outcome{Stage: s.Name, Key: s.Key, Dir: opt.Store.OutputDir(s.Key)}
-		cached := opt.Store.HasOutput(s.Key)
+		// The plan asked the store a moment ago; ask again only for what it lacked.
+		cached := s.Cached || opt.Store.HasOutput(s.Key)
 		switch {
 		case cached && !opt.Check[s.Name]:
 			o.Cached = true

@@ -124,8 +124,8 @@ func (s *Server) prune(r *http.Request, node string) {
 
 // Summary bounds: the fleet page shows finding ids, the node page the whole report.
 const (
-	maxFailing = 16
-	maxMessage = 256
+	maxFailing = 8
+	maxMessage = 200
 )
 
 // summarize fills the summary columns of sr from its decoded report.

@@ -28,6 +28,10 @@ func FuzzDecodeReport(f *testing.F) {
 	f.Add([]byte(`{"schema":2,"verdict":"fail","copies":[{"src":63,"dst":0,"method":"ce","direction":"write","gbps":1e300}]}`))
 	f.Add([]byte(`{"schema":2,"verdict":"pass","nccl":{"sizes":[{"bytes":1,"busbw":0},{"bytes":1,"busbw":0}]}}`))
 	f.Add([]byte(`[]`))
+	// Issue 15 item 8: bytes after the report were stored and served back as JSON.
+	f.Add(append(append([]byte{}, b...), "<html><script>alert(1)</script>"...))
+	f.Add(append(append([]byte{}, b...), `{"schema":2}`...))
+	f.Add(append(append([]byte{}, b...), " \n"...))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		rep, status, err := decodeReport(body)
 		if err != nil {
@@ -35,6 +39,9 @@ func FuzzDecodeReport(f *testing.F) {
 				t.Fatalf("status %d for %v", status, err)
 			}
 			return
+		}
+		if !json.Valid(body) {
+			t.Fatalf("accepted a body that is not exactly one JSON value: %q", body)
 		}
 		if h := NewHeatmap(rep); h != nil && len(h.Cells) > 64 {
 			t.Fatalf("%d heatmap rows", len(h.Cells))

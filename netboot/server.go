@@ -239,6 +239,11 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, what s
 	s.log.Warn(what, attrs...)
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	if r.ContentLength != 0 {
+		// Refused: the rest of the body is not waited for (net/http would drain it
+		// before answering, up to the body deadline).
+		w.Header().Set("Connection", "close")
+	}
 	w.WriteHeader(status)
 	fmt.Fprintf(w, "%s: %v\n", what, err)
 }

@@ -124,6 +124,7 @@ func FuzzTFTPRequest(f *testing.F) {
 	f.Add([]byte("\x00\x01boot.ipxe\x00octet\x00blksize\x001468\x00tsize\x000\x00"))
 	f.Add([]byte("\x00\x02x\x00netascii\x00"))
 	f.Add([]byte("\x00\x01\x00"))
+	f.Add([]byte("\x00\x01ipxe.efi\x00octet\x00timeout\x00255\x00blksize\x0065464\x00")) // issue 15 item 6: the flood's request
 	f.Fuzz(func(t *testing.T, p []byte) {
 		r, err := parseTFTPRequest(p)
 		if err == nil && (r.mode != "octet" && r.mode != "netascii") {
@@ -256,4 +257,175 @@ func waitFile(t *testing.T, path string, stderr *bytes.Buffer) {
 		time.Sleep(25 * time.Millisecond)
 	}
 	t.Fatalf("the helper did not start:\n%s", stderr.String())
+}
+
+// startTFTP serves dir on a loopback port until the test ends.
+func startTFTP(t *testing.T, srv *TFTP) net.Addr {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go srv.Serve(ctx, pc)
+	return pc.LocalAddr()
+}
+
+func rrq(name string, opts ...string) []byte {
+	req := []byte{0, tftpRRQ}
+	for _, s := range append([]string{name, "octet"}, opts...) {
+		req = append(append(req, s...), 0)
+	}
+	return req
+}
+
+// TestTFTPFlood (issue 15 item 6 and its figure): 1,000 requests that are never
+// acknowledged, from 250 addresses, hold less than 64 MiB and end by themselves.
+// Before, each spawned a transfer holding its own copy of the file for up to
+// 6 x the timeout the client picked (30 requests: 20 MB to 1.8 GB).
+//
+//	go test -run TestTFTPFlood -v ./netboot/
+func TestTFTPFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1,000 requests from 250 loopback addresses")
+	}
+	dir := t.TempDir()
+	big := make([]byte, 1<<20)
+	for i := range big {
+		big[i] = byte(i * 13)
+	}
+	os.WriteFile(filepath.Join(dir, "ipxe.efi"), big, 0o644)
+	logs := &syncBuffer{}
+	srv := &TFTP{Dir: dir, Log: slogTo(logs), Timeout: 300 * time.Millisecond}
+	server := startTFTP(t, srv)
+	goroutines := runtime.NumGoroutine()
+	runtime.GC()
+	var before, peak runtime.MemStats
+	runtime.ReadMemStats(&before)
+	var clients []net.PacketConn
+	for a := 0; a < 250; a++ {
+		c, err := net.ListenPacket("udp4", fmt.Sprintf("127.1.%d.%d:0", a/250, 1+a%250))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clients = append(clients, c)
+		for k := 0; k < 4; k++ {
+			c.WriteTo(rrq("ipxe.efi", "timeout", "255", "blksize", "1468"), server)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	runtime.ReadMemStats(&peak)
+	held := int64(peak.HeapInuse) - int64(before.HeapInuse)
+	live := runtime.NumGoroutine() - goroutines
+	// They end by themselves: no ACK ever comes.
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > goroutines+2 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	left := runtime.NumGoroutine() - goroutines
+	// What the flood got back: each admitted transfer's first packet and its one resend.
+	answered := 0
+	buf := make([]byte, 2000)
+	for _, c := range clients {
+		c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		for {
+			if _, _, err := c.ReadFrom(buf); err != nil {
+				break
+			}
+			answered++
+		}
+	}
+	t.Logf("1000 unacknowledged requests: %.1f MiB more heap in use, %d transfer goroutines at the peak, %d left after; %d packets sent back",
+		float64(held)/(1<<20), live, left, answered)
+	if held > 64<<20 {
+		t.Errorf("the flood holds %.1f MiB, want under 64", float64(held)/(1<<20))
+	}
+	if live > 64+8 {
+		t.Errorf("%d goroutines for the flood, want the 64 transfers at most", live)
+	}
+	if left > 2 {
+		t.Errorf("%d goroutines left after the transfers timed out", left)
+	}
+	if answered > 64*2 {
+		t.Errorf("%d packets reflected at unconfirmed peers, want at most 2 per admitted transfer (128)", answered)
+	}
+	if !strings.Contains(logs.String(), "tftp busy") {
+		t.Error("dropped requests not logged")
+	}
+}
+
+// TestTFTPUnconfirmedPeer (issue 15 item 6): a peer that never acknowledges (its
+// address may be forged) gets the first packet and one resend, not six; the timeout
+// option is bounded; a peer that has acknowledged gets the full retries.
+func TestTFTPUnconfirmedPeer(t *testing.T) {
+	dir, _ := tftpFixture(t)
+	srv := &TFTP{Dir: dir, Timeout: 100 * time.Millisecond, Retries: 5}
+	server := startTFTP(t, srv)
+	c, _ := net.ListenPacket("udp4", "127.0.0.1:0")
+	defer c.Close()
+	count := func(wait time.Duration) (n int, last []byte, from net.Addr) {
+		buf := make([]byte, 2000)
+		end := time.Now().Add(wait)
+		for {
+			c.SetReadDeadline(end)
+			k, a, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			n, last, from = n+1, append([]byte(nil), buf[:k]...), a
+		}
+	}
+	c.WriteTo(rrq("undionly.kpxe"), server)
+	if n, last, _ := count(1500 * time.Millisecond); n != 2 || binary.BigEndian.Uint16(last) != tftpDATA {
+		t.Errorf("unacknowledged first block sent %d times, want 2", n)
+	}
+	// timeout=255 is more than MaxTimeout allows: left out of the OACK.
+	c.WriteTo(rrq("undionly.kpxe", "timeout", "255", "blksize", "512"), server)
+	n, oack, _ := count(800 * time.Millisecond)
+	if n < 1 || binary.BigEndian.Uint16(oack) != tftpOACK || strings.Contains(string(oack), "timeout") {
+		t.Errorf("OACK to timeout=255: %q (%d packets)", oack, n)
+	}
+	// Acknowledged once, the peer is confirmed: block 2 is resent up to Retries times.
+	c.WriteTo(rrq("undionly.kpxe"), server)
+	_, first, from := count(50 * time.Millisecond)
+	if first == nil {
+		t.Fatal("no first block")
+	}
+	c.WriteTo([]byte{0, tftpACK, 0, 1}, from)
+	if n, last, _ := count(1500 * time.Millisecond); n != 6 || binary.BigEndian.Uint16(last[2:]) != 2 {
+		t.Errorf("block 2 to a confirmed peer sent %d times, want 6", n)
+	}
+}
+
+// TestTFTPPerSource: one address holds at most PerSource transfers; the rest of its
+// requests are dropped unanswered, and another address is still served.
+func TestTFTPPerSource(t *testing.T) {
+	dir, big := tftpFixture(t)
+	srv := &TFTP{Dir: dir, Timeout: 300 * time.Millisecond, PerSource: 3}
+	server := startTFTP(t, srv)
+	c, _ := net.ListenPacket("udp4", "127.0.0.1:0")
+	defer c.Close()
+	for i := 0; i < 10; i++ {
+		c.WriteTo(rrq("undionly.kpxe"), server)
+	}
+	ports := map[string]bool{}
+	buf := make([]byte, 2000)
+	for {
+		c.SetReadDeadline(time.Now().Add(150 * time.Millisecond))
+		_, from, err := c.ReadFrom(buf)
+		if err != nil {
+			break
+		}
+		ports[from.String()] = true
+	}
+	if len(ports) != 3 {
+		t.Errorf("%d transfers for one address, want 3", len(ports))
+	}
+	other, _ := net.ListenPacket("udp4", "127.0.0.2:0")
+	defer other.Close()
+	if got, _, err := tftpGet(other, server, "undionly.kpxe"); err != nil || !bytes.Equal(got, big) {
+		t.Errorf("another address while the first is at its cap: %d bytes, %v", len(got), err)
+	}
 }

@@ -54,14 +54,14 @@ func parseCmdline(s string) map[string]string {
 type bootPlan struct {
 	onPass, onFail string
 	reportURL      string
-	reportToken    string   // peerboot.token=: sent as Authorization: Bearer (peerboot serve issues one per build)
+	reportToken    string   // peerboot.token=: sent as Authorization: Bearer, opaque (peerboot serve issues one per node and build)
 	warnings       []string // overrides that were ignored, for the console
 }
 
 // planBoot merges the recipe's [boot] with peerboot.on_pass=, peerboot.on_fail= and
 // peerboot.report_url= from the command line; the command line wins so that a QEMU
 // test (or a person at the boot menu) can change the handoff without rebuilding.
-// peerboot.token= (only on the command line: it is per build, so no recipe can hold
+// peerboot.token= (only on the command line: it is per node and build, so no recipe can hold
 // it) is the report collector's token.
 func planBoot(onPass, onFail, reportURL string, cmdline map[string]string) bootPlan {
 	p := bootPlan{onPass: onPass, onFail: onFail, reportURL: reportURL}

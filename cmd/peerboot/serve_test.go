@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -49,6 +51,12 @@ func TestServeUsageErrors(t *testing.T) {
 	if code != 3 || !strings.Contains(errs, "rack.toml:3: node[0].mac: want a MAC address") {
 		t.Errorf("bad inventory: exit %d, %s", code, errs)
 	}
+	for _, bad := range [][]string{{"--keep-reports", "0"}, {"--keep-report-bytes", "lots"}, {"--max-conns", "0"}, {"--body-timeout", "0s"}} {
+		_, errs, code = run(t, append([]string{"serve", "--out", out, "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "r.db")}, bad...)...)
+		if code != 2 || !strings.Contains(errs, bad[0]) {
+			t.Errorf("%v: exit %d, %s", bad, code, errs)
+		}
+	}
 	_, errs, code = run(t, "serve", "--out", out, "--tftp", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "r.db"))
 	if code != 2 || !strings.Contains(errs, "--public-url") {
 		t.Errorf("--tftp without --public-url: exit %d, %s", code, errs)
@@ -59,7 +67,8 @@ func TestServeUsageErrors(t *testing.T) {
 func TestServeCommand(t *testing.T) {
 	out := t.TempDir()
 	fakeOutput(t, out, "default")
-	cmd := exec.Command(peerboot, "serve", "--out", out, "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "r.db"))
+	db := filepath.Join(t.TempDir(), "r.db")
+	cmd := exec.Command(peerboot, "serve", "--out", out, "--listen", "127.0.0.1:0", "--db", db, "--body-timeout", "2s")
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -85,5 +94,30 @@ func TestServeCommand(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 || !strings.Contains(string(b), "peerboot.token=") || !strings.Contains(string(b), "console=ttyS0") {
 		t.Errorf("%s\n%s", resp.Status, b)
+	}
+	if resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+		t.Error("no nosniff on the boot script")
+	}
+	// The database holds the token secret (issue 15 item 9).
+	if fi, err := os.Stat(db); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("database mode: %v, %v", fi.Mode(), err)
+	}
+	// A client that sends headers and no body is cut off by --body-timeout (issue 15
+	// item 5; before, it held its connection for ever); one with a wrong token is
+	// answered at once.
+	tok := regexp.MustCompile(`peerboot\.token=(\S+)`).FindStringSubmatch(string(b))
+	for _, c := range []struct{ token, want string }{{tok[1], "HTTP/1.1 408"}, {"x", "HTTP/1.1 403"}} {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		fmt.Fprintf(conn, "POST /reports?node=52:54:00:12:34:56 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n", c.token)
+		conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		reply, _ := io.ReadAll(conn)
+		conn.Close()
+		if !strings.HasPrefix(string(reply), c.want) || time.Since(t0) > 10*time.Second {
+			t.Errorf("a POST without its body, token %.8s: after %v, %q", c.token, time.Since(t0).Round(time.Millisecond), reply)
+		}
 	}
 }

@@ -475,3 +475,86 @@ func TestHostileRegistryPull(t *testing.T) {
 		})
 	}
 }
+
+// A registry that serves a changed SHA256SUMS (listing a changed disk.img)
+// beside the real signature: a pull with the key refuses it before any large
+// layer is fetched, so the registry cannot make it download what the signer
+// did not list.
+func TestSignedPullChecksSumsBeforeLayers(t *testing.T) {
+	reg := startRegistry(t)
+	ctx := context.Background()
+	out, pub := writeOutput(t, true)
+	res, err := Push(ctx, out, "oci://"+reg.host+"/peerboot/forged:v1", PushOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := ParseRef("oci://" + reg.host + "/peerboot/forged:v1")
+	repo, err := Remote{}.repository(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var man, sig ocispec.Manifest
+	if err := fetchJSON(ctx, repo, res.Image, &man); err != nil {
+		t.Fatal(err)
+	}
+	if err := fetchJSON(ctx, repo, *res.Signature, &sig); err != nil {
+		t.Fatal(err)
+	}
+	push := func(title string, b []byte) ocispec.Descriptor {
+		d := ocispec.Descriptor{MediaType: MediaTypeFor(title), Digest: godigest.FromBytes(b), Size: int64(len(b)),
+			Annotations: map[string]string{ocispec.AnnotationTitle: title}}
+		if err := repo.Push(ctx, d, bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	// The forged output: another disk.img, and SHA256SUMS rewritten to list it.
+	disk := bytes.Repeat([]byte("not what was signed "), 100000)
+	sums, err := sign.ParseSums(mustRead(t, filepath.Join(out, "SHA256SUMS")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(disk)
+	for i := range sums {
+		if sums[i].Path == "disk.img" {
+			sums[i].SHA256 = hex.EncodeToString(h[:])
+		}
+	}
+	var layers []ocispec.Descriptor
+	for _, l := range man.Layers {
+		switch l.Annotations[ocispec.AnnotationTitle] {
+		case "disk.img":
+			l = push("disk.img", disk)
+		case "SHA256SUMS":
+			l = push("SHA256SUMS", sign.FormatSums(sums))
+		}
+		layers = append(layers, l)
+	}
+	forged, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, ArtifactImage, oras.PackManifestOptions{Layers: layers, ManifestAnnotations: man.Annotations})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The real signature files, attached to the forged manifest.
+	if _, err := oras.PackManifest(ctx, repo, oras.PackManifestVersion1_1, ArtifactSignature, oras.PackManifestOptions{
+		Subject: &forged, Layers: sig.Layers, ManifestAnnotations: map[string]string{ocispec.AnnotationCreated: "2099-01-01T00:00:00Z"}}); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "pulled")
+	var log bytes.Buffer
+	_, err = Pull(ctx, "oci://"+reg.host+"/peerboot/forged@"+forged.Digest.String(), dst, PullOptions{Key: pub, Log: &log})
+	for _, name := range []string{"disk.img", "peerboot.efi", "pxe/initrd.img"} {
+		if strings.Contains(log.String(), "pull "+name+":") {
+			t.Errorf("%s was fetched before the signature over SHA256SUMS was checked:\n%s", name, log.String())
+		}
+	}
+	checkRefused(t, err, dst, "SHA256SUMS.sig does not verify SHA256SUMS")
+}
+
+func mustRead(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

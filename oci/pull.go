@@ -121,11 +121,50 @@ func Pull(ctx context.Context, ref, dir string, opt PullOptions) (*PullResult, e
 		}
 		return nil
 	}
-	if err := fetchLayers(man.Layers); err != nil {
+	// SHA256SUMS first (it is small), checked against the manifest's other
+	// layers, and with a key its signature: the large layers are fetched only
+	// once they are known to be the listed (and, with a key, signed) ones, so
+	// a registry cannot make a verified pull download what the signer did not list.
+	var sumsLayers, rest []ocispec.Descriptor
+	titles := map[string]bool{}
+	for _, l := range man.Layers {
+		title := l.Annotations[ocispec.AnnotationTitle]
+		if err := safeRel(title); err != nil {
+			return nil, integrity("%s: %w", ref, err)
+		}
+		if titles[title] {
+			return nil, integrity("%s: two layers are titled %s", ref, title)
+		}
+		titles[title] = true
+		if title == sign.SumsFile {
+			sumsLayers = append(sumsLayers, l)
+		} else {
+			rest = append(rest, l)
+		}
+	}
+	if len(sumsLayers) == 0 {
+		return nil, integrity("%s has no %s layer", ref, sign.SumsFile)
+	}
+	if sumsLayers[0].Size > maxManifest {
+		return nil, integrity("%s: its %s is %d bytes, more than %d", ref, sign.SumsFile, sumsLayers[0].Size, maxManifest)
+	}
+	if err := fetchLayers(sumsLayers); err != nil {
+		return nil, err
+	}
+	if err := listedLayers(ref, filepath.Join(tmp, sign.SumsFile), rest); err != nil {
+		return nil, err
+	}
+	if opt.Key != "" {
+		if err := checkSumsSignature(ctx, repo, img, ref, filepath.Join(tmp, sign.SumsFile), opt.Key); err != nil {
+			return nil, err
+		}
+	}
+	if err := fetchLayers(rest); err != nil {
 		return nil, err
 	}
 
-	// 3. SHA256SUMS names exactly the other layers, with the same digests.
+	// 3. SHA256SUMS names exactly the other layers, with the same digests
+	// (checked again on what was fetched).
 	sb, err := os.ReadFile(filepath.Join(tmp, sign.SumsFile))
 	if err != nil {
 		return nil, integrity("%s has no %s layer", ref, sign.SumsFile)
@@ -243,6 +282,88 @@ func install(tmp, dir string) error {
 		return fmt.Errorf("moving the pulled output to %s: %w", dir, err)
 	}
 	return nil
+}
+
+// listedLayers checks the manifest's layers (other than SHA256SUMS) against
+// SHA256SUMS before they are fetched: the same paths, the same digests.
+func listedLayers(ref, sumsPath string, layers []ocispec.Descriptor) error {
+	sb, err := os.ReadFile(sumsPath)
+	if err != nil {
+		return err
+	}
+	sums, err := sign.ParseSums(sb)
+	if err != nil {
+		return integrity("%s: %s: %w", ref, sign.SumsFile, err)
+	}
+	have := map[string]string{}
+	for _, l := range layers {
+		have[l.Annotations[ocispec.AnnotationTitle]] = l.Digest.Encoded()
+	}
+	listed := map[string]bool{}
+	for _, s := range sums {
+		listed[s.Path] = true
+		if have[s.Path] != s.SHA256 {
+			return integrity("%s: %s lists %s with sha256 %s, the artifact has %q", ref, sign.SumsFile, s.Path, s.SHA256, have[s.Path])
+		}
+	}
+	for _, l := range layers {
+		if t := l.Annotations[ocispec.AnnotationTitle]; !listed[t] {
+			return integrity("%s: layer %s is not listed in %s", ref, t, sign.SumsFile)
+		}
+	}
+	return nil
+}
+
+// maxSig bounds a signature file read before the large layers.
+const maxSig = 64 << 10
+
+// checkSumsSignature checks, before any large layer is fetched, that the
+// newest signature referrer signs these SHA256SUMS bytes with key. sign.Verify
+// checks everything again on the whole pulled directory at the end.
+func checkSumsSignature(ctx context.Context, repo *remote.Repository, img ocispec.Descriptor, ref, sumsPath, key string) error {
+	sums, err := os.ReadFile(sumsPath)
+	if err != nil {
+		return err
+	}
+	pub, err := sign.LoadPublicKey(key)
+	if err != nil {
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	d, ok, err := newestReferrer(ctx, repo, img, ArtifactSignature)
+	if err != nil {
+		return fmt.Errorf("%s: listing referrers: %w", ref, err)
+	}
+	if !ok {
+		return integrity("%s has no signature attached (%s), and a key was given", ref, ArtifactSignature)
+	}
+	var rm ocispec.Manifest
+	if err := fetchJSON(ctx, repo, d, &rm); err != nil {
+		return fmt.Errorf("%s: %w", ref, err)
+	}
+	if rm.Subject == nil || rm.Subject.Digest != img.Digest {
+		return integrity("%s: referrer %s does not have the image as its subject", ref, d.Digest)
+	}
+	for _, l := range rm.Layers {
+		if l.Annotations[ocispec.AnnotationTitle] != sign.SumsSigFile {
+			continue
+		}
+		if l.Size > maxSig {
+			return integrity("%s: its %s is %d bytes, more than %d", ref, sign.SumsSigFile, l.Size, maxSig)
+		}
+		b, err := content.FetchAll(ctx, repo.Blobs(), l) // checks size and digest
+		if err != nil {
+			return integrity("%s: %s: %w", ref, sign.SumsSigFile, err)
+		}
+		sig, err := sign.DecodeSig(b)
+		if err != nil {
+			return integrity("%s: %s: %w", ref, sign.SumsSigFile, err)
+		}
+		if err := sign.VerifyBlob(pub, sums, sig); err != nil {
+			return integrity("%s: %s does not verify %s with %s: %w", ref, sign.SumsSigFile, sign.SumsFile, key, err)
+		}
+		return nil
+	}
+	return integrity("%s: the signature referrer %s has no %s", ref, d.Digest, sign.SumsSigFile)
 }
 
 func fetchJSON(ctx context.Context, repo *remote.Repository, d ocispec.Descriptor, v any) error {

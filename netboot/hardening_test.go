@@ -250,6 +250,29 @@ func openFDs(t *testing.T) int {
 	return len(ents)
 }
 
+// TestHeaderLimit (issue 15 item 5): headers past MaxHeaderBytes are refused with
+// 431 instead of net/http's default of 1 MB per request.
+func TestHeaderLimit(t *testing.T) {
+	e := newEnv(t, Options{Limits: Limits{MaxHeaderBytes: 8 << 10}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := e.srv.HTTPServer()
+	go e.srv.Serve(hs, ln)
+	defer hs.Close()
+	req, _ := http.NewRequest("GET", "http://"+ln.Addr().String()+"/healthz", nil)
+	req.Header.Set("X-Padding", strings.Repeat("a", 64<<10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestHeaderFieldsTooLarge {
+		t.Errorf("64 KiB of headers: %s, want 431", resp.Status)
+	}
+}
+
 // TestConnectionCap: past MaxConns a connection waits in the backlog until one closes.
 func TestConnectionCap(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

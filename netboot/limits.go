@@ -125,12 +125,25 @@ func (p *progressWriter) ReadFrom(src io.Reader) (int64, error) {
 		return io.Copy(struct{ io.Writer }{p}, src)
 	}
 	const chunk = 4 << 20
+	// ServeContent hands over a LimitedReader of the file: each chunk is one level
+	// of LimitedReader over the file itself, which the kernel can sendfile.
+	outer, _ := src.(*io.LimitedReader)
 	var total int64
 	for {
 		p.rc.SetWriteDeadline(time.Now().Add(p.idle))
-		n, err := rf.ReadFrom(io.LimitReader(src, chunk))
+		var part *io.LimitedReader
+		if outer != nil {
+			part = &io.LimitedReader{R: outer.R, N: min(chunk, outer.N)}
+		} else {
+			part = &io.LimitedReader{R: src, N: chunk}
+		}
+		want := part.N
+		n, err := rf.ReadFrom(part)
 		total += n
-		if err != nil || n < chunk {
+		if outer != nil {
+			outer.N -= n
+		}
+		if err != nil || n < want || want == 0 || (outer != nil && outer.N <= 0) {
 			return total, err
 		}
 	}

@@ -54,10 +54,13 @@ type TFTP struct {
 	lastLog  time.Time
 }
 
-// tftpFile is one file's bytes as read at stamp; transfers share them, read-only.
+// tftpFile is one file's bytes as read at stamp; transfers share them, read-only,
+// once ready is closed.
 type tftpFile struct {
 	stamp string
+	ready chan struct{}
 	data  []byte
+	err   error
 }
 
 // TFTP opcodes and error codes.
@@ -269,27 +272,31 @@ func (t *TFTP) open(name string) ([]byte, error) {
 		ino = st.Ino
 	}
 	stamp := fmt.Sprintf("%d/%d/%d", ino, fi.Size(), fi.ModTime().UnixNano())
+	// One reader per file and stamp; the transfers that ask meanwhile wait for it, so
+	// a burst of first requests still makes one copy.
 	t.mu.Lock()
 	c := t.files[name]
-	t.mu.Unlock()
-	if c != nil && c.stamp == stamp {
-		return c.data, nil
-	}
-	data, err := io.ReadAll(io.LimitReader(f, fi.Size()))
-	if err != nil {
-		return nil, err
-	}
-	t.mu.Lock()
-	if t.files == nil {
-		t.files = map[string]*tftpFile{}
-	}
-	if c := t.files[name]; c != nil && c.stamp == stamp {
-		data = c.data // another transfer read it meanwhile: keep one copy
+	if c == nil || c.stamp != stamp {
+		c = &tftpFile{stamp: stamp, ready: make(chan struct{})}
+		if t.files == nil {
+			t.files = map[string]*tftpFile{}
+		}
+		t.files[name] = c
+		t.mu.Unlock()
+		c.data, c.err = io.ReadAll(io.LimitReader(f, fi.Size()))
+		close(c.ready)
+		if c.err != nil {
+			t.mu.Lock()
+			if t.files[name] == c {
+				delete(t.files, name)
+			}
+			t.mu.Unlock()
+		}
 	} else {
-		t.files[name] = &tftpFile{stamp: stamp, data: data}
+		t.mu.Unlock()
+		<-c.ready
 	}
-	t.mu.Unlock()
-	return data, nil
+	return c.data, c.err
 }
 
 // send runs one read transfer: OACK when options were asked, then DATA blocks, each

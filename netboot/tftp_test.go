@@ -429,3 +429,20 @@ func TestTFTPPerSource(t *testing.T) {
 		t.Errorf("another address while the first is at its cap: %d bytes, %v", len(got), err)
 	}
 }
+
+// TestTFTPFileChanged: the shared copy is dropped when the file is replaced.
+func TestTFTPFileChanged(t *testing.T) {
+	dir, big := tftpFixture(t)
+	server := startTFTP(t, &TFTP{Dir: dir, Timeout: 300 * time.Millisecond})
+	c, _ := net.ListenPacket("udp4", "127.0.0.1:0")
+	defer c.Close()
+	if got, _, err := tftpGet(c, server, "undionly.kpxe"); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("first: %d bytes, %v", len(got), err)
+	}
+	tmp := filepath.Join(dir, "new.tmp")
+	os.WriteFile(tmp, []byte("a new first stage"), 0o644)
+	os.Rename(tmp, filepath.Join(dir, "undionly.kpxe"))
+	if got, _, err := tftpGet(c, server, "undionly.kpxe"); err != nil || string(got) != "a new first stage" {
+		t.Errorf("after the file was replaced: %q, %v", got, err)
+	}
+}

@@ -100,6 +100,8 @@ var faultRows = []struct {
 		r.Pairs[0].Topology, r.Pairs[0].NVMLTopology = TopoPIX, TopoPIX
 		setVia(r, 0, 1, "SHM/direct/direct")
 	}, id: "nccl.transport", status: SevFail, hint: "p2p.status"},
+	{name: "NCCL log names no channel", gpus: 4, mutate: func(r *Report, e *Expect) { r.NCCL.Transports = []Transport{} },
+		id: "nccl.transport", status: SevFail, msg: "names no channel connection", hint: "NCCL_DEBUG_SUBSYS"},
 	{name: "NCCL over NET without require_p2p", gpus: 2, mutate: func(r *Report, e *Expect) {
 		e.RequireP2P = false
 		setVia(r, 0, 1, "NET/Socket/0")

@@ -1301,6 +1301,16 @@ func (j *judge) nccl() {
 		j.add(SevFail, "nccl.busbw", "nccl busbw", fmt.Sprintf("all-reduce bus bandwidth %.1f GB/s at %s, below selftest.min_busbw_gbps = %.1f", busbw, humanBytes(at), j.e.MinBusBWGBps),
 			fmt.Sprintf("busbw_at_max=%.2f bytes=%d", busbw, at), hint)
 	}
+	// NCCL ran over several GPUs but its log named no channel: which transport it took
+	// is unknown, so P2P is unproven (the log was not written, not read, or not parsed).
+	if n.Error == "" && n.Ranks > 1 && len(n.Sizes) > 0 && len(n.Transports) == 0 {
+		sev := SevWarn
+		if j.e != nil && j.e.RequireP2P {
+			sev = SevFail
+		}
+		j.add(sev, "nccl.transport", "nccl", fmt.Sprintf("NCCL ran over %d ranks but its log (%s) names no channel connection: the transports are unknown", n.Ranks, orDefault(n.LogFile, "NCCL_DEBUG_FILE")),
+			"transports=0 ranks="+fmt.Sprint(n.Ranks), "p2pcheck runs NCCL with NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,P2P,SHM; check that the log file is writable and that this NCCL prints \"Channel ... via\" lines")
+	}
 	j.transports(n)
 }
 

@@ -342,7 +342,8 @@ func TestFindingsDocCoversCatalogue(t *testing.T) {
 	// Every row of the finding tables cites a test in its last column.
 	rows := 0
 	for i, line := range strings.Split(doc, "\n") {
-		if !strings.HasPrefix(line, "| `") {
+		// Finding rows start with their ID in backticks (lower case); other tables do not.
+		if !strings.HasPrefix(line, "| `") || len(line) < 4 || line[3] < 'a' || line[3] > 'z' {
 			continue
 		}
 		rows++

@@ -47,6 +47,7 @@ type Outcome struct {
 
 // stageRun is everything a stage's run may read, and where it writes.
 type stageRun struct {
+	Name    string
 	Recipe  *recipe.Resolved // only the stage's declared fields are set
 	Data    []Datum          // the bytes the plan hashed, in plan order
 	Inputs  []lock.Input     // the pinned inputs of the stage's roles
@@ -164,7 +165,7 @@ func runStage(ctx context.Context, p *Plan, s *Stage, opt Options, clock *buildC
 	}
 	scratch := sc.Dir
 	sr := &stageRun{
-		Recipe: s.view, Data: s.data, Inputs: s.inputs, Deps: map[string]string{},
+		Name: s.Name, Recipe: s.view, Data: s.data, Inputs: s.inputs, Deps: map[string]string{},
 		Store: opt.Store, Scratch: scratch, Out: filepath.Join(scratch, "out"), Jobs: opt.Jobs, Log: opt.Log,
 	}
 	for _, d := range s.def.Deps {

@@ -170,7 +170,7 @@ func layer(ctx context.Context, sr *stageRun, lay func(root string) error) error
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(sr.Log, "%s: %d files, %d dirs, %d symlinks, %.1f MiB uncompressed\n", filepath.Base(sr.Scratch), st.Files, st.Dirs, st.Symlinks, float64(st.Bytes)/(1<<20))
+	fmt.Fprintf(sr.Log, "%s: %d files, %d dirs, %d symlinks, %.1f MiB uncompressed\n", sr.Name, st.Files, st.Dirs, st.Symlinks, float64(st.Bytes)/(1<<20))
 	return nil
 }
 

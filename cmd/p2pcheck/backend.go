@@ -35,12 +35,26 @@ func (realBackend) precheck(_ context.Context, in *phaseInput) (*pcie.Result, er
 	return pcie.Scan(in.Root)
 }
 
-func (realBackend) nvml(ctx context.Context, in *phaseInput) (*nvmlOutput, error) {
-	res, err := nvml.Probe(ctx, in.NVMLLib)
+func (b realBackend) nvml(ctx context.Context, in *phaseInput) (*nvmlOutput, error) {
+	out, err := b.nvmlWith(ctx, in, nil)
+	if out != nil {
+		out.NVML.LibraryFile = selftest.LibraryFile(in.Root, in.NVMLLib)
+	}
+	return out, err
+}
+
+// nvmlWith is the NVML probe over lib (nil: dlopen in.NVMLLib).
+func (realBackend) nvmlWith(ctx context.Context, in *phaseInput, lib nvml.Library) (*nvmlOutput, error) {
+	var res *nvml.Result
+	var err error
+	if lib != nil {
+		res, err = nvml.ProbeWith(ctx, lib)
+	} else {
+		res, err = nvml.Probe(ctx, in.NVMLLib)
+	}
 	if res == nil {
 		return nil, err
 	}
-	res.NVML.LibraryFile = selftest.LibraryFile(in.Root, in.NVMLLib)
 	out := &nvmlOutput{NVML: res.NVML, GPUs: res.GPUs}
 	for k, p := range res.Pairs {
 		out.Pairs = append(out.Pairs, nvmlPair{A: k[0], B: k[1], Topology: p.Topology, Read: p.Read, Write: p.Write, NVLink: p.NVLink})
@@ -112,9 +126,10 @@ func (realBackend) ncclWith(ctx context.Context, in *phaseInput, cudaLib, ncclLi
 	})
 }
 
-// fakeScenario is a FAKE backend's script, in raw symptoms only: the numbers NVML's
-// entry points return (nvmlReturn_t of nvmlInit_v2, nvmlGpuP2PStatus_t and
-// nvmlGpuTopologyLevel_t per pair), the box the FAKE CUDA driver and NCCL of
+// fakeScenario is a FAKE backend's script, in raw symptoms only: the numbers the
+// FAKE libnvidia-ml's entry points return (nvmlReturn_t of nvmlInit_v2,
+// nvmlGpuP2PStatus_t and nvmlGpuTopologyLevel_t per pair, run through the real
+// selftest/nvml probe), the box the FAKE CUDA driver and NCCL of
 // selftest/gpufake emulate (devices, rates, raw faults such as a flipped word or an
 // error code, the NCCL INFO lines libnccl logs), kernel-log lines "printed" while the
 // NVML phase runs, a phase that hangs. Nothing in it is a finding or an interpreted
@@ -122,31 +137,11 @@ func (realBackend) ncclWith(ctx context.Context, in *phaseInput, cudaLib, ncclLi
 // verdict have to get from these to the report.
 type fakeScenario struct {
 	Fake  string              `json:"fake"` // what it simulates, for the test log
-	NVML  *fakeNVML           `json:"nvml"`
+	NVML  *gpufake.FakeNVML   `json:"nvml"` // the FAKE libnvidia-ml
 	Box   *gpufake.FakeConfig `json:"box"`  // the FAKE libcuda and libnccl
 	Hang  string              `json:"hang"` // phase that never returns
 	Kmsg  []string            `json:"kmsg"`
 	Error map[string]string   `json:"error"` // phase -> error its probe returns
-}
-
-// fakeNVML is what the FAKE NVML's entry points return.
-type fakeNVML struct {
-	Init          int                          `json:"init"` // nvmlInit_v2's nvmlReturn_t
-	DriverVersion string                       `json:"driver_version"`
-	CUDAVersion   int                          `json:"cuda_version"`
-	GPUs          map[string]*selftest.NVMLGPU `json:"gpus"` // by BDF: the per-device queries' values
-	Pairs         []fakeNVMLPair               `json:"pairs"`
-}
-
-// fakeNVMLPair is one pair's nvmlDeviceGetTopologyCommonAncestor level and
-// nvmlDeviceGetP2PStatus codes (READ, WRITE; NVLink -1: not answered).
-type fakeNVMLPair struct {
-	A      string `json:"a"`
-	B      string `json:"b"`
-	Level  int    `json:"level"`
-	Read   int    `json:"read"`
-	Write  int    `json:"write"`
-	NVLink int    `json:"nvlink"`
 }
 
 type fakeBackend struct{ s fakeScenario }
@@ -181,36 +176,20 @@ func (f *fakeBackend) precheck(ctx context.Context, in *phaseInput) (*pcie.Resul
 	return pcie.Scan(in.Root)
 }
 
-// nvml turns the FAKE NVML's return codes into the phase's answer with the real
-// probe's own conversions (nvml.StatusLetter, nvml.TopologyClass, NVMLStatus).
+// nvml runs the real NVML probe over the FAKE libnvidia-ml.
 func (f *fakeBackend) nvml(ctx context.Context, in *phaseInput) (*nvmlOutput, error) {
 	if len(f.s.Kmsg) > 0 && in.KmsgPath != "" {
 		if err := appendLines(in.KmsgPath, f.s.Kmsg); err != nil {
 			return nil, err
 		}
 	}
-	n := f.s.NVML
-	if n == nil {
+	if err := f.gate(ctx, selftest.PhaseNVML); err != nil {
+		return nil, err
+	}
+	if f.s.NVML == nil {
 		return nil, fmt.Errorf("FAKE scenario has no nvml answer")
 	}
-	init := selftest.NVMLStatus(n.Init)
-	out := &nvmlOutput{NVML: selftest.NVML{Library: "FAKE-libnvidia-ml (p2pcheck scenario)", Loaded: true, Init: &init}, GPUs: map[string]*selftest.NVMLGPU{}}
-	if err := f.gate(ctx, selftest.PhaseNVML); err != nil {
-		return out, err
-	}
-	if n.Init != 0 {
-		return out, fmt.Errorf("nvmlInit_v2: %s", init.Name)
-	}
-	out.NVML.DriverVersion, out.NVML.CUDAVersion = n.DriverVersion, n.CUDAVersion
-	out.GPUs = n.GPUs
-	for _, p := range n.Pairs {
-		np := nvmlPair{A: p.A, B: p.B, Topology: nvml.TopologyClass(p.Level), Read: nvml.StatusLetter(p.Read), Write: nvml.StatusLetter(p.Write)}
-		if p.NVLink >= 0 {
-			np.NVLink = nvml.StatusLetter(p.NVLink)
-		}
-		out.Pairs = append(out.Pairs, np)
-	}
-	return out, nil
+	return realBackend{}.nvmlWith(ctx, in, gpufake.NewNVML(*f.s.NVML))
 }
 
 // cuda runs the real copy phase over the FAKE driver.

@@ -178,8 +178,7 @@ func faultCases() []faultCase {
 		{
 			name: "display-gpu-dynamic-bar1", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", bootVGA: -1,
 			mutate: func(t *testing.T, s *fakeScenario, pre *pcie.Result) {
-				on := 1 // NVML_FEATURE_ENABLED
-				s.NVML.GPUs[pre.GPUs[2].BDF].DisplayMode, s.NVML.GPUs[pre.GPUs[2].BDF].DisplayActive = &on, &on
+				s.NVML.GPUs[2].DisplayMode, s.NVML.GPUs[2].Display = 1, 1 // NVML_FEATURE_ENABLED
 			},
 			want: []string{"info gpu.display"}, msg: []string{"nvml display_mode=1, nvml display_active=1"}, pass: true,
 		},

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/gpufake"
 	"github.com/peerboot/peerboot/selftest/nvml"
 	"github.com/peerboot/peerboot/selftest/pcie"
@@ -24,13 +23,13 @@ func healthyScenario(t *testing.T, pre *pcie.Result, vram int64) *fakeScenario {
 	t.Helper()
 	n := len(pre.GPUs)
 	s := &fakeScenario{Fake: "healthy patched box"}
-	s.NVML = &fakeNVML{Init: 0, DriverVersion: "550.163.01", CUDAVersion: 12040, GPUs: map[string]*selftest.NVMLGPU{}}
+	s.NVML = &gpufake.FakeNVML{Init: 0, DriverVersion: "550.163.01", CUDAVersion: 12040}
 	for _, g := range pre.GPUs {
-		s.NVML.GPUs[g.BDF] = &selftest.NVMLGPU{Name: "NVIDIA GeForce RTX 4090", BAR1Total: g.BAR1Bytes, FBTotal: vram,
-			LinkGen: 4, LinkWidth: g.Link.CurrentWidth, MaxLinkGen: 4, MaxLinkWidth: g.Link.MaxWidth}
+		s.NVML.GPUs = append(s.NVML.GPUs, gpufake.FakeNVMLGPU{BDF: g.BDF, Name: "NVIDIA GeForce RTX 4090", BAR1Total: uint64(g.BAR1Bytes), FBTotal: uint64(vram),
+			LinkGen: 4, LinkWidth: uint32(g.Link.CurrentWidth), MaxGen: 4, MaxWidth: uint32(g.Link.MaxWidth)})
 	}
 	for _, p := range pre.Pairs {
-		s.NVML.Pairs = append(s.NVML.Pairs, fakeNVMLPair{A: pre.GPUs[p.A].BDF, B: pre.GPUs[p.B].BDF, Level: nvmlLevel(t, p.Topology), NVLink: -1})
+		s.NVML.Pairs = append(s.NVML.Pairs, gpufake.FakeNVMLPair{A: pre.GPUs[p.A].BDF, B: pre.GPUs[p.B].BDF, Level: nvmlLevel(t, p.Topology), NVLink: -1})
 	}
 	box := &gpufake.FakeConfig{DriverVersion: 12040, LocalGBps: 900, SMFactor: 0.95, PairGBps: make([][]float64, n)}
 	for i, g := range pre.GPUs {

@@ -1,11 +1,12 @@
-// Package gpufake is a FAKE stand-in for the CUDA driver API and NCCL, for tests only:
+// Package gpufake is a FAKE stand-in for the CUDA driver API, NCCL and NVML, for tests only:
 // it is not NVIDIA code and drives no GPU. It answers the very entry points
 // selftest/cuda and selftest/nccl bind from libcuda and libnccl (same names, same Go
 // signatures as their purego bindings), backed by host memory, with the effect of
 // the self-test's PTX kernels (pattern fill, verify with mismatch count and first
 // offset, the SM copy, the spin gate, the NCCL rank fill and sum check) emulated in
 // Go. The engine's real host code runs over it unchanged: cuda.Open(box.CUDA()) and
-// nccl.Options{CUDALibrary: box.CUDA(), NCCLLibrary: box.NCCL()}.
+// nccl.Options{CUDALibrary: box.CUDA(), NCCLLibrary: box.NCCL()}, and
+// nvml.ProbeWith(ctx, NewNVML(cfg)) for NVML's return and status codes.
 //
 // Faults are raw effects the way broken hardware or a broken driver shows them, not
 // findings: a word flipped in a copy's destination, a copy that stops short, an entry

@@ -10,6 +10,7 @@ import (
 	"github.com/peerboot/peerboot/selftest/cuda"
 	"github.com/peerboot/peerboot/selftest/gpufake"
 	"github.com/peerboot/peerboot/selftest/nccl"
+	"github.com/peerboot/peerboot/selftest/nvml"
 )
 
 // These tests run selftest/cuda's and selftest/nccl's real host code (fill, timed
@@ -282,5 +283,36 @@ func TestNCCLFaults(t *testing.T) {
 	res, err := nccl.Run(context.Background(), nccl.Options{CUDALibrary: box.CUDA(), NCCLLibrary: box.NCCL(), MaxBytes: 64, LogPath: filepath.Join(t.TempDir(), "l")})
 	if err == nil || !strings.Contains(res.Error, "ncclCommInitAll(4 GPUs): unhandled system error") {
 		t.Errorf("init code 2: err %v, error %q", err, res.Error)
+	}
+}
+
+// The real NVML probe over the FAKE libnvidia-ml: raw codes in, letters and classes out.
+func TestNVMLProbe(t *testing.T) {
+	lib := gpufake.NewNVML(gpufake.FakeNVML{DriverVersion: "550.163.01", CUDAVersion: 12040,
+		GPUs: []gpufake.FakeNVMLGPU{
+			{BDF: "0000:01:00.0", Name: "NVIDIA GeForce RTX 4090", BAR1Total: 32 << 30, FBTotal: 24 << 30, LinkGen: 4, LinkWidth: 16, MaxGen: 4, MaxWidth: 16, Replay: -1, DisplayMode: 1, Display: 1},
+			{BDF: "0000:41:00.0", Name: "NVIDIA GeForce RTX 4090", BAR1Total: 32 << 30, FBTotal: 24 << 30, LinkGen: 4, LinkWidth: 8, MaxGen: 4, MaxWidth: 16, Replay: 3},
+		},
+		Pairs: []gpufake.FakeNVMLPair{{A: "0000:41:00.0", B: "0000:01:00.0", Level: 40, Read: 1, Write: 3, NVLink: -1}},
+	})
+	r, err := nvml.ProbeWith(context.Background(), lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.NVML.Library != gpufake.NVMLName || r.NVML.DriverVersion != "550.163.01" || r.NVML.Error != "" {
+		t.Errorf("nvml %+v", r.NVML)
+	}
+	p := r.Pairs[[2]string{"0000:01:00.0", "0000:41:00.0"}]
+	if p.Topology != selftest.TopoNODE || p.Read != "CNS" || p.Write != "TNS" || p.NVLink != "" {
+		t.Errorf("pair %+v", p)
+	}
+	g0, g1 := r.GPUs["0000:01:00.0"], r.GPUs["0000:41:00.0"]
+	if g0 == nil || g1 == nil || g0.ReplayCounter != -1 || g1.ReplayCounter != 3 || g1.LinkWidth != 8 || *g0.DisplayActive != 1 || *g1.DisplayMode != 0 || g0.Name != "FAKE NVIDIA GeForce RTX 4090" {
+		t.Errorf("gpus %+v %+v", g0, g1)
+	}
+	bad := gpufake.NewNVML(gpufake.FakeNVML{Init: 18})
+	r, err = nvml.ProbeWith(context.Background(), bad)
+	if err == nil || r.NVML.Init == nil || r.NVML.Init.Name != "NVML_ERROR_LIB_RM_VERSION_MISMATCH" {
+		t.Errorf("init 18: %v %+v", err, r.NVML.Init)
 	}
 }

@@ -113,6 +113,37 @@ type pciInfo struct {
 	BusID          [32]byte // "00000000:01:00.0" (NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE)
 }
 
+// PCIInfo and Memory name the C layouts for a stand-in library (selftest/gpufake's
+// FAKE NVML), whose entry points must have the bindings' exact Go types.
+type (
+	PCIInfo = pciInfo
+	Memory  = memInfo
+)
+
+// Library is where the probe's entry points come from: libnvidia-ml through dlopen
+// (Probe), or a FAKE stand-in that tests pass to ProbeWith. Bind sets *fn, a pointer
+// to one of the probe's func fields, to the named symbol, or returns an error.
+type Library interface {
+	Name() string
+	Bind(name string, fn any) error
+}
+
+type dlLibrary struct {
+	name string
+	h    uintptr
+}
+
+func (l dlLibrary) Name() string { return l.name }
+
+func (l dlLibrary) Bind(name string, fn any) error {
+	sym, err := purego.Dlsym(l.h, name)
+	if err != nil || sym == 0 {
+		return fmt.Errorf("dlsym %s: %v", name, err)
+	}
+	purego.RegisterFunc(fn, sym)
+	return nil
+}
+
 // memInfo is both nvmlBAR1Memory_t {bar1Total, bar1Free, bar1Used} and nvmlMemory_t
 // {total, free, used}: three unsigned long long, in bytes.
 type memInfo struct {
@@ -151,6 +182,7 @@ type api struct {
 type probe struct {
 	api
 	lib  string
+	src  Library
 	errs []string
 }
 
@@ -162,13 +194,11 @@ func (p *probe) note(format string, args ...any) {
 // bind looks a symbol up before registering it: purego panics on a missing symbol, and
 // a library without one is a finding, not a crash. A missing symbol is noted and the
 // function stays nil.
-func (p *probe) bind(h uintptr, name string, fn any) bool {
-	sym, err := purego.Dlsym(h, name)
-	if err != nil || sym == 0 {
+func (p *probe) bind(_ uintptr, name string, fn any) bool {
+	if err := p.src.Bind(name, fn); err != nil {
 		p.note("%s is missing from %s", name, p.lib)
 		return false
 	}
-	purego.RegisterFunc(fn, sym)
 	return true
 }
 
@@ -188,6 +218,15 @@ func (p *probe) bind(h uintptr, name string, fn any) bool {
 // Result that only names the library, and the call in progress is left behind on its
 // own thread; the caller reports the stall and should not call NVML again.
 func Probe(ctx context.Context, lib string) (*Result, error) {
+	return probeWith(ctx, lib, nil)
+}
+
+// ProbeWith is Probe over l instead of a dlopened library.
+func ProbeWith(ctx context.Context, l Library) (*Result, error) {
+	return probeWith(ctx, l.Name(), l)
+}
+
+func probeWith(ctx context.Context, lib string, src Library) (*Result, error) {
 	if err := ctx.Err(); err != nil {
 		return newResult(lib, "NVML was not asked: "+err.Error()), fmt.Errorf("asking NVML (%s): %w", lib, err)
 	}
@@ -197,7 +236,7 @@ func Probe(ctx context.Context, lib string) (*Result, error) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		r, err := run(ctx, lib)
+		r, err := run(ctx, lib, src)
 		done <- answer{r, err}
 	}()
 	select {
@@ -218,16 +257,21 @@ func newResult(lib, errText string) *Result {
 }
 
 // run is the probe proper, in the order the calls must come.
-func run(ctx context.Context, lib string) (*Result, error) {
+func run(ctx context.Context, lib string, src Library) (*Result, error) {
 	r := newResult(lib, "")
-	p := &probe{lib: lib}
+	p := &probe{lib: lib, src: src}
 	defer func() { r.NVML.Error = strings.Join(p.errs, "; ") }()
 
 	// 1. Load the library and bind what it has.
-	h, err := purego.Dlopen(lib, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-	if err != nil {
-		p.note("dlopen: %v", err)
-		return r, fmt.Errorf("loading NVML: %w", err)
+	var h uintptr
+	if p.src == nil {
+		var err error
+		h, err = purego.Dlopen(lib, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err != nil {
+			p.note("dlopen: %v", err)
+			return r, fmt.Errorf("loading NVML: %w", err)
+		}
+		p.src = dlLibrary{name: lib, h: h}
 	}
 	r.NVML.Loaded = true
 	p.bind(h, "nvmlInit_v2", &p.init)

@@ -122,7 +122,9 @@ func imageStage() *stage {
 				}
 			}
 			if want["pxe"] {
-				if err := image.WritePXE(filepath.Join(sr.Out, pxeDir), image.PXE{Kernel: kernelImg, Initrd: initrd, Cmdline: r.Kernel.Cmdline}); err != nil {
+				err := image.LinkPXE(filepath.Join(sr.Out, pxeDir), image.PXE{Kernel: kernelImg, Initrd: initrd, Cmdline: r.Kernel.Cmdline},
+					filepath.Join(sr.Dep("kernel"), kernel.ImageFile), filepath.Join(sr.Dep("initramfs"), initrdFile))
+				if err != nil {
 					return fmt.Errorf("PXE bundle: %w", err)
 				}
 			}

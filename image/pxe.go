@@ -75,6 +75,33 @@ func WritePXE(dir string, p PXE) error {
 	return nil
 }
 
+// LinkPXE is WritePXE for a builder whose kernel and initrd already lie in
+// immutable files (the store's stage outputs): boot.ipxe is written from p,
+// vmlinuz and initrd.img are hard links to kernelFile and initrdFile (copies
+// where a link cannot be made), so the bundle costs no second write of them.
+func LinkPXE(dir string, p PXE, kernelFile, initrdFile string) error {
+	script, err := IPXEScript(p)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("pxe: %w", err)
+	}
+	for _, f := range []struct{ name, src string }{{pxeKernel, kernelFile}, {pxeInitrd, initrdFile}} {
+		dst := filepath.Join(dir, f.name)
+		if err := os.Link(f.src, dst); err != nil {
+			data, rerr := os.ReadFile(f.src)
+			if rerr != nil {
+				return fmt.Errorf("pxe: %w", rerr)
+			}
+			if err := writeFileAtomic(dst, data); err != nil {
+				return fmt.Errorf("pxe: %w", err)
+			}
+		}
+	}
+	return writeFileAtomic(filepath.Join(dir, pxeScript), []byte(script))
+}
+
 func writeFileAtomic(path string, data []byte) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {

@@ -60,3 +60,32 @@ func TestWritePXERejects(t *testing.T) {
 		}
 	}
 }
+
+// LinkPXE gives the bundle WritePXE gives, its kernel and initrd linked to
+// the files it was handed (no second copy of either).
+func TestLinkPXEMatchesWritePXE(t *testing.T) {
+	p := PXE{Kernel: []byte("kernel bytes"), Initrd: []byte("initrd bytes"), Cmdline: "console=ttyS0"}
+	src := t.TempDir()
+	kf, inf := filepath.Join(src, "bzImage"), filepath.Join(src, "initrd.img")
+	os.WriteFile(kf, p.Kernel, 0o644)
+	os.WriteFile(inf, p.Initrd, 0o644)
+	a, b := filepath.Join(t.TempDir(), "pxe"), filepath.Join(t.TempDir(), "pxe")
+	if err := WritePXE(a, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := LinkPXE(b, p, kf, inf); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"vmlinuz", "initrd.img", "boot.ipxe"} {
+		x, _ := os.ReadFile(filepath.Join(a, name))
+		y, err := os.ReadFile(filepath.Join(b, name))
+		if err != nil || !bytes.Equal(x, y) {
+			t.Errorf("%s: LinkPXE %q (%v), WritePXE %q", name, y, err, x)
+		}
+	}
+	ks, _ := os.Stat(kf)
+	ls, _ := os.Stat(filepath.Join(b, "vmlinuz"))
+	if !os.SameFile(ks, ls) {
+		t.Error("vmlinuz is a copy, not a link to the kernel file")
+	}
+}

@@ -14,7 +14,7 @@
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /tmp/peerboot-bench.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+[ "${BENCH_KEEP:-}" = 1 ] || trap 'rm -rf "$work"' EXIT
 git clone -q "$top" "$work/src"
 cd "$work/src"
 make -s >/dev/null
@@ -38,29 +38,29 @@ echo "# bench $(date +%s)" >>overlay/etc/hosts
 make -s >/dev/null
 t_overlay=$(timed)
 built=$(awk '$2 == "built" {printf "%s%s", sep, $1; sep=","}' "$work/build.log")
-config=$("$pb" plan "$recipe" | awk '$2 == "config" {print $NF}')
+config=$("$pb" plan "$recipe" | awk '$1 ~ /^[0-9]+[.]$/ && $2 == "config" {print $NF}')
 tree="${PEERBOOT_CACHE:-$HOME/.cache/peerboot}/out/$config/root"
-t0=$(now)
-(cd "$tree" && find . | LC_ALL=C sort | cpio -o -H newc --quiet | zstd -T0 -3 -q >"$work/ref.cpio.zst")
-python3 - "$work" <<'PY'
+# Which 1 MiB blocks of each output changed (found untimed), as dd commands.
+python3 - "$work" >"$work/dd.sh" <<'PY'
 import os, sys
 w = sys.argv[1]
-# The changed 1 MiB blocks of each output, written into the old copy as dd would.
 for old, new in (("disk.old", "out/default/disk.img"), ("efi.old", "out/default/peerboot.efi")):
-    a, b = open(os.path.join(w, old), "r+b"), open(os.path.join(w, new), "rb")
-    n = 0
+    a, b = open(os.path.join(w, old), "rb"), open(os.path.join(w, new), "rb")
+    i, n = 0, 0
     while True:
         x, y = a.read(1 << 20), b.read(1 << 20)
         if not y:
             break
         if x != y:
-            a.seek(-len(x), 1)
-            a.write(y)
+            print(f"dd if={w}/{new} of={w}/{old} bs=1M skip={i} seek={i} count=1 conv=notrunc status=none")
             n += 1
-    a.truncate()
-    a.flush()
-    print(f"{new}: {n} MiB changed", file=sys.stderr)
+        i += 1
+    print(f"{new}: {n} of {i} MiB changed", file=sys.stderr)
 PY
+t0=$(now)
+(cd "$tree" && find . | LC_ALL=C sort | cpio -o -H newc --quiet | zstd -T0 -3 -q >"$work/ref.cpio.zst")
+sh "$work/dd.sh"
+sync -f "$work/disk.old"
 t1=$(now)
 t_ref=$(echo "$t1 - $t0" | bc)
 echo "overlay edit: rebuild ${t_overlay}s (stages built: $built); reference (pack config layer + write changed blocks) ${t_ref}s; ratio $(echo "scale=2; $t_overlay / $t_ref" | bc)"

@@ -22,7 +22,7 @@ func TestWarmRebuildEqualsFresh(t *testing.T) {
 	testguard.Short(t, "builds the default image (a store hit after TestBuildAndBootDefault)")
 	dir := t.TempDir()
 	recipe := filepath.Join(dir, "default.toml")
-	for _, f := range []string{"default.toml", "default.toml.lock"} {
+	for _, f := range []string{"default.toml", "default.lock"} {
 		b, err := os.ReadFile(filepath.Join("..", "recipes", f))
 		if err != nil {
 			t.Fatal(err)

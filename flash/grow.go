@@ -13,8 +13,9 @@ import (
 	"github.com/peerboot/peerboot/progress"
 )
 
-// ReportsLabel is the GPT name and FAT label of the report partition.
-const ReportsLabel = "PEERBOOT"
+// ReportsLabel is the GPT name and FAT label of the report partition (the
+// image stage's layout, image.ReportsLabel).
+const ReportsLabel = image.ReportsLabel
 
 // GrowResult says what GrowReports did.
 type GrowResult struct {

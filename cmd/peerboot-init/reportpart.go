@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/peerboot/peerboot/image"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,8 +15,9 @@ import (
 	"github.com/peerboot/peerboot/selftest"
 )
 
-// reportLabel is the FAT volume label of the partition that receives reports.
-const reportLabel = "PEERBOOT"
+// reportLabel is the FAT volume label of the partition that receives reports
+// (the image stage's layout).
+const reportLabel = image.ReportsLabel
 
 // fatLabel returns the volume label in a FAT boot sector (FAT12/16 or FAT32), or false
 // if the sector is not one. It checks the signature, a sane sector size and the extended

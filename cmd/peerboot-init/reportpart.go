@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/peerboot/peerboot/image"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/selftest"
+
+	"github.com/peerboot/peerboot/image"
 )
 
 // reportLabel is the FAT volume label of the partition that receives reports

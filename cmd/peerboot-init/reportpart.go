@@ -11,9 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/peerboot/peerboot/selftest"
-
 	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/selftest"
 )
 
 // reportLabel is the FAT volume label of the partition that receives reports

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,6 +42,7 @@ type Outcome struct {
 	Key      string
 	Cached   bool
 	Checked  bool // run again and found identical to the store's output
+	Unneeded bool // not asked of the store: every stage that reads it was there
 	Duration time.Duration
 	Dir      string // the stage output in the store (for "publish": the output directory)
 }
@@ -99,20 +101,43 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 		opt.Jobs = 1
 	}
 	clock := &buildClock{recipe: p.Recipe, store: opt.Store, dates: map[string]int64{}}
-	var outs []Outcome
-	for _, s := range p.Stages {
+	last := slices.Index(names, until)
+	for _, s := range p.Stages[:last+1] {
 		if s.Key == "" {
-			return outs, exitcode.Tag(exitcode.Stale, fmt.Errorf("stage %s: unresolved inputs: %s", s.Name, strings.Join(s.Unresolved, "; ")))
+			return nil, exitcode.Tag(exitcode.Stale, fmt.Errorf("stage %s: unresolved inputs: %s", s.Name, strings.Join(s.Unresolved, "; ")))
 		}
+	}
+	// Which stages run: walking back from the last one, a needed stage runs
+	// when the store lacks its output (or --check asks), and then the stages it
+	// reads are needed too. A no-op rebuild asks the store about one stage.
+	need, run := map[string]bool{until: true}, map[string]bool{}
+	for name := range opt.Check {
+		need[name] = slices.Index(names, name) <= last
+	}
+	for i := last; i >= 0; i-- {
+		s := p.Stages[i]
+		if !need[s.Name] {
+			continue
+		}
+		if opt.Check[s.Name] || !(s.Cached || opt.Store.HasOutput(s.Key)) {
+			run[s.Name] = true
+			for _, d := range s.def.Deps {
+				need[d] = true
+			}
+		}
+	}
+	var outs []Outcome
+	for _, s := range p.Stages[:last+1] {
 		start := time.Now()
 		o := Outcome{Stage: s.Name, Key: s.Key, Dir: opt.Store.OutputDir(s.Key)}
-		// The plan asked the store a moment ago; ask again only for what it lacked.
-		cached := s.Cached || opt.Store.HasOutput(s.Key)
 		switch {
-		case cached && !opt.Check[s.Name]:
+		case !need[s.Name]:
+			o.Unneeded = true
+			fmt.Fprintf(opt.Log, "%s: not needed (what reads it is in the store) (%s)\n", s.Name, s.Key)
+		case !run[s.Name]:
 			o.Cached = true
 			fmt.Fprintf(opt.Log, "%s: cached (%s)\n", s.Name, s.Key)
-		case cached:
+		case opt.Check[s.Name] && opt.Store.HasOutput(s.Key):
 			fmt.Fprintf(opt.Log, "%s: checking (%s): building again to compare with the store\n", s.Name, s.Key)
 			if err := runStage(ctx, p, s, opt, clock, true); err != nil {
 				return outs, err
@@ -126,9 +151,6 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 		}
 		o.Duration = time.Since(start)
 		outs = append(outs, o)
-		if s.Name == until {
-			break
-		}
 	}
 	if until == names[len(names)-1] {
 		// Remembered for `plan --why`; losing it loses only that explanation.

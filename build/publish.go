@@ -70,10 +70,8 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 	for _, in := range ins {
 		m.Inputs = append(m.Inputs, ManifestInput{Role: in.Role, Name: in.Name, Digest: in.Digest()})
 	}
-	for _, s := range p.Stages {
-		if s.Key != "" && st.HasOutput(s.Key) {
-			m.Stages = append(m.Stages, ManifestStage{Name: s.Name, Key: s.Key})
-		}
+	for _, s := range p.Stages { // every stage the image came from, by key
+		m.Stages = append(m.Stages, ManifestStage{Name: s.Name, Key: s.Key})
 	}
 	mj, _ := json.MarshalIndent(m, "", "  ")
 	mj = append(mj, '\n')

@@ -36,7 +36,8 @@ whose action key the store already holds is skipped. --stage stops after the nam
 					return exitcode.Tag(exitcode.Stale, fmt.Errorf("input %s is not in the store: run `peerboot fetch %s`", in.Name, r.Path))
 				}
 			}
-			p, err := build.MakePlan(r, ins, un, st, imageTools())
+			// No store: Run asks it only about the stages it needs.
+			p, err := build.MakePlan(r, ins, un, nil, imageTools())
 			if err != nil {
 				return err
 			}
@@ -49,6 +50,8 @@ whose action key the store already holds is skipped. --stage stops after the nam
 			for _, o := range outs {
 				state := "built"
 				switch {
+				case o.Unneeded:
+					state = "unused"
 				case o.Checked:
 					state = "same"
 				case o.Cached:

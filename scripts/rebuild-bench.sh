@@ -63,6 +63,7 @@ sh "$work/dd.sh"
 sync -f "$work/disk.old"
 t1=$(now)
 t_ref=$(echo "$t1 - $t0" | bc)
+grep -E "^(config|initramfs|image|publish) " "$work/build.log" | sed "s/^/  /"
 echo "overlay edit: rebuild ${t_overlay}s (stages built: $built); reference (pack config layer + write changed blocks) ${t_ref}s; ratio $(echo "scale=2; $t_overlay / $t_ref" | bc)"
 
 # 2. description, 3. kernel.cmdline.

@@ -95,7 +95,7 @@ func TestPlanPlatformRecipes(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%s: exit %d\n%s", name, code, errs)
 		}
-		for _, stage := range []string{"1. kernel", "2. driver", "3. rootfs", "4. initramfs", "5. image", "6. sign"} {
+		for _, stage := range []string{"1. kernel", "2. driver", "3. userspace", "4. modules", "5. config", "6. initramfs", "7. image"} {
 			if !strings.Contains(out, stage) {
 				t.Errorf("%s: plan lacks %q\n%s", name, stage, out)
 			}

@@ -1,7 +1,6 @@
 package build
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"fmt"
@@ -144,20 +143,9 @@ func efiStub(sr *stageRun) ([]byte, error) {
 			return nil, err
 		}
 		defer f.Close()
-		var stub []byte
-		err = debfile.Data(f, func(h *tar.Header, body io.Reader) error {
-			if strings.TrimPrefix(h.Name, "./") == stubPath {
-				var err error
-				stub, err = io.ReadAll(body)
-				return err
-			}
-			return nil
-		})
+		stub, err := debfile.DataFile(f, stubPath)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", in.Name, err)
-		}
-		if stub == nil {
-			return nil, fmt.Errorf("%s has no /%s", in.Name, stubPath)
 		}
 		return stub, nil
 	}

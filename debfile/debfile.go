@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -147,6 +148,27 @@ func DataTime(r io.Reader) (int64, error) {
 // Data opens the package's data.tar.* and calls fn for each tar entry.
 func Data(r io.Reader, fn func(h *tar.Header, body io.Reader) error) error {
 	return member(r, "data.tar", fn)
+}
+
+// ErrNoFile is returned by DataFile for a path the package does not ship.
+var ErrNoFile = errors.New("no such file in the package")
+
+// DataFile returns the contents of the regular file at path (without the
+// leading "./") in the package's data.tar.*.
+func DataFile(r io.Reader, path string) ([]byte, error) {
+	var data []byte
+	err := Data(r, func(h *tar.Header, body io.Reader) error {
+		if data == nil && h.Typeflag == tar.TypeReg && strings.TrimPrefix(h.Name, "./") == path {
+			b, err := io.ReadAll(body)
+			data = b
+			return err
+		}
+		return nil
+	})
+	if err == nil && data == nil {
+		err = fmt.Errorf("/%s: %w", path, ErrNoFile)
+	}
+	return data, err
 }
 
 // Control opens control.tar.* and returns the control file's bytes.

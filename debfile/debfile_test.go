@@ -3,6 +3,7 @@ package debfile
 import (
 	"archive/tar"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"testing"
@@ -62,4 +63,14 @@ func FuzzData(f *testing.F) {
 			return err
 		})
 	})
+}
+
+func TestDataFile(t *testing.T) {
+	deb := buildDeb(t, map[string]string{"./usr/lib/libcuda.so.1": "ELF", "./usr/share/doc/x": "odd"})
+	if b, err := DataFile(bytes.NewReader(deb), "usr/lib/libcuda.so.1"); err != nil || string(b) != "ELF" {
+		t.Errorf("got %q, %v", b, err)
+	}
+	if _, err := DataFile(bytes.NewReader(deb), "usr/lib/absent"); !errors.Is(err, ErrNoFile) {
+		t.Errorf("absent file: %v, want ErrNoFile", err)
+	}
 }

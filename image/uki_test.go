@@ -1,11 +1,9 @@
 package image
 
 import (
-	"archive/tar"
 	"bytes"
 	"debug/pe"
 	"encoding/binary"
-	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -397,20 +395,9 @@ func realStub(t *testing.T) []byte {
 	}
 	defer f.Close()
 	const stubPath = "usr/lib/systemd/boot/efi/linuxx64.efi.stub"
-	var stub []byte
-	err = debfile.Data(f, func(h *tar.Header, body io.Reader) error {
-		if strings.TrimPrefix(h.Name, "./") == stubPath {
-			var err error
-			stub, err = io.ReadAll(body)
-			return err
-		}
-		return nil
-	})
+	stub, err := debfile.DataFile(f, stubPath)
 	if err != nil {
 		t.Fatalf("%s: %v", deb.Filename, err)
-	}
-	if stub == nil {
-		t.Fatalf("%s has no /%s", deb.Filename, stubPath)
 	}
 	return stub
 }

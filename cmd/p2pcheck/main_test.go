@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/internal/testbin"
+	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/selftest"
 )
@@ -33,7 +34,7 @@ func TestMain(m *testing.M) {
 func fakeDriver(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not installed; the fake driver library cannot be built")
+		testguard.Skip(t, "gcc not installed; the fake driver library cannot be built (make deps installs build-essential)")
 	}
 	so := filepath.Join(t.TempDir(), "libfakedriver.so")
 	out, err := exec.Command("gcc", "-shared", "-fPIC", "-o", so, filepath.Join("testdata", "fakedriver.c")).CombinedOutput()

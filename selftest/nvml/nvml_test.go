@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -18,7 +19,7 @@ import (
 func fakeNVML(t *testing.T, defines ...string) string {
 	t.Helper()
 	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not installed; the fake NVML library cannot be built")
+		testguard.Skip(t, "gcc not installed; the fake NVML library cannot be built (make deps installs build-essential)")
 	}
 	so := filepath.Join(t.TempDir(), "libnvidia-ml-fake.so")
 	args := append([]string{"-shared", "-fPIC", "-Wall", "-Werror", "-o", so}, defines...)

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
 func TestBuildRefusesNonEmptyDir(t *testing.T) {
@@ -187,7 +189,7 @@ func TestTrain(t *testing.T) {
 func TestConfigLspci(t *testing.T) {
 	lspci, err := exec.LookPath("lspci")
 	if err != nil {
-		t.Skip("lspci not installed")
+		testguard.Skip(t, "lspci not installed (make deps installs pciutils)")
 	}
 	l := Xeon8GPU()
 	l.Bridge("0000:19:08.0").ACSCtrl |= ACSRR

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
 // chromium runs Debian's chromium headless against url with the extra flags and
@@ -27,7 +29,7 @@ func chromium(t *testing.T, url string, flags ...string) []byte {
 		if os.Getenv("PEERBOOT_REQUIRE_CHROMIUM") != "" {
 			t.Fatal("chromium is not installed: apt-get install chromium")
 		}
-		t.Skip("chromium is not installed (scripts/deps.sh installs it for make test)")
+		testguard.Skip(t, "chromium is not installed (make deps installs it)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

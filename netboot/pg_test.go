@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
 // A PostgreSQL server for the store tests: Debian's postgresql package, a cluster in a
@@ -47,7 +49,7 @@ func postgresDSN(t *testing.T) string {
 		if os.Getenv("PEERBOOT_REQUIRE_POSTGRES") != "" {
 			t.Fatalf("PostgreSQL 15 is not installed (%v): apt-get install postgresql", err)
 		}
-		t.Skipf("PostgreSQL 15 is not installed (%v): apt-get install postgresql", err)
+		testguard.Skipf(t, "PostgreSQL 15 is not installed (%v): make deps installs postgresql", err)
 	}
 	pg.once.Do(func() { pg.err = startPostgres() })
 	if pg.err != nil {

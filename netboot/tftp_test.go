@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
 // tftpGet is a minimal client: it reads name from server and returns the bytes, or
@@ -175,10 +177,10 @@ type netnsPair struct {
 func newNetnsPair(t *testing.T) *netnsPair {
 	t.Helper()
 	if os.Getuid() != 0 {
-		t.Skip("needs root for ip netns")
+		testguard.Skip(t, "needs root for ip netns (CI runs make test as root)")
 	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("needs iproute2")
+		testguard.Skip(t, "needs iproute2 (make deps installs it)")
 	}
 	id := fmt.Sprintf("%d", os.Getpid()%100000)
 	p := &netnsPair{server: "pbsrv" + id, client: "pbcli" + id, serverIP: "10.231.0.1", clientIP: "10.231.0.2", serverIf: "pbs" + id, clientIf: "pbc" + id}

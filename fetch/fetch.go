@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/progress"
 	"github.com/peerboot/peerboot/store"
@@ -192,9 +193,19 @@ func download(ctx context.Context, st *store.Store, in lock.Input, client *http.
 		if meter != nil {
 			w = io.MultiWriter(p, meterWriter{meter})
 		}
-		n, err = io.Copy(w, resp.Body)
+		body := io.Reader(resp.Body)
+		if in.Size > 0 { // a server sending more than the pin cannot fill the disk first
+			body = io.LimitReader(resp.Body, in.Size-p.Size()+1)
+		}
+		n, err = io.Copy(w, body)
 		if err != nil {
 			return n, fmt.Errorf("downloading %s: %w (partial download kept for resume)", in.URL, err)
+		}
+		if in.Size > 0 && p.Size() > in.Size {
+			if rerr := p.Reset(); rerr != nil {
+				return n, rerr
+			}
+			return n, exitcode.Tag(exitcode.Integrity, fmt.Errorf("downloading %s: the server sent more than the %d bytes pinned; refused", in.URL, in.Size))
 		}
 	}
 	if err := p.Commit(); err != nil {

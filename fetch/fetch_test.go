@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand"
 	"net/http"
 	"net/http/httptest"
@@ -250,5 +251,40 @@ func TestVanishedDebSaysHowToRecover(t *testing.T) {
 	_, err := Fetch(context.Background(), st, []lock.Input{in}, Options{})
 	if err == nil || !strings.Contains(err.Error(), "peerboot lock") || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// A server that sends more than the lock's size is cut off one byte past it
+// and refused: it cannot fill the store's disk before the hash check.
+func TestOversizedDownloadIsCutOff(t *testing.T) {
+	data := payload(1 << 20)
+	var sent int64
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for i := 0; i < 64; i++ { // 64 MiB offered for a 4 KiB pin
+			n, err := w.Write(data)
+			sent += int64(n)
+			if err != nil {
+				return
+			}
+		}
+	}))
+	defer ts.Close()
+	st, _ := store.Open(t.TempDir())
+	in := lock.Input{Role: "userspace", Name: "libcuda1", Kind: "deb", URL: ts.URL + "/x.deb", SHA256: sum(data[:4096]), Size: 4096}
+	_, err := Fetch(context.Background(), st, []lock.Input{in}, Options{})
+	if err == nil || !strings.Contains(err.Error(), "more than the 4096 bytes pinned") {
+		t.Fatalf("want a refusal naming the pinned size, got %v", err)
+	}
+	var held int64
+	filepath.WalkDir(st.Root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, _ := d.Info(); fi != nil {
+				held += fi.Size()
+			}
+		}
+		return nil
+	})
+	if held > 1<<16 {
+		t.Errorf("the store holds %d bytes after refusing a 4096-byte pin", held)
 	}
 }

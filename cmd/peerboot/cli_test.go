@@ -84,7 +84,7 @@ func TestFreshStoreLockFetchTamper(t *testing.T) {
 		t.Fatalf("verify after refetch: exit %d\n%s", code, out)
 	}
 	out, _, code = run(t, "--cache", cache, "plan", recipeFile)
-	if code != 0 || strings.Contains(out, "unresolved") || !strings.Contains(out, "6. sign") {
+	if code != 0 || strings.Contains(out, "unresolved") || !strings.Contains(out, "7. image") {
 		t.Fatalf("plan of a locked recipe: exit %d\n%s", code, out)
 	}
 }

@@ -14,14 +14,9 @@ import (
 	"runtime"
 	"unsafe"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/selftest/dl"
 )
-
-// dlopenMode resolves every symbol at load and exports them globally, as libcuda's
-// own plugins (libnvidia-ptxjitcompiler) and libnccl expect.
-const dlopenMode = purego.RTLD_NOW | purego.RTLD_GLOBAL
 
 // CUresult values the engine reacts to.
 const (
@@ -72,33 +67,9 @@ func Code(err error) int {
 	return -1
 }
 
-// Library is where a Driver's entry points come from: libcuda through dlopen (Load),
-// or a FAKE stand-in that tests pass to Open. Bind sets *fn, a pointer to one of the
-// Driver's func fields, to the named C symbol; a library without it returns an error.
-// This is the only seam: everything above the func fields is the same code either way.
-type Library interface {
-	Name() string
-	Bind(name string, fn any) error
-}
-
-// dlLibrary is a dlopened shared object.
-type dlLibrary struct {
-	name string
-	h    uintptr
-}
-
-func (l dlLibrary) Name() string { return l.name }
-
-// Bind looks a symbol up before registering it: purego.RegisterFunc on a zero address
-// would crash at the first call, and a library without a symbol is a finding.
-func (l dlLibrary) Bind(name string, fn any) error {
-	sym, err := purego.Dlsym(l.h, name)
-	if err != nil {
-		return fmt.Errorf("dlsym %s: %w", name, err)
-	}
-	purego.RegisterFunc(fn, sym)
-	return nil
-}
+// Library is where a Driver's entry points come from: libcuda through dlopen
+// (Load), or a FAKE stand-in that tests pass to Open (see package dl).
+type Library = dl.Library
 
 // Driver is a loaded libcuda. It is not safe for concurrent use: callers drive it from
 // one goroutine locked to its OS thread.
@@ -155,11 +126,11 @@ type Driver struct {
 // shares it (dlopen counts references), so selftest/nccl and this package see one
 // libcuda, the one libnccl loads too.
 func Load(lib string) (*Driver, error) {
-	h, err := purego.Dlopen(lib, dlopenMode)
+	l, err := dl.Open(lib)
 	if err != nil {
-		return nil, fmt.Errorf("loading %s: %w", lib, err)
+		return nil, err
 	}
-	return Open(dlLibrary{name: lib, h: h})
+	return Open(l)
 }
 
 // Open binds the driver subset from l (see Load).

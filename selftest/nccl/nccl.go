@@ -16,10 +16,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/cuda"
+	"github.com/peerboot/peerboot/selftest/dl"
 )
 
 // Options configure Run. Zero values take the defaults in brackets.
@@ -134,28 +133,11 @@ type lib struct {
 }
 
 func loadNCCL(path string) (*lib, error) {
-	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	l, err := dl.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("loading %s: %w", path, err)
+		return nil, err
 	}
-	return bindNCCL(dlLibrary{name: path, h: h})
-}
-
-// dlLibrary is a dlopened libnccl.
-type dlLibrary struct {
-	name string
-	h    uintptr
-}
-
-func (l dlLibrary) Name() string { return l.name }
-
-func (l dlLibrary) Bind(name string, fn any) error {
-	sym, err := purego.Dlsym(l.h, name)
-	if err != nil {
-		return fmt.Errorf("dlsym %s: %w", name, err)
-	}
-	purego.RegisterFunc(fn, sym)
-	return nil
+	return bindNCCL(l)
 }
 
 // bindNCCL binds the NCCL subset from src.
@@ -487,15 +469,12 @@ func verify(d *cuda.Driver, r int, k *rank, count int64, n int) (int64, error) {
 
 // flushC calls libc's fflush(NULL), so NCCL's buffered debug file is complete on disk.
 func flushC() {
-	h, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)
-	if err != nil {
-		return
-	}
-	sym, err := purego.Dlsym(h, "fflush")
+	libc, err := dl.Open("libc.so.6")
 	if err != nil {
 		return
 	}
 	var fflush func(f uintptr) int32
-	purego.RegisterFunc(&fflush, sym)
-	fflush(0)
+	if libc.Bind("fflush", &fflush) == nil {
+		fflush(0)
+	}
 }

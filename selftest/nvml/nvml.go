@@ -17,9 +17,8 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/ebitengine/purego"
-
 	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/selftest/dl"
 )
 
 // nvmlGpuP2PCapsIndex_t values.
@@ -121,28 +120,8 @@ type (
 )
 
 // Library is where the probe's entry points come from: libnvidia-ml through dlopen
-// (Probe), or a FAKE stand-in that tests pass to ProbeWith. Bind sets *fn, a pointer
-// to one of the probe's func fields, to the named symbol, or returns an error.
-type Library interface {
-	Name() string
-	Bind(name string, fn any) error
-}
-
-type dlLibrary struct {
-	name string
-	h    uintptr
-}
-
-func (l dlLibrary) Name() string { return l.name }
-
-func (l dlLibrary) Bind(name string, fn any) error {
-	sym, err := purego.Dlsym(l.h, name)
-	if err != nil || sym == 0 {
-		return fmt.Errorf("dlsym %s: %v", name, err)
-	}
-	purego.RegisterFunc(fn, sym)
-	return nil
-}
+// (Probe), or a FAKE stand-in that tests pass to ProbeWith (see package dl).
+type Library = dl.Library
 
 // memInfo is both nvmlBAR1Memory_t {bar1Total, bar1Free, bar1Used} and nvmlMemory_t
 // {total, free, used}: three unsigned long long, in bytes.
@@ -194,7 +173,7 @@ func (p *probe) note(format string, args ...any) {
 // bind looks a symbol up before registering it: purego panics on a missing symbol, and
 // a library without one is a finding, not a crash. A missing symbol is noted and the
 // function stays nil.
-func (p *probe) bind(_ uintptr, name string, fn any) bool {
+func (p *probe) bind(name string, fn any) bool {
 	if err := p.src.Bind(name, fn); err != nil {
 		p.note("%s is missing from %s", name, p.lib)
 		return false
@@ -263,18 +242,16 @@ func run(ctx context.Context, lib string, src Library) (*Result, error) {
 	defer func() { r.NVML.Error = strings.Join(p.errs, "; ") }()
 
 	// 1. Load the library and bind what it has.
-	var h uintptr
 	if p.src == nil {
-		var err error
-		h, err = purego.Dlopen(lib, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		l, err := dl.Open(lib)
 		if err != nil {
 			p.note("dlopen: %v", err)
 			return r, fmt.Errorf("loading NVML: %w", err)
 		}
-		p.src = dlLibrary{name: lib, h: h}
+		p.src = l
 	}
 	r.NVML.Loaded = true
-	p.bind(h, "nvmlInit_v2", &p.init)
+	p.bind("nvmlInit_v2", &p.init)
 	if p.init == nil {
 		return r, fmt.Errorf("loading NVML: %s lacks functions every probe needs: %s", lib, strings.Join(p.errs, "; "))
 	}
@@ -288,7 +265,7 @@ func run(ctx context.Context, lib string, src Library) (*Result, error) {
 		p.note("nvmlInit_v2: %s", st.Name)
 		return r, fmt.Errorf("initializing NVML (%s): %s", lib, st.Name)
 	}
-	p.bindAll(h)
+	p.bindAll()
 	if p.count == nil || p.handleByIndex == nil || p.pciInfo == nil {
 		return r, fmt.Errorf("loading NVML: %s lacks functions every probe needs: %s", lib, strings.Join(p.errs, "; "))
 	}
@@ -356,26 +333,26 @@ func run(ctx context.Context, lib string, src Library) (*Result, error) {
 }
 
 // bindAll binds every function; missing ones are noted and stay nil.
-func (p *probe) bindAll(h uintptr) {
-	p.bind(h, "nvmlShutdown", &p.shutdown)
-	p.bind(h, "nvmlSystemGetDriverVersion", &p.driverVersion)
-	p.bind(h, "nvmlSystemGetCudaDriverVersion_v2", &p.cudaVersion)
-	p.bind(h, "nvmlDeviceGetCount_v2", &p.count)
-	p.bind(h, "nvmlDeviceGetHandleByIndex_v2", &p.handleByIndex)
-	p.bind(h, "nvmlDeviceGetHandleByPciBusId_v2", &p.handleByBusID)
-	p.bind(h, "nvmlDeviceGetPciInfo_v3", &p.pciInfo)
-	p.bind(h, "nvmlDeviceGetName", &p.name)
-	p.bind(h, "nvmlDeviceGetBAR1MemoryInfo", &p.bar1)
-	p.bind(h, "nvmlDeviceGetMemoryInfo", &p.memory)
-	p.bind(h, "nvmlDeviceGetCurrPcieLinkGeneration", &p.currGen)
-	p.bind(h, "nvmlDeviceGetCurrPcieLinkWidth", &p.currWidth)
-	p.bind(h, "nvmlDeviceGetMaxPcieLinkGeneration", &p.maxGen)
-	p.bind(h, "nvmlDeviceGetMaxPcieLinkWidth", &p.maxWidth)
-	p.bind(h, "nvmlDeviceGetPcieReplayCounter", &p.replay)
-	p.bind(h, "nvmlDeviceGetDisplayMode", &p.displayMode)
-	p.bind(h, "nvmlDeviceGetDisplayActive", &p.displayActive)
-	p.bind(h, "nvmlDeviceGetP2PStatus", &p.p2pStatus)
-	p.bind(h, "nvmlDeviceGetTopologyCommonAncestor", &p.topologyCommonAncestor)
+func (p *probe) bindAll() {
+	p.bind("nvmlShutdown", &p.shutdown)
+	p.bind("nvmlSystemGetDriverVersion", &p.driverVersion)
+	p.bind("nvmlSystemGetCudaDriverVersion_v2", &p.cudaVersion)
+	p.bind("nvmlDeviceGetCount_v2", &p.count)
+	p.bind("nvmlDeviceGetHandleByIndex_v2", &p.handleByIndex)
+	p.bind("nvmlDeviceGetHandleByPciBusId_v2", &p.handleByBusID)
+	p.bind("nvmlDeviceGetPciInfo_v3", &p.pciInfo)
+	p.bind("nvmlDeviceGetName", &p.name)
+	p.bind("nvmlDeviceGetBAR1MemoryInfo", &p.bar1)
+	p.bind("nvmlDeviceGetMemoryInfo", &p.memory)
+	p.bind("nvmlDeviceGetCurrPcieLinkGeneration", &p.currGen)
+	p.bind("nvmlDeviceGetCurrPcieLinkWidth", &p.currWidth)
+	p.bind("nvmlDeviceGetMaxPcieLinkGeneration", &p.maxGen)
+	p.bind("nvmlDeviceGetMaxPcieLinkWidth", &p.maxWidth)
+	p.bind("nvmlDeviceGetPcieReplayCounter", &p.replay)
+	p.bind("nvmlDeviceGetDisplayMode", &p.displayMode)
+	p.bind("nvmlDeviceGetDisplayActive", &p.displayActive)
+	p.bind("nvmlDeviceGetP2PStatus", &p.p2pStatus)
+	p.bind("nvmlDeviceGetTopologyCommonAncestor", &p.topologyCommonAncestor)
 }
 
 // device returns GPU i's handle and sysfs BDF. When the library has

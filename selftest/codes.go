@@ -65,3 +65,15 @@ func NVMLStatus(code int) Status {
 	}
 	return Status{Name: fmt.Sprintf("nvmlReturn_t(%d)", code), Code: code}
 }
+
+// Library return codes the verdict rules name.
+const (
+	CUDASuccess             = 0
+	CUDAErrorStubLibrary    = 34
+	CUDAErrorNoDevice       = 100
+	CUDAErrorSystemMismatch = 803
+
+	NVMLSuccess            = 0
+	NVMLDriverNotLoaded    = 9
+	NVMLLibRMVersionMismat = 18
+)

@@ -126,7 +126,7 @@ func versionFields(r *Report) ([]string, map[string]string) {
 	}
 	var names []string
 	for i := range r.GPUs {
-		names = append(names, orDefault(gpuName(r, i), strings.TrimPrefix(r.GPUs[i].Device, "0x")))
+		names = append(names, orDefault(r.GPUName(i), strings.TrimPrefix(r.GPUs[i].Device, "0x")))
 	}
 	v["gpus"] = gpuSummary(names)
 	for _, m := range r.Modules {
@@ -186,7 +186,7 @@ func copyMap(r *Report) (map[copyKey]*Copy, []copyKey) {
 	var order []copyKey
 	for i := range r.Copies {
 		c := &r.Copies[i]
-		k := copyKey{ordIndex(r, c.Src), ordIndex(r, c.Dst), c.Method, c.Direction}
+		k := copyKey{r.GPUIndex(c.Src), r.GPUIndex(c.Dst), c.Method, c.Direction}
 		if _, ok := m[k]; !ok {
 			order = append(order, k)
 		}
@@ -360,7 +360,7 @@ func RenderDiff(d *ReportDiff, minPercent float64) string {
 			if c.WrongA != c.WrongB {
 				wrong = fmt.Sprintf("\twrong %d -> %d", c.WrongA, c.WrongB)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t-> %s\t%s%s\n", humanBytes(c.Bytes), copySide(c.A, "", c.Only == "b"), copySide(c.B, "", c.Only == "a"), pctText(c.Percent, c.Only, false), wrong)
+			fmt.Fprintf(tw, "  %s\t%s\t-> %s\t%s%s\n", HumanBytes(c.Bytes), copySide(c.A, "", c.Only == "b"), copySide(c.B, "", c.Only == "a"), pctText(c.Percent, c.Only, false), wrong)
 		}
 		tw.Flush()
 	}

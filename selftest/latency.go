@@ -14,48 +14,7 @@ import (
 
 // LatencySubject names a latency measurement: "GPU0->GPU1 latency" (GPU indexes).
 func LatencySubject(r *Report, l *Latency) string {
-	return fmt.Sprintf("GPU%d->GPU%d latency", ordIndex(r, l.Src), ordIndex(r, l.Dst))
-}
-
-// latencies judges every latency measurement: a failed CUDA call or bytes that did not
-// arrive fail; a peer write slower than the recipe's max_latency_us for the pair's
-// topology class warns. Bandwidth and verified data are what a pass rests on; a slow
-// small write on a pair whose copies pass is a symptom worth a look, not a broken box.
-func (j *judge) latencies() {
-	r := j.r
-	for k := range r.Latencies {
-		l := &r.Latencies[k]
-		a, b := ordIndex(r, l.Src), ordIndex(r, l.Dst)
-		subject := LatencySubject(r, l)
-		name := fmt.Sprintf("GPU%d->GPU%d %d-byte write", a, b, l.Bytes)
-		if a == b {
-			name = fmt.Sprintf("GPU%d local %d-byte write", a, l.Bytes)
-		}
-		if l.Error != "" {
-			j.add(SevFail, "latency.error", subject, fmt.Sprintf("timing the %s failed: %s", name, l.Error), l.Error, copyErrorHint(l.Error))
-			continue
-		}
-		if m := l.Mismatch; m != nil {
-			hint := "a peer write landed elsewhere: check kernel.iommu_fault and kernel.xid, and the driver's P2P mapping (driver.p2p)"
-			if a == b {
-				hint = "a write inside one GPU did not arrive: check kernel.xid for this GPU and its memory (ECC, nvidia-smi -q -d ECC)"
-			}
-			j.add(SevFail, "latency.corrupt", subject, fmt.Sprintf("%s did not arrive: %d word(s) differ, first at byte %#x (want 0x%08x, got 0x%08x)", name, m.Words, m.Offset, m.Want, m.Got),
-				fmt.Sprintf("offset=%d want=0x%08x got=0x%08x words=%d", m.Offset, m.Want, m.Got, m.Words), hint)
-			continue
-		}
-		if a == b || j.e == nil {
-			continue
-		}
-		topo := pairTopology(r, a, b)
-		th, ok := j.e.Thresholds[topo]
-		if !ok || th.MaxLatencyUS <= 0 || l.US <= th.MaxLatencyUS {
-			continue
-		}
-		j.add(SevWarn, "latency.slow", subject, fmt.Sprintf("%s takes %.2f µs, above the %s bound of %.2f µs", name, l.US, topo, th.MaxLatencyUS),
-			fmt.Sprintf("us=%.3f selftest.thresholds.%s.max_latency_us=%g samples=%s", l.US, topo, th.MaxLatencyUS, floats(l.Samples)),
-			"direct P2P writes take about 0.5 µs, writes staged through host memory about 14 µs: check p2p.status, acs.redirect and the IOMMU mode; a value near the staged figure means P2P is not really on")
-	}
+	return fmt.Sprintf("GPU%d->GPU%d latency", r.GPUIndex(l.Src), r.GPUIndex(l.Dst))
 }
 
 // renderLatencies prints the latency matrix: row the writing GPU, column the GPU
@@ -66,7 +25,7 @@ func renderLatencies(b *strings.Builder, r *Report) {
 	}
 	n := len(r.GPUs)
 	for _, l := range r.Latencies {
-		n = max(n, ordIndex(r, l.Src)+1, ordIndex(r, l.Dst)+1)
+		n = max(n, r.GPUIndex(l.Src)+1, r.GPUIndex(l.Dst)+1)
 	}
 	marked := map[string]bool{}
 	for _, f := range r.Findings {
@@ -81,7 +40,7 @@ func renderLatencies(b *strings.Builder, r *Report) {
 	bytes := int64(0)
 	for k := range r.Latencies {
 		l := &r.Latencies[k]
-		a, d := ordIndex(r, l.Src), ordIndex(r, l.Dst)
+		a, d := r.GPUIndex(l.Src), r.GPUIndex(l.Dst)
 		if a < 0 || d < 0 || a >= n || d >= n {
 			continue
 		}
@@ -131,7 +90,7 @@ func diffLatencies(a, b *Report) []LatencyChange {
 		m := map[key]*Latency{}
 		for i := range r.Latencies {
 			l := &r.Latencies[i]
-			m[key{ordIndex(r, l.Src), ordIndex(r, l.Dst)}] = l
+			m[key{r.GPUIndex(l.Src), r.GPUIndex(l.Dst)}] = l
 		}
 		return m
 	}

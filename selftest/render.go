@@ -127,22 +127,22 @@ func renderGPUs(b *strings.Builder, r *Report) {
 	tw := newTab(b)
 	fmt.Fprintf(tw, "  #\tBDF\tNAME\tNUMA\tLINK NOW\tLINK MAX\tBAR1/VRAM\tUPSTREAM\n")
 	for i, g := range r.GPUs {
-		name := gpuName(r, i)
+		name := r.GPUName(i)
 		if name == "" {
 			name = strings.TrimPrefix(g.Vendor, "0x") + ":" + strings.TrimPrefix(g.Device, "0x")
 		}
-		vram, _ := gpuVRAM(r, nil, i)
+		vram, _ := r.GPUVRAM(i)
 		var up []string
 		for _, br := range g.Upstream {
 			s := br.BDF + " " + linkText(br.Link.CurrentSpeed, br.Link.CurrentWidth)
 			if br.ACS.Redirects() {
-				s += " ACS:" + acsBits(br.ACS)
+				s += " ACS:" + br.ACS.Bits()
 			}
 			up = append(up, s)
 		}
 		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s/%s\t%s\n", i, g.BDF, name, g.NUMANode,
 			linkText(g.Link.CurrentSpeed, g.Link.CurrentWidth), linkText(g.Link.MaxSpeed, g.Link.MaxWidth),
-			humanBytes(gpuBAR1(r, i)), humanBytes(vram), orDefault(strings.Join(up, " > "), "-"))
+			HumanBytes(r.GPUBAR1(i)), HumanBytes(vram), orDefault(strings.Join(up, " > "), "-"))
 	}
 	tw.Flush()
 }
@@ -161,7 +161,7 @@ func renderTopology(b *strings.Builder, r *Report) {
 			cell := "X"
 			if a != c {
 				cell = "-"
-				if p := pairOf(r, a, c); p != nil {
+				if p := r.PairOf(a, c); p != nil {
 					cell = orDefault(p.Topology, orDefault(p.NVMLTopology, "?"))
 					if (p.P2PRead != "" && p.P2PRead != "OK") || (p.P2PWrite != "" && p.P2PWrite != "OK") {
 						cell += " " + orDefault(p.P2PRead, "?") + "/" + orDefault(p.P2PWrite, "?")
@@ -209,7 +209,7 @@ func renderCopies(b *strings.Builder, r *Report) {
 	}
 	n := len(r.GPUs)
 	for _, c := range r.Copies {
-		n = max(n, ordIndex(r, c.Src)+1, ordIndex(r, c.Dst)+1)
+		n = max(n, r.GPUIndex(c.Src)+1, r.GPUIndex(c.Dst)+1)
 	}
 	failed := failedSubjects(r)
 	cell := func(c *Copy, topo string) string {
@@ -250,7 +250,7 @@ func renderCopies(b *strings.Builder, r *Report) {
 			if c.Method != o.method {
 				continue
 			}
-			a, d := ordIndex(r, c.Src), ordIndex(r, c.Dst)
+			a, d := r.GPUIndex(c.Src), r.GPUIndex(c.Dst)
 			if a < 0 || d < 0 || a >= n || d >= n {
 				continue
 			}
@@ -259,7 +259,7 @@ func renderCopies(b *strings.Builder, r *Report) {
 				grid[a][a] = cell(c, "loc")
 			case a != d && c.Direction == o.dir:
 				any = true
-				grid[a][d] = cell(c, orDefault(pairTopology(r, a, d), "?"))
+				grid[a][d] = cell(c, orDefault(r.PairTopology(a, d), "?"))
 				if o.dir == DirBidir && grid[d][a] == "" {
 					grid[d][a] = grid[a][d]
 				}
@@ -309,7 +309,7 @@ func renderHighMem(b *strings.Builder, r *Report) {
 	for _, h := range r.HighMem {
 		peer := "-"
 		if h.Peer >= 0 {
-			peer = fmt.Sprintf("GPU%d", ordIndex(r, h.Peer))
+			peer = fmt.Sprintf("GPU%d", r.GPUIndex(h.Peer))
 		}
 		res := "not verified"
 		switch {
@@ -320,7 +320,7 @@ func renderHighMem(b *strings.Builder, r *Report) {
 		case h.Verified:
 			res = "verified"
 		}
-		fmt.Fprintf(tw, "  GPU%d\t%s\t%s/%s\t%dMiB\t%s\t%s\n", ordIndex(r, h.GPU), peer, humanBytes(h.BAR1Bytes), humanBytes(h.VRAMBytes), h.BallastMiB, orDefault(h.BufferVA, "?"), res)
+		fmt.Fprintf(tw, "  GPU%d\t%s\t%s/%s\t%dMiB\t%s\t%s\n", r.GPUIndex(h.GPU), peer, HumanBytes(h.BAR1Bytes), HumanBytes(h.VRAMBytes), h.BallastMiB, orDefault(h.BufferVA, "?"), res)
 	}
 	tw.Flush()
 	if g := r.HighMem[0].Guarantee; g != "" {
@@ -345,7 +345,7 @@ func renderNCCL(b *strings.Builder, r *Report) {
 		tw := newTab(b)
 		fmt.Fprintf(tw, "  BYTES\tTIME\tALGBW GB/s\tBUSBW GB/s\tWRONG\n")
 		for _, s := range n.Sizes {
-			fmt.Fprintf(tw, "  %s\t%.1fus\t%.2f\t%.2f\t%d\n", humanBytes(s.Bytes), s.TimeUS, s.AlgBW, s.BusBW, s.Wrong)
+			fmt.Fprintf(tw, "  %s\t%.1fus\t%.2f\t%.2f\t%d\n", HumanBytes(s.Bytes), s.TimeUS, s.AlgBW, s.BusBW, s.Wrong)
 		}
 		tw.Flush()
 	}
@@ -440,14 +440,14 @@ func renderDurations(b *strings.Builder, r *Report) {
 	section(b, "Durations")
 	var parts []string
 	for _, d := range r.Durations {
-		parts = append(parts, d.Phase+" "+msDuration(d.MS))
+		parts = append(parts, d.Phase+" "+MSDuration(d.MS))
 	}
 	if len(parts) > 0 {
 		fmt.Fprintf(b, "  %s\n", strings.Join(parts, ", "))
 	}
 	switch {
 	case r.Stall != nil:
-		fmt.Fprintf(b, "  stalled in %s after %s", r.Stall.Phase, msDuration(r.Stall.AfterMS))
+		fmt.Fprintf(b, "  stalled in %s after %s", r.Stall.Phase, MSDuration(r.Stall.AfterMS))
 		if r.Stall.Cause != "" {
 			fmt.Fprintf(b, ": %s", r.Stall.Cause)
 		}

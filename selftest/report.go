@@ -1,7 +1,8 @@
 // Package selftest is the boot-time self-test's data model: the report every boot
 // produces (schema 2, documented in docs/selftest.md), its JSON and console
-// encodings, the verdict rules and the human summary. It probes nothing that needs the NVIDIA libraries itself, so the
-// static init can import it; cmd/p2pcheck owns the dlopen side.
+// encodings, its accessors and the human summary. It probes nothing that needs the
+// NVIDIA libraries and reads no recipe, so the static init can import it; the rules
+// that judge a report live in selftest/verdict, the dlopen side in cmd/p2pcheck.
 package selftest
 
 import (

@@ -9,8 +9,7 @@ import (
 )
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
-	r := vmReport()
-	Judge(r, nil)
+	r := sampleReport()
 	b, err := Encode(r)
 	if err != nil {
 		t.Fatal(err)
@@ -52,8 +51,7 @@ func TestDecodeRejectsOtherSchema(t *testing.T) {
 }
 
 func TestLineRoundTrip(t *testing.T) {
-	r := vmReport()
-	Judge(r, nil)
+	r := sampleReport()
 	line, err := EncodeLine(r)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +98,7 @@ func TestDecodeLineErrors(t *testing.T) {
 }
 
 func FuzzDecodeLine(f *testing.F) {
-	r := vmReport()
+	r := sampleReport()
 	line, _ := EncodeLine(r)
 	f.Add(line)
 	f.Add("[  1.2] " + line + "\r")
@@ -145,4 +143,23 @@ func TestParseInitRecord(t *testing.T) {
 	if r.Durations[0].Phase != "modules" || r.Modules[0].Name != "nvidia" || r.Findings[0].ID != "recipe" {
 		t.Errorf("merge order: %+v", r)
 	}
+}
+
+// sampleReport is a VM boot's report with findings, as p2pcheck writes it.
+func sampleReport() *Report {
+	r := New()
+	r.Recipe = RecipeRef{Name: "default", Digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}
+	r.Kernel = Kernel{Release: "6.1.0-peerboot", Cmdline: "console=ttyS0,115200 panic=-1"}
+	r.Modules = []Module{
+		{Name: "nvidia", File: "updates/nvidia.ko", Result: ModENODEV, Errno: 19, Error: "no such device", KernelLog: []string{"NVRM: No NVIDIA GPU found."}},
+		{Name: "nvidia-uvm", Result: ModSkipped, Error: "nvidia not loaded"},
+	}
+	r.CUDA = CUDA{Library: "libcuda.so.1", Loaded: true, CuInit: &Status{Name: "CUDA_ERROR_NO_DEVICE", Code: 100}, DriverVersion: 12020}
+	r.NVML = NVML{Library: "libnvidia-ml.so.1", Loaded: true, Init: &Status{Name: "NVML_ERROR_DRIVER_NOT_LOADED", Code: 9}}
+	r.Durations = []Duration{{Phase: PhasePrecheck, MS: 3}, {Phase: PhaseCUDA, MS: 41}, {Phase: PhaseNVML, MS: 7}}
+	r.StartedAt = "2025-06-01T12:00:00Z"
+	r.Findings = append(r.Findings, Finding{ID: "platform", Status: SevInfo, Subject: "recipe", Message: "no recipe: platform unknown"},
+		Finding{ID: "driver.nvidia", Status: SevInfo, Subject: "nvidia", Message: "nvidia.ko found no GPU (ENODEV)", Evidence: "no such device (errno 19)"})
+	r.Settle()
+	return r
 }

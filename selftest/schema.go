@@ -239,5 +239,12 @@ type Stall struct {
 	Cause   string `json:"cause"`
 }
 
-// PhaseNCCL is the all-reduce phase (the others are declared with the verdict rules).
-const PhaseNCCL = "nccl"
+// Phase names, as durations and deadline_exceeded spell them.
+const (
+	PhaseModules  = "modules" // the init's module loading
+	PhasePrecheck = "precheck"
+	PhaseNVML     = "nvml"
+	PhaseCUDA     = "cuda"
+	PhaseNCCL     = "nccl"
+	PhaseTotal    = "total" // the init's bound on the whole of p2pcheck
+)

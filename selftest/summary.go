@@ -39,7 +39,7 @@ func Summary(r *Report) string {
 	for _, g := range r.GPUs {
 		fmt.Fprintf(&b, "  gpu      %s %s:%s x%d/x%d %s bar1 %s numa %d\n", g.BDF,
 			strings.TrimPrefix(g.Vendor, "0x"), strings.TrimPrefix(g.Device, "0x"),
-			g.Link.CurrentWidth, g.Link.MaxWidth, g.Link.CurrentSpeed, humanBytes(g.BAR1Bytes), g.NUMANode)
+			g.Link.CurrentWidth, g.Link.MaxWidth, g.Link.CurrentSpeed, HumanBytes(g.BAR1Bytes), g.NUMANode)
 	}
 	fmt.Fprintf(&b, "  cuda     %s\n", libLine(r.CUDA.Library, r.CUDA.Loaded, r.CUDA.Error, "cuInit", r.CUDA.CuInit, cudaVersion(r.CUDA.DriverVersion)))
 	fmt.Fprintf(&b, "  nvml     %s\n", libLine(r.NVML.Library, r.NVML.Loaded, r.NVML.Error, "init", r.NVML.Init, r.NVML.DriverVersion))
@@ -91,18 +91,6 @@ func shortDigest(d string) string {
 		return d[:len("sha256:")+12]
 	}
 	return d
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n <= 0:
-		return "?"
-	case n%(1<<30) == 0:
-		return fmt.Sprintf("%dGiB", n>>30)
-	case n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", n>>20)
-	}
-	return fmt.Sprintf("%dB", n)
 }
 
 // errnoName names the errnos module loading produces, without importing x/sys so the

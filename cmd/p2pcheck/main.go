@@ -23,6 +23,7 @@ import (
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/kmsg"
 	"github.com/peerboot/peerboot/selftest/pcie"
+	"github.com/peerboot/peerboot/selftest/verdict"
 )
 
 // Exit statuses.
@@ -225,11 +226,7 @@ func finish(r *selftest.Report, rc *recipe.Recipe, watch *kmsg.Watch) *selftest.
 		r.KernelEvents = append(r.KernelEvents, evs...)
 		watch.Close()
 	}
-	var e *selftest.Expect
-	if rc != nil {
-		e = selftest.ExpectFrom(rc)
-	}
-	selftest.JudgeWith(r, e)
+	verdict.Judge(r, verdict.FromRecipe(rc))
 	return r
 }
 

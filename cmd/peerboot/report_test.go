@@ -9,6 +9,7 @@ import (
 
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/selftest/verdict"
 )
 
 // sampleReport is a judged two-GPU report; corrupt breaks one peer copy.
@@ -33,7 +34,7 @@ func sampleReport(corrupt bool) *selftest.Report {
 		r.Copies[0].GBps = 20.0
 	}
 	r.StartedAt = "2026-11-29T12:00:00Z"
-	selftest.JudgeWith(r, selftest.ExpectFrom(&recipe.Recipe{
+	verdict.Judge(r, verdict.FromRecipe(&recipe.Recipe{
 		Platform: recipe.Platform{GPUs: 2},
 		Driver:   recipe.Driver{Version: "550.163.01", P2P: recipe.P2PDynamicBAR1},
 		Selftest: recipe.Selftest{RequireP2P: true},

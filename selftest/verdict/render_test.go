@@ -1,4 +1,4 @@
-package selftest
+package verdict
 
 import (
 	"os"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/selftest"
 )
 
 // golden compares got with testdata/NAME.golden; -update rewrites it.
@@ -30,17 +31,17 @@ func golden(t *testing.T, name, got string) {
 // faultyReport is the 4-GPU box with several things broken at once, the way a bad
 // boot looks: one corrupted pair, one slow pair, a copy over the link rate, ACS on,
 // an Xid, NCCL on SHM for one pair, and a downtrained link.
-func faultyReport() (*Report, *Expect) {
+func faultyReport() (*selftest.Report, *Expect) {
 	r := healthyReport(4)
-	e := ExpectFrom(healthyRecipe(4))
-	findCopy(r, 0, 3, MethodCE, DirWrite).Mismatch = &Mismatch{Offset: 0x80000000, Want: 0x9e3779b1, Got: 0, Words: 4096}
-	findCopy(r, 2, 0, MethodSM, DirWrite).GBps = 6.6
-	findCopy(r, 1, 2, MethodCE, DirRead).GBps = 128.4
-	findCopy(r, 2, 3, MethodCE, DirBidir).Error = "cuMemcpyAsync: CUDA_ERROR_ILLEGAL_ADDRESS (700)"
-	r.GPUs[3].Upstream[0].ACS = &ACS{Cap: 0x5f, Ctrl: 0x1d, RequestRedirect: true, CompletionRedirect: true}
+	e := FromRecipe(healthyRecipe(4))
+	findCopy(r, 0, 3, selftest.MethodCE, selftest.DirWrite).Mismatch = &selftest.Mismatch{Offset: 0x80000000, Want: 0x9e3779b1, Got: 0, Words: 4096}
+	findCopy(r, 2, 0, selftest.MethodSM, selftest.DirWrite).GBps = 6.6
+	findCopy(r, 1, 2, selftest.MethodCE, selftest.DirRead).GBps = 128.4
+	findCopy(r, 2, 3, selftest.MethodCE, selftest.DirBidir).Error = "cuMemcpyAsync: CUDA_ERROR_ILLEGAL_ADDRESS (700)"
+	r.GPUs[3].Upstream[0].ACS = &selftest.ACS{Cap: 0x5f, Ctrl: 0x1d, RequestRedirect: true, CompletionRedirect: true}
 	r.GPUs[1].Link.CurrentWidth = 8
 	r.GPUs[0].Link.CurrentSpeed = "2.5 GT/s PCIe"
-	r.KernelEvents = append(r.KernelEvents, KEvent{Kind: KEventXid, BDF: "0000:42:00.0", Code: 31, Line: "NVRM: Xid (PCI:0000:42:00): 31, pid=812, Ch 00000008, intr 00000000. MMU Fault: ENGINE CE3 HUBCLIENT_CE1 faulted @ 0x7f03_00000000."})
+	r.KernelEvents = append(r.KernelEvents, selftest.KEvent{Kind: selftest.KEventXid, BDF: "0000:42:00.0", Code: 31, Line: "NVRM: Xid (PCI:0000:42:00): 31, pid=812, Ch 00000008, intr 00000000. MMU Fault: ENGINE CE3 HUBCLIENT_CE1 faulted @ 0x7f03_00000000."})
 	delete(r.NCCL.Env, "NCCL_P2P_LEVEL")
 	delete(e.Env, "NCCL_P2P_LEVEL")
 	setVia(r, 1, 2, "SHM/direct/direct")
@@ -51,40 +52,40 @@ func faultyReport() (*Report, *Expect) {
 func TestRenderGolden(t *testing.T) {
 	tests := []struct {
 		name   string
-		report func() (*Report, *Expect)
+		report func() (*selftest.Report, *Expect)
 	}{
-		{"healthy-4", func() (*Report, *Expect) { return healthyReport(4), ExpectFrom(healthyRecipe(4)) }},
-		{"healthy-2-no-recipe", func() (*Report, *Expect) { return healthyReport(2), nil }},
+		{"healthy-4", func() (*selftest.Report, *Expect) { return healthyReport(4), FromRecipe(healthyRecipe(4)) }},
+		{"healthy-2-no-recipe", func() (*selftest.Report, *Expect) { return healthyReport(2), nil }},
 		{"faulty-4", faultyReport},
-		{"stock-driver-2", func() (*Report, *Expect) {
+		{"stock-driver-2", func() (*selftest.Report, *Expect) {
 			r := healthyReport(2)
 			setP2P(r, "CNS")
 			no := false
 			r.Pairs[0].CanAccessPeer = &no
 			r.Copies = r.Copies[:2] // the local copies only: no peer access to time
-			r.HighMem = []HighMem{}
+			r.HighMem = []selftest.HighMem{}
 			setVia(r, 0, 1, "SHM/direct/direct")
-			e := ExpectFrom(healthyRecipe(2))
-			e.P2P, e.RequireP2P = recipe.P2POff, false
+			e := FromRecipe(healthyRecipe(2))
+			e.P2P, e.RequireP2P = P2POff, false
 			return r, e
 		}},
-		{"nccl-stall-static-bar1", func() (*Report, *Expect) {
+		{"nccl-stall-static-bar1", func() (*selftest.Report, *Expect) {
 			r := healthyReport(4)
-			e := ExpectFrom(healthyRecipe(4))
-			e.P2P = recipe.P2PStaticBAR1
+			e := FromRecipe(healthyRecipe(4))
+			e.P2P = P2PStaticBAR1
 			r.NCCL = nil
-			r.DeadlineExceeded = PhaseNCCL
-			r.Stall = &Stall{Phase: PhaseNCCL, AfterMS: 120000, Cause: "ncclCommInitAll did not return"}
+			r.DeadlineExceeded = selftest.PhaseNCCL
+			r.Stall = &selftest.Stall{Phase: selftest.PhaseNCCL, AfterMS: 120000, Cause: "ncclCommInitAll did not return"}
 			return r, e
 		}},
-		{"vm-pass", func() (*Report, *Expect) { return vmReport(), ExpectFrom(&recipe.Recipe{}) }},
+		{"vm-pass", func() (*selftest.Report, *Expect) { return vmReport(), FromRecipe(&recipe.Recipe{}) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r, e := tt.report()
-			JudgeWith(r, e)
-			got := Render(r)
-			if Render(r) != got {
+			Judge(r, e)
+			got := selftest.Render(r)
+			if selftest.Render(r) != got {
 				t.Fatal("Render is not deterministic")
 			}
 			golden(t, "render-"+tt.name, got)
@@ -96,8 +97,8 @@ func TestRenderGolden(t *testing.T) {
 // cell is marked.
 func TestRenderMarksFailedCells(t *testing.T) {
 	r, e := faultyReport()
-	JudgeWith(r, e)
-	out := Render(r)
+	Judge(r, e)
+	out := selftest.Render(r)
 	for _, want := range []string{"6.6 NODE!", "128.4 NODE!", "error!", "812.5 loc", "24.1 PHB", "\"!\" = the copy has a fail finding",
 		"FAIL  copy.corrupt: GPU0->GPU3 ce write", "transports: 8 connection(s), 2 not P2P"} {
 		if !strings.Contains(out, want) {

@@ -1,9 +1,10 @@
-package selftest
+package verdict
 
 import (
 	"fmt"
 
 	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/selftest"
 )
 
 // Schema-2 reports of healthy boxes, shaped like Platform B (EPYC, RTX 4090 48G with
@@ -27,59 +28,59 @@ func testRootBus(i int) string {
 	return "pci0000:40"
 }
 
-func gen4x16() Link {
-	return Link{CurrentSpeed: "16.0 GT/s PCIe", MaxSpeed: "16.0 GT/s PCIe", CurrentWidth: 16, MaxWidth: 16}
+func gen4x16() selftest.Link {
+	return selftest.Link{CurrentSpeed: "16.0 GT/s PCIe", MaxSpeed: "16.0 GT/s PCIe", CurrentWidth: 16, MaxWidth: 16}
 }
 
 // healthyReport is an n-GPU (n ≤ 4) box that passes every rule.
-func healthyReport(n int) *Report {
-	r := New()
-	r.Recipe = RecipeRef{Name: "epyc-4gpu", Digest: "sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"}
-	r.Kernel = Kernel{Release: "6.12.9-peerboot", Cmdline: "console=ttyS0,115200 panic=-1 iommu=pt"}
-	r.Modules = []Module{
-		{Name: "nvidia", File: "updates/nvidia.ko", Params: "NVreg_EnableResizableBar=1", Result: ModLoaded, KernelLog: []string{}, Version: testDriver},
-		{Name: "nvidia-uvm", File: "updates/nvidia-uvm.ko", Result: ModLoaded},
+func healthyReport(n int) *selftest.Report {
+	r := selftest.New()
+	r.Recipe = selftest.RecipeRef{Name: "epyc-4gpu", Digest: "sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"}
+	r.Kernel = selftest.Kernel{Release: "6.12.9-peerboot", Cmdline: "console=ttyS0,115200 panic=-1 iommu=pt"}
+	r.Modules = []selftest.Module{
+		{Name: "nvidia", File: "updates/nvidia.ko", Params: "NVreg_EnableResizableBar=1", Result: selftest.ModLoaded, KernelLog: []string{}, Version: testDriver},
+		{Name: "nvidia-uvm", File: "updates/nvidia-uvm.ko", Result: selftest.ModLoaded},
 	}
 	vram := int64(testVRAM)
 	for i := 0; i < n; i++ {
-		r.GPUs = append(r.GPUs, GPU{
+		r.GPUs = append(r.GPUs, selftest.GPU{
 			BDF: testBDFs[i], Vendor: "0x10de", Device: "0x2684", Class: "0x030000", NUMANode: 0,
 			Link: gen4x16(), BAR1Bytes: testBAR1, VRAMBytes: &vram,
-			Upstream:   []Bridge{{BDF: testPorts[i], Link: gen4x16(), ACS: &ACS{Cap: 0x5f, Ctrl: 0x01}}},
+			Upstream:   []selftest.Bridge{{BDF: testPorts[i], Link: gen4x16(), ACS: &selftest.ACS{Cap: 0x5f, Ctrl: 0x01}}},
 			RootBus:    testRootBus(i),
 			IOMMUGroup: 10 + i,
-			NVML: &NVMLGPU{Name: "NVIDIA GeForce RTX 4090", BAR1Total: testBAR1, BAR1Used: 2 << 20, FBTotal: testVRAM,
+			NVML: &selftest.NVMLGPU{Name: "NVIDIA GeForce RTX 4090", BAR1Total: testBAR1, BAR1Used: 2 << 20, FBTotal: testVRAM,
 				LinkGen: 4, LinkWidth: 16, MaxLinkGen: 4, MaxLinkWidth: 16},
-			CUDA: &CUDADevice{Ordinal: i, Name: "NVIDIA GeForce RTX 4090", BDF: testBDFs[i], CC: "8.9", SMs: 128, MemBytes: testVRAM},
+			CUDA: &selftest.CUDADevice{Ordinal: i, Name: "NVIDIA GeForce RTX 4090", BDF: testBDFs[i], CC: "8.9", SMs: 128, MemBytes: testVRAM},
 		})
 		r.CUDA.Devices = append(r.CUDA.Devices, *r.GPUs[i].CUDA)
 	}
 	yes := true
 	for a := 0; a < n; a++ {
 		for b := a + 1; b < n; b++ {
-			topo := TopoNODE
+			topo := selftest.TopoNODE
 			if testRootBus(a) == testRootBus(b) {
-				topo = TopoPHB
+				topo = selftest.TopoPHB
 			}
-			r.Pairs = append(r.Pairs, Pair{A: a, B: b, Topology: topo, Path: []string{testPorts[a], testPorts[b]}, ACSOn: []string{},
+			r.Pairs = append(r.Pairs, selftest.Pair{A: a, B: b, Topology: topo, Path: []string{testPorts[a], testPorts[b]}, ACSOn: []string{},
 				NVMLTopology: topo, P2PRead: "OK", P2PWrite: "OK", CanAccessPeer: &yes})
 		}
 	}
-	r.IOMMU = IOMMU{Active: true, Units: []string{"ivhd0"}, Mode: "passthrough", Cmdline: []string{"iommu=pt"}}
+	r.IOMMU = selftest.IOMMU{Active: true, Units: []string{"ivhd0"}, Mode: "passthrough", Cmdline: []string{"iommu=pt"}}
 	for i := 0; i < n; i++ {
 		r.IOMMU.GroupTypes = append(r.IOMMU.GroupTypes, "identity")
 	}
-	r.CUDA = CUDA{Library: "libcuda.so.1", Loaded: true, CuInit: &Status{Name: "CUDA_SUCCESS"}, DriverVersion: 12040,
-		Devices: r.CUDA.Devices, PTX: &Status{Name: "CUDA_SUCCESS"}}
-	r.NVML = NVML{Library: "libnvidia-ml.so.1", Loaded: true, Init: &Status{Name: "NVML_SUCCESS"}, DriverVersion: testDriver, CUDAVersion: 12040}
+	r.CUDA = selftest.CUDA{Library: "libcuda.so.1", Loaded: true, CuInit: &selftest.Status{Name: "CUDA_SUCCESS"}, DriverVersion: 12040,
+		Devices: r.CUDA.Devices, PTX: &selftest.Status{Name: "CUDA_SUCCESS"}}
+	r.NVML = selftest.NVML{Library: "libnvidia-ml.so.1", Loaded: true, Init: &selftest.Status{Name: "NVML_SUCCESS"}, DriverVersion: testDriver, CUDAVersion: 12040}
 
 	const size = 256 << 20
-	cp := func(src, dst int, method, dir string, gbps, link float64) Copy {
-		return Copy{Src: src, Dst: dst, Method: method, Direction: dir, Bytes: size, GBps: gbps,
+	cp := func(src, dst int, method, dir string, gbps, link float64) selftest.Copy {
+		return selftest.Copy{Src: src, Dst: dst, Method: method, Direction: dir, Bytes: size, GBps: gbps,
 			Samples: []float64{gbps - 0.1, gbps, gbps + 0.1}, LinkGBps: link, Verified: true}
 	}
 	for i := 0; i < n; i++ {
-		r.Copies = append(r.Copies, cp(i, i, MethodCE, DirLocal, 812.5+float64(i), 0))
+		r.Copies = append(r.Copies, cp(i, i, selftest.MethodCE, selftest.DirLocal, 812.5+float64(i), 0))
 	}
 	for a := 0; a < n; a++ {
 		for b := 0; b < n; b++ {
@@ -89,21 +90,21 @@ func healthyReport(n int) *Report {
 			// A small spread per pair, so a matrix shows which cell is which.
 			d := float64(a*n+b) / 10
 			r.Copies = append(r.Copies,
-				cp(a, b, MethodCE, DirWrite, 24.1-d/10, 31.5),
-				cp(a, b, MethodCE, DirRead, 23.4-d/10, 31.5),
-				cp(a, b, MethodSM, DirWrite, 22.8-d/10, 31.5))
+				cp(a, b, selftest.MethodCE, selftest.DirWrite, 24.1-d/10, 31.5),
+				cp(a, b, selftest.MethodCE, selftest.DirRead, 23.4-d/10, 31.5),
+				cp(a, b, selftest.MethodSM, selftest.DirWrite, 22.8-d/10, 31.5))
 			if a < b {
-				r.Copies = append(r.Copies, cp(a, b, MethodCE, DirBidir, 48.2-d/10, 31.5))
+				r.Copies = append(r.Copies, cp(a, b, selftest.MethodCE, selftest.DirBidir, 48.2-d/10, 31.5))
 			}
 		}
 	}
 	for i := 0; i < n; i++ {
-		r.HighMem = append(r.HighMem, HighMem{GPU: i, Peer: (i + 1) % n, BAR1Bytes: testBAR1, VRAMBytes: testVRAM, BallastMiB: 33792,
+		r.HighMem = append(r.HighMem, selftest.HighMem{GPU: i, Peer: (i + 1) % n, BAR1Bytes: testBAR1, VRAMBytes: testVRAM, BallastMiB: 33792,
 			BufferVA: fmt.Sprintf("0x7f%02x00000000", i), Verified: true, Guarantee: "virtual placement only"})
 	}
-	nc := &NCCL{Library: "libnccl.so.2", Version: 22803, Ranks: n,
+	nc := &selftest.NCCL{Library: "libnccl.so.2", Version: 22803, Ranks: n,
 		Env: map[string]string{"NCCL_P2P_LEVEL": "SYS", "NCCL_DEBUG": "INFO", "NCCL_LOCAL_REGISTER": "0", "NCCL_GRAPH_REGISTER": "0"},
-		Sizes: []NCCLSize{
+		Sizes: []selftest.NCCLSize{
 			{Bytes: 1 << 20, TimeUS: 61.2, AlgBW: 17.13, BusBW: 17.13 * float64(2*(n-1)) / float64(n)},
 			{Bytes: 32 << 20, TimeUS: 1871.4, AlgBW: 17.93, BusBW: 17.93 * float64(2*(n-1)) / float64(n)},
 			{Bytes: 1 << 30, TimeUS: 74898.3, AlgBW: 14.34, BusBW: 14.34 * float64(2*(n-1)) / float64(n)},
@@ -112,11 +113,11 @@ func healthyReport(n int) *Report {
 	nc.BusBWAtMax = nc.Sizes[2].BusBW
 	for ch := 0; ch < 2; ch++ {
 		for i := 0; i < n; i++ {
-			nc.Transports = append(nc.Transports, Transport{Channel: ch, From: i, To: (i + 1) % n, Via: "P2P/direct pointer", P2P: true})
+			nc.Transports = append(nc.Transports, selftest.Transport{Channel: ch, From: i, To: (i + 1) % n, Via: "P2P/direct pointer", P2P: true})
 		}
 	}
 	r.NCCL = nc
-	r.Durations = []Duration{{Phase: PhaseModules, MS: 2210}, {Phase: PhasePrecheck, MS: 180}, {Phase: PhaseNVML, MS: 950}, {Phase: PhaseCUDA, MS: 14200}, {Phase: PhaseNCCL, MS: 9800}}
+	r.Durations = []selftest.Duration{{Phase: selftest.PhaseModules, MS: 2210}, {Phase: selftest.PhasePrecheck, MS: 180}, {Phase: selftest.PhaseNVML, MS: 950}, {Phase: selftest.PhaseCUDA, MS: 14200}, {Phase: selftest.PhaseNCCL, MS: 9800}}
 	r.StartedAt = "2026-11-29T12:00:00Z"
 	r.Tool = "p2pcheck test"
 	return r
@@ -129,21 +130,21 @@ func healthyRecipe(n int) *recipe.Recipe {
 		Name: "epyc-4gpu",
 		Platform: recipe.Platform{CPUVendor: "amd", Sockets: 1, GPUs: n, GPUModel: "RTX 4090", VRAM: testVRAM, BAR1: testBAR1,
 			NUMANodes: 1, GPUNUMA: numa},
-		Driver: recipe.Driver{Version: testDriver, P2P: recipe.P2PDynamicBAR1,
+		Driver: recipe.Driver{Version: testDriver, P2P: P2PDynamicBAR1,
 			Params: map[string]map[string]string{"nvidia": {"NVreg_EnableResizableBar": "1"}}},
 		Selftest: recipe.Selftest{Verify: true, CopySize: 256 << 20, NCCLMin: 1 << 20, NCCLMax: 1 << 30, MinBusbwGBps: 12, RequireP2P: true,
 			Thresholds: map[string]recipe.Threshold{
-				TopoPIX:  {UnidirGBps: 20, BidirGBps: 40},
-				TopoPHB:  {UnidirGBps: 18, BidirGBps: 32},
-				TopoNODE: {UnidirGBps: 18, BidirGBps: 32},
-				TopoSYS:  {UnidirGBps: 15, BidirGBps: 25},
+				selftest.TopoPIX:  {UnidirGBps: 20, BidirGBps: 40},
+				selftest.TopoPHB:  {UnidirGBps: 18, BidirGBps: 32},
+				selftest.TopoNODE: {UnidirGBps: 18, BidirGBps: 32},
+				selftest.TopoSYS:  {UnidirGBps: 15, BidirGBps: 25},
 			}},
 		Env: map[string]string{"NCCL_P2P_LEVEL": "SYS", "NCCL_DEBUG": "INFO", "NCCL_LOCAL_REGISTER": "0", "NCCL_GRAPH_REGISTER": "0"},
 	}
 }
 
 // findCopy returns the copy src->dst of method and direction.
-func findCopy(r *Report, src, dst int, method, dir string) *Copy {
+func findCopy(r *selftest.Report, src, dst int, method, dir string) *selftest.Copy {
 	for k := range r.Copies {
 		c := &r.Copies[k]
 		if c.Src == src && c.Dst == dst && c.Method == method && c.Direction == dir {

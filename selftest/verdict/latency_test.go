@@ -1,20 +1,22 @@
-package selftest
+package verdict
 
 import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/peerboot/peerboot/selftest"
 )
 
 // withLatencies gives a healthy report the latencies a P2P box measures: 1.6 µs for a
 // local 16-byte write (the H200's copy engine), about half a microsecond for a peer.
-func withLatencies(r *Report) *Report {
+func withLatencies(r *selftest.Report) *selftest.Report {
 	n := len(r.GPUs)
 	for a := 0; a < n; a++ {
 		for b := 0; b < n; b++ {
-			l := Latency{Src: a, Dst: b, Direction: DirWrite, Bytes: 16, Writes: 100, US: 0.52 + 0.01*float64(a+b), Verified: true}
+			l := selftest.Latency{Src: a, Dst: b, Direction: selftest.DirWrite, Bytes: 16, Writes: 100, US: 0.52 + 0.01*float64(a+b), Verified: true}
 			if a == b {
-				l.Direction, l.US = DirLocal, 1.6
+				l.Direction, l.US = selftest.DirLocal, 1.6
 			}
 			l.Samples = []float64{l.US - 0.01, l.US, l.US + 0.02}
 			r.Latencies = append(r.Latencies, l)
@@ -23,7 +25,7 @@ func withLatencies(r *Report) *Report {
 	return r
 }
 
-func latencyOf(r *Report, src, dst int) *Latency {
+func latencyOf(r *selftest.Report, src, dst int) *selftest.Latency {
 	for k := range r.Latencies {
 		if l := &r.Latencies[k]; l.Src == src && l.Dst == dst {
 			return l
@@ -46,25 +48,25 @@ func init() {
 	faultRows = append(faultRows, []struct {
 		name   string
 		gpus   int
-		mutate func(r *Report, e *Expect)
+		mutate func(r *selftest.Report, e *Expect)
 		id     string
 		status string
 		msg    string
 		hint   string
 	}{
-		{name: "peer write latency of a staged copy", gpus: 2, mutate: func(r *Report, e *Expect) {
+		{name: "peer write latency of a staged copy", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 			withLatencies(r)
 			boundLatency(e, 5)
 			latencyOf(r, 0, 1).US = 13.9
-		}, id: "latency.slow", status: SevWarn, msg: "GPU0->GPU1 16-byte write takes 13.90 µs, above the", hint: "staged through host memory about 14 µs"},
-		{name: "latency write landed elsewhere", gpus: 4, mutate: func(r *Report, e *Expect) {
+		}, id: "latency.slow", status: selftest.SevWarn, msg: "GPU0->GPU1 16-byte write takes 13.90 µs, above the", hint: "staged through host memory about 14 µs"},
+		{name: "latency write landed elsewhere", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
 			withLatencies(r)
-			latencyOf(r, 2, 3).Mismatch = &Mismatch{Offset: 4, Want: 0x1234abcd, Got: 0xedcb5432, Words: 1}
-		}, id: "latency.corrupt", status: SevFail, msg: "GPU2->GPU3 16-byte write did not arrive: 1 word(s) differ, first at byte 0x4", hint: "peer write landed elsewhere"},
-		{name: "latency write failed", gpus: 2, mutate: func(r *Report, e *Expect) {
+			latencyOf(r, 2, 3).Mismatch = &selftest.Mismatch{Offset: 4, Want: 0x1234abcd, Got: 0xedcb5432, Words: 1}
+		}, id: "latency.corrupt", status: selftest.SevFail, msg: "GPU2->GPU3 16-byte write did not arrive: 1 word(s) differ, first at byte 0x4", hint: "peer write landed elsewhere"},
+		{name: "latency write failed", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 			withLatencies(r)
 			latencyOf(r, 1, 0).Error = "cuMemcpyAsync on GPU 1: CUDA_ERROR_ILLEGAL_ADDRESS"
-		}, id: "latency.error", status: SevFail, msg: "timing the GPU1->GPU0 16-byte write failed", hint: "unmapped address"},
+		}, id: "latency.error", status: selftest.SevFail, msg: "timing the GPU1->GPU0 16-byte write failed", hint: "unmapped address"},
 	}...)
 }
 
@@ -73,17 +75,17 @@ func init() {
 func TestLatencyQuiet(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		mutate func(r *Report, e *Expect) *Expect
+		mutate func(r *selftest.Report, e *Expect) *Expect
 	}{
-		{"inside the bound", func(r *Report, e *Expect) *Expect { boundLatency(e, 5); latencyOf(r, 0, 1).US = 4.9; return e }},
-		{"slow local write", func(r *Report, e *Expect) *Expect { boundLatency(e, 5); latencyOf(r, 1, 1).US = 9; return e }},
-		{"no bound", func(r *Report, e *Expect) *Expect { latencyOf(r, 0, 1).US = 13.9; return e }},
-		{"no recipe", func(r *Report, e *Expect) *Expect { latencyOf(r, 0, 1).US = 13.9; return nil }},
+		{"inside the bound", func(r *selftest.Report, e *Expect) *Expect { boundLatency(e, 5); latencyOf(r, 0, 1).US = 4.9; return e }},
+		{"slow local write", func(r *selftest.Report, e *Expect) *Expect { boundLatency(e, 5); latencyOf(r, 1, 1).US = 9; return e }},
+		{"no bound", func(r *selftest.Report, e *Expect) *Expect { latencyOf(r, 0, 1).US = 13.9; return e }},
+		{"no recipe", func(r *selftest.Report, e *Expect) *Expect { latencyOf(r, 0, 1).US = 13.9; return nil }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := withLatencies(healthyReport(2))
-			e := tc.mutate(r, ExpectFrom(healthyRecipe(2)))
-			JudgeWith(r, e)
+			e := tc.mutate(r, FromRecipe(healthyRecipe(2)))
+			Judge(r, e)
 			for _, f := range r.Findings {
 				if strings.HasPrefix(f.ID, "latency.") {
 					t.Errorf("unexpected %s %s: %s", f.Status, f.ID, f.Message)
@@ -95,13 +97,13 @@ func TestLatencyQuiet(t *testing.T) {
 
 func TestRenderLatency(t *testing.T) {
 	r := withLatencies(healthyReport(4))
-	e := ExpectFrom(healthyRecipe(4))
+	e := FromRecipe(healthyRecipe(4))
 	boundLatency(e, 5)
 	latencyOf(r, 0, 3).US = 14.2
-	latencyOf(r, 2, 1).Mismatch = &Mismatch{Offset: 0, Want: 1, Got: 2, Words: 1}
+	latencyOf(r, 2, 1).Mismatch = &selftest.Mismatch{Offset: 0, Want: 1, Got: 2, Words: 1}
 	r.Latencies = r.Latencies[:len(r.Latencies)-2] // GPU3->GPU2 and GPU3's local: not measured
-	JudgeWith(r, e)
-	out := Render(r)
+	Judge(r, e)
+	out := selftest.Render(r)
 	for _, want := range []string{"Latency of 16-byte writes, µs", "14.20!", "corrupt!", "1.60"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("render lacks %q", want)
@@ -111,16 +113,16 @@ func TestRenderLatency(t *testing.T) {
 }
 
 func TestDiffLatency(t *testing.T) {
-	a := judged(withLatencies(healthyReport(2)), ExpectFrom(healthyRecipe(2)))
+	a := judged(withLatencies(healthyReport(2)), FromRecipe(healthyRecipe(2)))
 	b := withLatencies(healthyReport(2))
-	latencyOf(b, 0, 1).US = 13.9                      // P2P fell back to staged copies
+	latencyOf(b, 0, 1).US = 13.9                          // P2P fell back to staged copies
 	latencyOf(b, 1, 0).Error = "CUDA_ERROR_LAUNCH_FAILED" // an error appeared
-	b.Latencies = b.Latencies[1:]                     // GPU0's local write: only in A
-	e := ExpectFrom(healthyRecipe(2))
+	b.Latencies = b.Latencies[1:]                         // GPU0's local write: only in A
+	e := FromRecipe(healthyRecipe(2))
 	boundLatency(e, 5)
 	judged(b, e)
-	d := Diff(a, b)
-	byPair := map[[2]int]LatencyChange{}
+	d := selftest.Diff(a, b)
+	byPair := map[[2]int]selftest.LatencyChange{}
 	for _, c := range d.Latencies {
 		byPair[[2]int{c.Src, c.Dst}] = c
 	}
@@ -128,7 +130,7 @@ func TestDiffLatency(t *testing.T) {
 		byPair[[2]int{1, 0}].ErrorB == "" || byPair[[2]int{1, 1}].Percent != 0 {
 		t.Errorf("latency changes: %+v", d.Latencies)
 	}
-	out := RenderDiff(d, 5)
+	out := selftest.RenderDiff(d, 5)
 	golden(t, "diff-latency", out)
 	js, err := json.Marshal(d.Latencies)
 	if err != nil || !strings.Contains(string(js), `"a_us":0.53,"b_us":13.9`) {

@@ -1,0 +1,396 @@
+package verdict
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/peerboot/peerboot/selftest"
+)
+
+func TestHealthyReportsPass(t *testing.T) {
+	for _, n := range []int{2, 4} {
+		r := healthyReport(n)
+		Judge(r, FromRecipe(healthyRecipe(n)))
+		if r.Verdict != selftest.Pass {
+			t.Errorf("%d GPUs: verdict %s, want pass:\n%s", n, r.Verdict, dump(r.Findings))
+		}
+		for _, f := range r.Findings {
+			if f.Status != selftest.SevInfo {
+				t.Errorf("%d GPUs: healthy report has %s %s: %s", n, f.Status, f.ID, f.Message)
+			}
+		}
+	}
+}
+
+// ExpectFrom carries every recipe field the rules read.
+func TestExpectFrom(t *testing.T) {
+	rc := healthyRecipe(4)
+	e := FromRecipe(rc)
+	if e.GPUs != 4 || e.GPUModel != "RTX 4090" || e.VRAMBytes != testVRAM || e.BAR1Bytes != testBAR1 || len(e.GPUNUMA) != 4 ||
+		e.DriverVersion != testDriver || e.P2P != P2PDynamicBAR1 || !e.RequireP2P || e.MinBusBWGBps != 12 ||
+		e.Thresholds[selftest.TopoNODE].UnidirGBps != 18 || e.Env["NCCL_P2P_LEVEL"] != "SYS" || e.DriverParams["nvidia"]["NVreg_EnableResizableBar"] != "1" {
+		t.Errorf("ExpectFrom lost a field: %+v", e)
+	}
+	if FromRecipe(nil) != nil {
+		t.Error("FromRecipe(nil) is not nil")
+	}
+}
+
+// faultRows is the fault catalogue: one row per fault, each a healthy report with one
+// thing broken. docs/selftest-findings.md names the row that covers each finding ID.
+var faultRows = []struct {
+	name   string
+	gpus   int                                 // 2 or 4
+	mutate func(r *selftest.Report, e *Expect) // e is the recipe's expectation; nil it with noRecipe
+	id     string
+	status string
+	msg    string // a substring of that finding's message
+	hint   string // a substring of that finding's hint
+}{
+	// p2p.status
+	{name: "all pairs CNS with a patched driver", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { setP2P(r, "CNS") },
+		id: "p2p.status", status: selftest.SevFail, msg: "unpatched driver: NVML reports CNS for every pair", hint: "driver.p2p"},
+	{name: "all pairs CNS with p2p off", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
+		setP2P(r, "CNS")
+		e.P2P, e.RequireP2P = P2POff, false
+	}, id: "p2p.status", status: selftest.SevInfo, msg: "not expected"},
+	{name: "all pairs CNS with p2p off but require_p2p", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
+		setP2P(r, "CNS")
+		e.P2P = P2POff
+	}, id: "p2p.status", status: selftest.SevFail, msg: "CNS for every pair"},
+	{name: "one pair TNS", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { r.Pairs[4].P2PWrite = "TNS" },
+		id: "p2p.status", status: selftest.SevFail, msg: "GPU1 (0000:02:00.0)-GPU3 (0000:42:00.0): NVML P2P read OK, write TNS", hint: "topology not supported"},
+	{name: "pairs CNS without a recipe", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { setP2P(r, "CNS") },
+		id: "p2p.status", status: selftest.SevWarn, msg: "CNS for every pair (1 pair(s))"},
+	// p2p.cuda
+	{name: "NVML OK but CUDA cannot access peer", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		no := false
+		r.Pairs[0].CanAccessPeer = &no
+	}, id: "p2p.cuda", status: selftest.SevFail, msg: "cuDeviceCanAccessPeer is false", hint: "capability bit"},
+	// bar1.size
+	{name: "BAR1 below VRAM on a static-BAR1 driver", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { e.P2P = P2PStaticBAR1 },
+		id: "bar1.size", status: selftest.SevFail, msg: "static BAR1 cannot map all of VRAM; the dynamic-BAR1 branch is required", hint: "dynamic-bar1"},
+	{name: "BAR1 below VRAM without a recipe", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.HighMem = []selftest.HighMem{} },
+		id: "bar1.size", status: selftest.SevWarn, msg: "BAR1 32GiB < VRAM 49140MiB (NVML)"},
+	{name: "resizable BAR off", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.GPUs[1].BAR1Bytes = 256 << 20 },
+		id: "bar1.size", status: selftest.SevFail, msg: "GPU1 (0000:02:00.0) BAR1 is 256MiB, recipe platform.bar1 = 32GiB", hint: "NVreg_EnableResizableBar=1"},
+	{name: "resizable BAR off and not asked for", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.GPUs[0].BAR1Bytes = 256 << 20
+		e.DriverParams = nil
+	}, id: "bar1.size", status: selftest.SevFail, msg: "resizable BAR is not enabled", hint: "the recipe does not set driver.params.nvidia.NVreg_EnableResizableBar"},
+	// acs.redirect
+	{name: "ACS redirect on a root port", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.GPUs[1].Upstream[0].ACS = &selftest.ACS{Cap: 0x5f, Ctrl: 0x1d, RequestRedirect: true, CompletionRedirect: true, EgressControl: false}
+	}, id: "acs.redirect", status: selftest.SevWarn, msg: "ACS redirect on at 0000:00:01.2", hint: "pci=disable_acs_redir=0000:00:01.2"},
+	{name: "ACS redirect listed by the pair", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
+		r.Pairs[1].ACSOn = []string{testPorts[0], testPorts[2]}
+	}, id: "acs.redirect", status: selftest.SevWarn, hint: "pci=disable_acs_redir=0000:00:01.1;0000:40:01.1"},
+	// nccl.transport
+	{name: "NCCL SHM on a NODE pair without NCCL_P2P_LEVEL", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
+		delete(r.NCCL.Env, "NCCL_P2P_LEVEL")
+		delete(e.Env, "NCCL_P2P_LEVEL")
+		setVia(r, 1, 2, "SHM/direct/direct")
+	}, id: "nccl.transport", status: selftest.SevFail, msg: "GPU1 (0000:02:00.0)-GPU2 (0000:41:00.0): NCCL connected 2 channel(s) via SHM/direct/direct", hint: "set NCCL_P2P_LEVEL=SYS"},
+	{name: "NCCL ran without the recipe's NCCL_P2P_LEVEL", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
+		delete(r.NCCL.Env, "NCCL_P2P_LEVEL")
+		setVia(r, 1, 2, "SHM/direct/direct")
+	}, id: "nccl.transport", status: selftest.SevFail, hint: "NCCL ran without it"},
+	{name: "NCCL SHM on a PIX pair", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.Pairs[0].Topology, r.Pairs[0].NVMLTopology = selftest.TopoPIX, selftest.TopoPIX
+		setVia(r, 0, 1, "SHM/direct/direct")
+	}, id: "nccl.transport", status: selftest.SevFail, hint: "p2p.status"},
+	{name: "NCCL log names no channel", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { r.NCCL.Transports = []selftest.Transport{} },
+		id: "nccl.transport", status: selftest.SevFail, msg: "names no channel connection", hint: "NCCL_DEBUG_SUBSYS"},
+	{name: "NCCL over NET without require_p2p", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		e.RequireP2P = false
+		setVia(r, 0, 1, "NET/Socket/0")
+	}, id: "nccl.transport", status: selftest.SevWarn, msg: "via NET/Socket/0"},
+	// copy.*
+	{name: "corrupted peer write", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
+		findCopy(r, 0, 3, selftest.MethodCE, selftest.DirWrite).Mismatch = &selftest.Mismatch{Offset: 0x80000000, Want: 0x9e3779b1, Got: 0, Words: 4096}
+	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU0->GPU3 ce write corrupted data: 4096 word(s) differ, first at byte 0x80000000 (want 0x9e3779b1, got 0x00000000)", hint: "dynamic-bar1"},
+	{name: "corrupted SM read", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		findCopy(r, 1, 0, selftest.MethodCE, selftest.DirRead).Mismatch = &selftest.Mismatch{Offset: 64, Want: 1, Got: 2, Words: 1}
+	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU1->GPU0 ce read"},
+	{name: "copy faster than the link", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		findCopy(r, 0, 1, selftest.MethodCE, selftest.DirWrite).GBps = 128
+	},
+		id: "copy.overrate", status: selftest.SevFail, msg: "copies are not landing where they should"},
+	{name: "bidir copy faster than twice the link", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { findCopy(r, 0, 1, selftest.MethodCE, selftest.DirBidir).GBps = 70 },
+		id: "copy.overrate", status: selftest.SevFail, msg: "above the link's 63.0 GB/s"},
+	{name: "slow peer write", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
+		findCopy(r, 2, 0, selftest.MethodSM, selftest.DirWrite).GBps = 6.6
+	},
+		id: "copy.bandwidth", status: selftest.SevFail, msg: "GPU2->GPU0 sm write 6.6 GB/s, below the NODE threshold of 18.0 GB/s"},
+	{name: "slow bidir", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		findCopy(r, 0, 1, selftest.MethodCE, selftest.DirBidir).GBps = 25.7
+	},
+		id: "copy.bandwidth", status: selftest.SevFail, msg: "below the PHB threshold of 32.0 GB/s"},
+	{name: "corrupted local copy", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		findCopy(r, 1, 1, selftest.MethodCE, selftest.DirLocal).Mismatch = &selftest.Mismatch{Offset: 8192, Want: 5, Got: 6, Words: 2}
+	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU1 local ce copy corrupted data", hint: "no peer path involved"},
+	{name: "corrupted injected on purpose", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.Add(selftest.SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): CorruptOnce test hook: after the ce write copy GPU 0 -> GPU 1, the word at byte offset 100 ...", "")
+		findCopy(r, 0, 1, selftest.MethodCE, selftest.DirWrite).Mismatch = &selftest.Mismatch{Offset: 100, Want: 5, Got: ^uint32(5), Words: 1}
+	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU0->GPU1 ce write", hint: "--inject-corruption inverted on purpose"},
+	{name: "injected corruption not detected", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.Add(selftest.SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): CorruptOnce test hook: after the ce write copy GPU 0 -> GPU 1, the word at byte offset 100 ...", "")
+	}, id: "test.undetected", status: selftest.SevFail, msg: "no copy reported a mismatch", hint: "broken"},
+	{name: "unverified copy with verification on", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		findCopy(r, 0, 1, selftest.MethodSM, selftest.DirWrite).Verified = false
+	}, id: "copy.unverified", status: selftest.SevFail, msg: "GPU0->GPU1 sm write was not verified though verification is on"},
+	{name: "unverified copies with selftest.verify off", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		e.NoVerify = true
+		for k := range r.Copies {
+			r.Copies[k].Verified = false
+		}
+	}, id: "copy.unverified", status: selftest.SevWarn, msg: "selftest.verify = false"},
+	{name: "copy error", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		findCopy(r, 0, 1, selftest.MethodSM, selftest.DirWrite).Error = "cuLaunchKernel: CUDA_ERROR_ILLEGAL_ADDRESS (700)"
+	}, id: "copy.error", status: selftest.SevFail, msg: "GPU0->GPU1 sm write failed", hint: "unmapped address"},
+	// pcie.link
+	{name: "GPU downtrained to x8", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.GPUs[1].Link.CurrentWidth = 8 },
+		id: "pcie.link", status: selftest.SevFail, msg: "GPU1 (0000:02:00.0) downtrained: 16.0 GT/s PCIe x8 of x16", hint: "reseat"},
+	{name: "root port downtrained", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.GPUs[0].Upstream = append([]selftest.Bridge{{BDF: "0000:00:03.0", Link: selftest.Link{CurrentSpeed: "16.0 GT/s PCIe", MaxSpeed: "16.0 GT/s PCIe", CurrentWidth: 4, MaxWidth: 16}}}, r.GPUs[0].Upstream...)
+	}, id: "pcie.link", status: selftest.SevFail, msg: "bridge 0000:00:03.0 (above GPU0 (0000:01:00.0)) downtrained"},
+	{name: "slot narrower than the card", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.GPUs[1].Link.CurrentWidth = 8
+		r.GPUs[1].Upstream[0].Link.MaxWidth, r.GPUs[1].Upstream[0].Link.CurrentWidth = 8, 8
+	}, id: "pcie.link", status: selftest.SevWarn, msg: "the port above is only x8 wide"},
+	{name: "link at idle speed", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.GPUs[0].Link.CurrentSpeed = "2.5 GT/s PCIe" },
+		id: "pcie.link", status: selftest.SevWarn, msg: "link at 2.5 GT/s PCIe of 16 GT/s", hint: "idle"},
+	// gpu.display
+	{name: "display GPU on a static-BAR1 driver", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		e.P2P = P2PStaticBAR1
+		r.GPUs[1].BootVGA = true
+	}, id: "gpu.display", status: selftest.SevFail, msg: "GPU1 (0000:02:00.0) drives a display (boot_vga=1)", hint: "headless"},
+	{name: "display GPU from NVML without a recipe", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		on := 1
+		r.GPUs[0].NVML.DisplayActive = &on
+	}, id: "gpu.display", status: selftest.SevWarn, msg: "nvml display_active=1"},
+	// pcie.replay
+	{name: "PCIe replays", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.GPUs[1].NVML.ReplayCounter = 12 },
+		id: "pcie.replay", status: selftest.SevWarn, msg: "GPU1 (0000:02:00.0): 12 PCIe replay(s)"},
+	// kernel.*
+	{name: "Xid 79", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.KernelEvents = append(r.KernelEvents, selftest.KEvent{Kind: selftest.KEventXid, BDF: "0000:02:00.0", Code: 79, Line: "NVRM: Xid (PCI:0000:02:00): 79, pid=1234, GPU has fallen off the bus."})
+	}, id: "kernel.xid", status: selftest.SevFail, msg: "Xid 79 on GPU1 (0000:02:00.0)", hint: "fell off the bus"},
+	{name: "IOMMU fault", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.KernelEvents = append(r.KernelEvents, selftest.KEvent{Kind: selftest.KEventIOMMU, BDF: "0000:01:00.0", Line: "AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000e address=0x38000000000 flags=0x0020]"})
+	}, id: "kernel.iommu_fault", status: selftest.SevFail, msg: "IOMMU fault on GPU0"},
+	{name: "GSP firmware missing", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.KernelEvents = append(r.KernelEvents, selftest.KEvent{Kind: selftest.KEventFirmware, Line: "nvidia 0000:01:00.0: Direct firmware load for nvidia/550.163.01/gsp_ga10x.bin failed with error -2"})
+	}, id: "kernel.firmware", status: selftest.SevFail, hint: "firmware-nvidia-gsp of driver.version (550.163.01)"},
+	{name: "NVRM error", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.KernelEvents = append(r.KernelEvents, selftest.KEvent{Kind: selftest.KEventNVRM, Line: "NVRM: GPU 0000:01:00.0: RmInitAdapter failed! (0x22:0x56:667)"})
+	}, id: "kernel.nvrm", status: selftest.SevFail, msg: "NVRM error"},
+	// version.mismatch
+	{name: "cuInit driver mismatch", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.CUDA.CuInit = &selftest.Status{Name: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", Code: selftest.CUDAErrorSystemMismatch}
+	}, id: "version.mismatch", status: selftest.SevFail, msg: "libcuda and the loaded nvidia.ko"},
+	{name: "NVML lib-RM mismatch", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.NVML.Init = &selftest.Status{Name: "NVML_ERROR_LIB_RM_VERSION_MISMATCH", Code: selftest.NVMLLibRMVersionMismat}
+	}, id: "version.mismatch", status: selftest.SevFail, msg: "libnvidia-ml and the loaded nvidia.ko"},
+	{name: "NVML driver version differs from the recipe", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.NVML.DriverVersion = "550.54.15" },
+		id: "version.mismatch", status: selftest.SevFail, msg: "NVML reports driver 550.54.15, recipe driver.version = 550.163.01"},
+	{name: "module version differs from the recipe", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.Modules[0].Version = "550.54.15" },
+		id: "version.mismatch", status: selftest.SevFail, msg: "module nvidia is version 550.54.15"},
+	{name: "module file version differs though nothing loaded", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.Modules[0].Result, r.Modules[0].Errno, r.Modules[0].Version, r.Modules[0].KoVersion = selftest.ModENODEV, 19, "", "550.54.15"
+	}, id: "version.mismatch", status: selftest.SevFail, msg: "nvidia.ko in the image is version 550.54.15 (ENODEV (errno 19)), recipe driver.version 550.163.01"},
+	{name: "libcuda file version differs from the recipe", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.CUDA.LibraryFile = "/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03"
+	}, id: "version.mismatch", status: selftest.SevFail, msg: "libcuda is /usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03 (version 535.261.03), recipe driver.version 550.163.01"},
+	// deadline
+	{name: "NCCL stall on a static-BAR1 driver", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
+		e.P2P = P2PStaticBAR1
+		r.NCCL = nil
+		r.DeadlineExceeded = selftest.PhaseNCCL
+		r.Stall = &selftest.Stall{Phase: selftest.PhaseNCCL, AfterMS: 120000, Cause: "ncclCommInitAll did not return"}
+	}, id: "deadline", status: selftest.SevFail, msg: "stalled in nccl after 120.0s", hint: "NCCL init on a card whose BAR1 is smaller than VRAM with a static-BAR1 driver: use the dynamic-BAR1 branch"},
+	{name: "CUDA stall on a dynamic-BAR1 driver", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.Stall = &selftest.Stall{Phase: selftest.PhaseCUDA, AfterMS: 900, Cause: "cuMemcpyAsync"}
+	}, id: "deadline", status: selftest.SevFail, msg: "stalled in cuda after 900ms: cuMemcpyAsync", hint: "Xid or IOMMU"},
+	// nccl.*
+	{name: "NCCL wrong data", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { r.NCCL.Sizes[2].Wrong = 1024 },
+		id: "nccl.data", status: selftest.SevFail, msg: "all-reduce of 1GiB over 4 ranks: 1024 element(s)"},
+	{name: "NCCL busbw low", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { r.NCCL.BusBWAtMax = 3.2 },
+		id: "nccl.busbw", status: selftest.SevFail, msg: "3.2 GB/s at 1GiB, below selftest.min_busbw_gbps = 12.0"},
+	{name: "NCCL error", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.NCCL.Error = "ncclCommInitAll: unhandled system error (2)" },
+		id: "nccl.error", status: selftest.SevFail, msg: "unhandled system error"},
+	// highmem.copy
+	{name: "above-BAR1 probe error", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.HighMem[0].Error, r.HighMem[0].Verified = "cuMemcpyPeerAsync: CUDA_ERROR_MAP_FAILED (205)", false
+	}, id: "highmem.copy", status: selftest.SevFail, msg: "above-BAR1 probe on GPU0 (0000:01:00.0) (peer GPU1 (0000:02:00.0)) failed", hint: "dynamic-bar1"},
+	{name: "above-BAR1 probe corrupt", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.HighMem[1].Mismatch, r.HighMem[1].Verified = &selftest.Mismatch{Offset: 4096, Want: 7, Got: 0, Words: 1 << 20}, false
+	}, id: "highmem.copy", status: selftest.SevFail, msg: "corrupted data"},
+	{name: "above-BAR1 probe unverified", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.HighMem[0].Verified = false },
+		id: "highmem.copy", status: selftest.SevFail, msg: "was not verified"},
+	// gpus.*, iommu, cuda.ptx
+	{name: "GPU missing", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { e.GPUs = 8 },
+		id: "gpus.count", status: selftest.SevFail, msg: "found 4 NVIDIA GPU(s) in sysfs, recipe platform.gpus = 8"},
+	{name: "other GPU model", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.GPUs[1].NVML.Name = "NVIDIA GeForce RTX 3090" },
+		id: "gpus.model", status: selftest.SevWarn, msg: `GPU1 (0000:02:00.0) is "NVIDIA GeForce RTX 3090"`},
+	{name: "GPU on another NUMA node", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { r.GPUs[3].NUMANode = 1 },
+		id: "gpus.numa", status: selftest.SevWarn, msg: "GPU3 (0000:42:00.0) is on NUMA node 1"},
+	{name: "IOMMU translated", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.IOMMU.Mode, r.IOMMU.Cmdline, r.IOMMU.GroupTypes = "translated", []string{}, []string{"DMA-FQ", "DMA-FQ"}
+	}, id: "iommu.mode", status: selftest.SevInfo, msg: "IOMMU translated (ivhd0)"},
+	{name: "PTX load failed", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.CUDA.PTX = &selftest.Status{Name: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", Code: 222}
+		r.CUDA.PTXLog = "ptxas fatal   : Unsupported .version 7.0\nmore"
+	}, id: "cuda.ptx", status: selftest.SevFail, msg: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)", hint: "older than the PTX ISA"},
+}
+
+// Two H200s bridged by NVLink measured 394 GB/s per direction on a Gen5 x16 PCIe path
+// (issue 10's run): the PCIe ceiling must not apply to a pair NVML says is NVLinked,
+// and must still apply to the same figure without NVLink.
+func TestNVLinkPairNotOverrate(t *testing.T) {
+	for _, nvlink := range []string{"OK", "NS", ""} {
+		r := healthyReport(2)
+		r.Pairs[0].P2PNVLink = nvlink
+		findCopy(r, 0, 1, selftest.MethodCE, selftest.DirWrite).GBps = 394.4
+		Judge(r, FromRecipe(healthyRecipe(2)))
+		got := false
+		for _, f := range r.Findings {
+			got = got || f.ID == "copy.overrate"
+		}
+		if got != (nvlink != "OK") {
+			t.Errorf("p2p_nvlink %q: copy.overrate found = %v", nvlink, got)
+		}
+	}
+}
+
+// noRecipe marks rows judged without a recipe (e == nil).
+var noRecipeRows = map[string]bool{"BAR1 below VRAM without a recipe": true, "pairs CNS without a recipe": true, "display GPU from NVML without a recipe": true}
+
+func TestFaultCatalogue(t *testing.T) {
+	for _, tt := range faultRows {
+		t.Run(tt.name, func(t *testing.T) {
+			r := healthyReport(tt.gpus)
+			e := FromRecipe(healthyRecipe(tt.gpus))
+			if noRecipeRows[tt.name] {
+				e = nil
+			}
+			if tt.mutate != nil {
+				tt.mutate(r, e)
+			}
+			Judge(r, e)
+			var hit *selftest.Finding
+			for k := range r.Findings {
+				f := &r.Findings[k]
+				if f.ID == tt.id && f.Status == tt.status && strings.Contains(f.Message, tt.msg) && strings.Contains(f.Hint, tt.hint) {
+					hit = f
+					break
+				}
+			}
+			if hit == nil {
+				t.Fatalf("no %s %s finding with message ~%q and hint ~%q:\n%s", tt.status, tt.id, tt.msg, tt.hint, dump(r.Findings))
+			}
+			if hit.Status != selftest.SevInfo && (hit.Evidence == "" || hit.Hint == "" || hit.Subject == "") {
+				t.Errorf("%s lacks evidence, hint or subject: %+v", tt.id, *hit)
+			}
+			wantVerdict := selftest.Pass
+			for _, f := range r.Findings {
+				if f.Status == selftest.SevFail {
+					wantVerdict = selftest.Fail
+					if f.Hint == "" {
+						t.Errorf("fail finding %s has no hint", f.ID)
+					}
+				}
+			}
+			if tt.status == selftest.SevFail && r.Verdict != selftest.Fail || r.Verdict != wantVerdict {
+				t.Errorf("verdict %s with a %s %s finding", r.Verdict, tt.status, tt.id)
+			}
+		})
+	}
+}
+
+// Every finding ID the rules can produce is in the docs table, and every row named
+// there exists.
+func TestFindingsDocCoversCatalogue(t *testing.T) {
+	doc := readFile(t, "../../docs/selftest-findings.md")
+	for _, tt := range faultRows {
+		if !strings.Contains(doc, "`"+tt.id+"`") {
+			t.Errorf("docs/selftest-findings.md does not list %s", tt.id)
+		}
+	}
+	names := map[string]bool{}
+	for _, tt := range faultRows {
+		names[tt.name] = true
+	}
+	used := map[string]bool{}
+	for _, part := range strings.Split(doc, "`TestFaultCatalogue/")[1:] {
+		name, _, _ := strings.Cut(part, "`")
+		used[name] = true
+		if !names[name] {
+			t.Errorf("docs/selftest-findings.md names row %q, which TestFaultCatalogue lacks", name)
+		}
+	}
+	for name := range names {
+		if !used[name] {
+			t.Errorf("TestFaultCatalogue row %q is not in docs/selftest-findings.md", name)
+		}
+	}
+	cases := map[string]bool{}
+	for _, c := range verdictCases {
+		cases[c.name] = true
+	}
+	for _, part := range strings.Split(doc, "`TestVerdict/")[1:] {
+		name, _, _ := strings.Cut(part, "`")
+		if !cases[name] {
+			t.Errorf("docs/selftest-findings.md names TestVerdict case %q, which does not exist", name)
+		}
+	}
+	// Every row of the finding tables cites a test in its last column.
+	rows := 0
+	for i, line := range strings.Split(doc, "\n") {
+		// Finding rows start with their ID in backticks (lower case); other tables do not.
+		if !strings.HasPrefix(line, "| `") || len(line) < 4 || line[3] < 'a' || line[3] > 'z' {
+			continue
+		}
+		rows++
+		cells := strings.Split(strings.TrimSuffix(strings.TrimSpace(line), "|"), " | ")
+		last := cells[len(cells)-1]
+		if len(cells) < 5 || !(strings.Contains(last, "`TestFaultCatalogue/") || strings.Contains(last, "`TestVerdict/") || strings.Contains(last, "`e2e/")) {
+			t.Errorf("docs/selftest-findings.md:%d: row cites no test: %s", i+1, line)
+		}
+	}
+	if rows < 30 {
+		t.Errorf("only %d finding rows found in the doc", rows)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func setP2P(r *selftest.Report, letter string) {
+	for k := range r.Pairs {
+		r.Pairs[k].P2PRead, r.Pairs[k].P2PWrite = letter, letter
+	}
+}
+
+// setVia makes every channel between ranks a and b go through via.
+func setVia(r *selftest.Report, a, b int, via string) {
+	found := false
+	for k := range r.NCCL.Transports {
+		t := &r.NCCL.Transports[k]
+		if (t.From == a && t.To == b) || (t.From == b && t.To == a) {
+			t.Via, t.P2P, found = via, false, true
+		}
+	}
+	if !found {
+		for ch := 0; ch < 2; ch++ {
+			r.NCCL.Transports = append(r.NCCL.Transports, selftest.Transport{Channel: ch, From: a, To: b, Via: via})
+		}
+	}
+}

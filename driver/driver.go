@@ -120,9 +120,12 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 		return nil, fmt.Errorf("the kernel stage output has no module build tree (%s): %w", kbuild, err)
 	}
 
+	// Exact: a driver series is written against the one tree its recipe pins, so
+	// a hunk away from its recorded line is the wrong tree or, in NVIDIA's
+	// generated HAL tables, whose slots look alike, the wrong slot.
 	for _, p := range opt.Patches {
-		if _, err := patch.Apply(src, p.Name, p.Data); err != nil {
-			return nil, err // patch.Error names patch, file and hunk
+		if _, err := patch.ApplyExact(src, p.Name, p.Data); err != nil {
+			return nil, err // patch.Error names patch, file, hunk and line
 		}
 	}
 

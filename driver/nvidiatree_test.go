@@ -58,10 +58,10 @@ func releaseTreeDir() (string, error) {
 }
 
 // unpackReleaseTree unpacks the release tree of commit into dst (the archive's
-// top directory stripped), after checking its size and sha256. It returns ""
-// and why not when there is no file for it here; a file that is there but
-// wrong is an error.
-func unpackReleaseTree(commit, dst string) (string, error) {
+// top directory stripped), after checking its size and sha256; with paths, only
+// those files. It returns "" and why not when there is no file for it here; a
+// file that is there but wrong is an error.
+func unpackReleaseTree(commit, dst string, paths ...string) (string, error) {
 	rt, ok := releaseTrees[commit]
 	if !ok {
 		return fmt.Sprintf("no release tree is listed for commit %s", commit), nil
@@ -95,16 +95,21 @@ func unpackReleaseTree(commit, dst string) (string, error) {
 		return "", fmt.Errorf("%s: %w", file, err)
 	}
 	defer zr.Close()
-	if err := untarTree(tar.NewReader(zr), "open-gpu-kernel-modules-"+rt.tag+"/", commit, dst); err != nil {
+	if err := untarTree(tar.NewReader(zr), "open-gpu-kernel-modules-"+rt.tag+"/", commit, dst, paths...); err != nil {
 		return "", fmt.Errorf("%s: %w", file, err)
 	}
 	return "", nil
 }
 
-// untarTree writes a git archive's entries under prefix into dst. The pax
-// global header git writes must name commit.
-func untarTree(tr *tar.Reader, prefix, commit, dst string) error {
+// untarTree writes a git archive's entries under prefix into dst (with paths,
+// only those regular files, each of which must be there). The pax global
+// header git writes must name commit.
+func untarTree(tr *tar.Reader, prefix, commit, dst string, paths ...string) error {
 	sawCommit := false
+	want := map[string]bool{}
+	for _, p := range paths {
+		want[p] = true
+	}
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -129,6 +134,12 @@ func untarTree(tr *tar.Reader, prefix, commit, dst string) error {
 		}
 		if clean := path.Clean(name); clean != strings.TrimSuffix(name, "/") || strings.HasPrefix(clean, "../") || path.IsAbs(clean) {
 			return fmt.Errorf("entry %s leaves the tree", h.Name)
+		}
+		if len(paths) > 0 {
+			if h.Typeflag != tar.TypeReg || !want[name] {
+				continue
+			}
+			delete(want, name)
 		}
 		p := filepath.Join(dst, filepath.FromSlash(name))
 		switch h.Typeflag {
@@ -164,6 +175,11 @@ func untarTree(tr *tar.Reader, prefix, commit, dst string) error {
 	}
 	if !sawCommit {
 		return fmt.Errorf("no pax header naming commit %s (not a git archive of it)", commit)
+	}
+	for _, p := range paths {
+		if want[p] {
+			return fmt.Errorf("no file %s in the archive of %s", p, commit)
+		}
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -78,15 +80,34 @@ func TestSeriesFiles(t *testing.T) {
 	}
 }
 
-// p2pRecipes are the recipes built on the 550.163.01 series.
-var p2pRecipes = []string{"../recipes/epyc-4gpu.toml", "../recipes/xeon-8gpu.toml"}
+// driverRecipes are the per-branch driver recipes, recipes/drivers/*-p2p.toml:
+// each pins one NVIDIA tree and the series written for it.
+func driverRecipes(t *testing.T) []string {
+	t.Helper()
+	rps, err := filepath.Glob("../recipes/drivers/*-p2p.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rps) == 0 {
+		t.Fatal("no driver recipes (recipes/drivers/*-p2p.toml)")
+	}
+	return rps
+}
 
-// The recipes select patches of the series in the series' order.
+// The driver recipes and every platform recipe with a driver series select
+// patches of their series in the series' order.
 func TestRecipesFollowSeriesOrder(t *testing.T) {
-	for _, rp := range p2pRecipes {
+	platforms, err := filepath.Glob("../recipes/*.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rp := range append(driverRecipes(t), platforms...) {
 		r, err := recipe.Load(rp)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if len(r.Driver.Patches) == 0 {
+			continue
 		}
 		series := readSeries(t, PatchDir(r.Driver.Version))
 		last := -1
@@ -138,84 +159,173 @@ func gitTree(t *testing.T, cloneURL, commit string) (string, string) {
 	return "", strings.Join(tried, "; ")
 }
 
-// The 550.163.01 series applies, in order and exactly (no hunk away from its
-// recorded lines), to the full NVIDIA tree at the commit the recipes pin, with
-// the applier the driver stage uses. The tree comes from a git copy when there
-// is one (PEERBOOT_GIT_MIRRORS, the store), else from NVIDIA's release tarball
-// beside the repository (releaseTrees), which is what CI has.
-func TestSeries550AppliesToPinnedTree(t *testing.T) {
-	testguard.Short(t, "unpacks the NVIDIA tree (~120 MB)")
-	r, err := recipe.Load(p2pRecipes[0])
+// pinnedTree unpacks NVIDIA's tree at commit (of the repository cloneURL)
+// into a new directory, only paths when any are given: from a git copy when
+// there is one (PEERBOOT_GIT_MIRRORS, the store), else from the release
+// tarball beside the repository (releaseTrees), which is what CI has. Without
+// either it skips, saying why (which CI turns into a failure).
+func pinnedTree(t *testing.T, cloneURL, commit string, paths ...string) string {
+	t.Helper()
+	tree := t.TempDir()
+	gitDir, why := gitTree(t, cloneURL, commit)
+	if gitDir != "" {
+		t.Logf("tree %s from git: %s", commit, gitDir)
+		unpackGit(t, gitDir, commit, tree, paths...)
+		return tree
+	}
+	why2, err := unpackReleaseTree(commit, tree, paths...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	src := r.Driver.Source
-	if src.Git == "" || src.Commit == "" {
-		t.Fatalf("%s: driver.source is not a git commit", p2pRecipes[0])
+	if why2 != "" {
+		testguard.Skipf(t, "no copy of %s at %s here (%s; %s). Set PEERBOOT_GIT_MIRRORS=%s=/path/to/a/clone, run `peerboot fetch` on a recipe pinning it, or set PEERBOOT_NVIDIA_TREES.",
+			cloneURL, commit, why, why2, cloneURL)
 	}
-	tree := t.TempDir()
-	if gitDir, why := gitTree(t, src.Git, src.Commit); gitDir != "" {
-		t.Logf("tree from git: %s", gitDir)
-		unpackGit(t, gitDir, src.Commit, tree)
-	} else if why2, err := unpackReleaseTree(src.Commit, tree); err != nil {
-		t.Fatal(err)
-	} else if why2 != "" {
-		testguard.Skipf(t, "no copy of %s at %s here (%s; %s). Set PEERBOOT_GIT_MIRRORS=%s=/path/to/a/clone, run `peerboot fetch %s`, or set PEERBOOT_NVIDIA_TREES.",
-			src.Git, src.Commit, why, why2, src.Git, strings.TrimPrefix(p2pRecipes[0], "../"))
-	} else {
-		t.Logf("tree from the release tarball of %s", releaseTrees[src.Commit].tag)
-	}
-	if !IsFullTree(tree) {
-		t.Fatalf("%s at %s is not NVIDIA's full open-gpu-kernel-modules tree", src.Git, src.Commit)
-	}
+	t.Logf("tree %s from the release tarball of %s", commit, releaseTrees[commit].tag)
+	return tree
+}
 
-	dir := PatchDir(r.Driver.Version)
-	for _, name := range readSeries(t, dir) {
-		data, err := fs.ReadFile(Patches, path.Join(dir, name))
+// Every driver recipe's series applies, in order and exactly (every hunk at
+// its recorded line), to the full NVIDIA tree at the commit the recipe pins,
+// with the applier the driver stage uses; then the tree holds the version's
+// landmarks (seriesLandmarks), so a series that "applies" to the wrong place
+// cannot pass.
+func TestSeriesAppliesToPinnedTree(t *testing.T) {
+	testguard.Short(t, "unpacks an NVIDIA tree (~90-130 MB) per driver recipe")
+	for _, rp := range driverRecipes(t) {
+		r, err := recipe.Load(rp)
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := patch.Apply(tree, name, data)
-		if err != nil {
-			t.Fatalf("%v", err)
-		}
-		if len(res.Offsets) > 0 {
-			t.Errorf("%s applies, but away from its recorded lines (%q): regenerate it against the pinned tree", name, res.Offsets)
-		}
-		t.Logf("%s: %d files", name, len(res.Files))
-	}
-
-	// A few landmarks of each patch, so a series that "applies" to the wrong
-	// place cannot pass.
-	for file, want := range map[string][]string{
-		"kernel-open/nvidia/nv-reg.h":                   {"NV_DEFINE_REG_ENTRY_GLOBAL(__NV_ENABLE_RESIZABLE_BAR, 1);"},
-		"kernel-open/nvidia/nv-pci.c":                   {"#if defined(NV_PCI_RESIZE_RESOURCE_HAS_EXCLUDE_BARS_ARG)"},
-		"src/nvidia/generated/g_kern_bus_nvoc.c":        {"pThis->__kbusIsPcieBar1P2PMappingSupported__ = &kbusIsPcieBar1P2PMappingSupported_GH100;\n    }\n    // default"},
-		"src/nvidia/src/kernel/gpu/bif/kernel_bif.c":    {"pKernelBif->forceP2PType = NV_REG_STR_RM_FORCE_P2P_TYPE_BAR1P2P;"},
-		"src/nvidia/src/kernel/rmapi/nv_gpu_ops.c":      {"aperture = GMMU_APERTURE_SYS_NONCOH;", "_nvGpuOpsDynBar1Release(device, hPhysHandle)", "_nvGpuOpsDynBar1DestroyAll(device);"},
-		"src/nvidia/src/kernel/gpu/bus/kern_bus.c":      {"return KBUS_BAR1_P2P_MODE_DYNAMIC;"},
-		"src/nvidia/src/kernel/platform/p2p/p2p_caps.c": {"_kp2pCapsBar1P2PRequired(gpuMask)"},
-		"kernel-open/conftest.sh":                       {"#if IS_ENABLED(CONFIG_DRM_TTM_HELPER)"},
-	} {
-		b, err := os.ReadFile(filepath.Join(tree, file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, w := range want {
-			if !bytes.Contains(b, []byte(w)) {
-				t.Errorf("%s lacks %q after the series", file, w)
+		t.Run(r.Driver.Version, func(t *testing.T) {
+			src := r.Driver.Source
+			if src.Git == "" || src.Commit == "" {
+				t.Fatalf("%s: driver.source is not a git commit of NVIDIA's full tree", rp)
 			}
-		}
+			landmarks, ok := seriesLandmarks[r.Driver.Version]
+			if !ok || len(landmarks) == 0 {
+				t.Fatalf("%s: seriesLandmarks has no entry for %s: add a few strings per patch that only the series puts in the tree", rp, r.Driver.Version)
+			}
+			if _, ok := releaseTrees[src.Commit]; !ok {
+				t.Errorf("%s pins commit %s, which releaseTrees does not list: CI, with no git mirror, could not run this test", rp, src.Commit)
+			}
+			tree := pinnedTree(t, src.Git, src.Commit)
+			if !IsFullTree(tree) {
+				t.Fatalf("%s at %s is not NVIDIA's full open-gpu-kernel-modules tree", src.Git, src.Commit)
+			}
+			dir := PatchDir(r.Driver.Version)
+			for _, name := range readSeries(t, dir) {
+				data, err := fs.ReadFile(Patches, path.Join(dir, name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err := patch.ApplyExact(tree, name, data)
+				if err != nil {
+					t.Fatalf("%s: %v", rp, err)
+				}
+				if len(res.Offsets) > 0 {
+					t.Fatalf("%s applied away from its recorded lines (%q)", name, res.Offsets)
+				}
+				t.Logf("%s: %d files", name, len(res.Files))
+			}
+			for file, want := range landmarks {
+				b, err := os.ReadFile(filepath.Join(tree, file))
+				if err != nil {
+					t.Errorf("landmark file: %v", err)
+					continue
+				}
+				for _, w := range want {
+					if !bytes.Contains(b, []byte(w)) {
+						t.Errorf("%s lacks %q after the %s series", file, w, r.Driver.Version)
+					}
+				}
+			}
+		})
 	}
 }
 
-// unpackGit writes the tree of commit in the bare repository gitDir into dst,
-// through the same reader as the release tarballs (git archive's pax header
-// names the commit).
-func unpackGit(t *testing.T, gitDir, commit, dst string) {
+// A hand-made offset case: the 550 series' hunk that binds
+// kbusHasPcieBar1P2PMapping for AD102 in the generated HAL table. Its old
+// lines are in 580's g_kern_bus_nvoc.c too, ~400 lines further down (the
+// tables grew). An applier that searches for moved hunks takes it; the exact
+// applier the driver stage uses must refuse it, name the file, the hunk and
+// both lines, and leave the file as it was.
+func TestExactApplyRefusesShiftedHunk(t *testing.T) {
+	const file = "src/nvidia/generated/g_kern_bus_nvoc.c"
+	p550, err := fs.ReadFile(Patches, path.Join(PatchDir("550.163.01"), "0002-rm-static-bar1-p2p-ad102.patch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := singleHunk(t, string(p550), file, "__kbusHasPcieBar1P2PMapping__")
+	for _, tc := range []struct {
+		tag, commit          string
+		recorded, found, off int
+	}{
+		{"580.95.05", "2b436058a616676ec888ef3814d1db6b2220f2eb", 709, 1122, 413},
+		{"580.142", "1a5075f82128be3603d4a4657c7b689234306778", 709, 1122, 413},
+	} {
+		t.Run(tc.tag, func(t *testing.T) {
+			tree := pinnedTree(t, "https://github.com/NVIDIA/open-gpu-kernel-modules.git", tc.commit, file)
+			before, err := os.ReadFile(filepath.Join(tree, file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = patch.ApplyExact(tree, "0002-hunk7.patch", []byte(one))
+			var pe *patch.Error
+			want := fmt.Sprintf("is recorded at line %d, but its old lines (first: \"    {\") are at line %d (offset %+d)", tc.recorded, tc.found, tc.off)
+			if !errors.As(err, &pe) || pe.File != file || pe.Hunk != 1 || !strings.Contains(err.Error(), want) {
+				t.Fatalf("got %v, want a *patch.Error for %s hunk 1 saying %q", err, file, want)
+			}
+			after, err := os.ReadFile(filepath.Join(tree, file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(before, after) {
+				t.Fatal("the refused patch changed the file")
+			}
+			// The case is real: an offset-tolerant apply takes the hunk.
+			res, err := patch.Apply(tree, "0002-hunk7.patch", []byte(one))
+			if err != nil || len(res.Offsets) != 1 || !strings.Contains(res.Offsets[0], fmt.Sprintf("offset %+d lines", tc.off)) {
+				t.Fatalf("offset-tolerant apply: %v, offsets %v; want it applied at %+d", err, res, tc.off)
+			}
+		})
+	}
+}
+
+// singleHunk cuts a one-hunk patch out of a format-patch: the header, the
+// diff of file and its one hunk that contains marker.
+func singleHunk(t *testing.T, p, file, marker string) string {
+	t.Helper()
+	hdr, rest, ok := strings.Cut(p, "\ndiff --git ")
+	if !ok {
+		t.Fatal("patch has no diff")
+	}
+	for _, d := range strings.Split("diff --git "+rest, "\ndiff --git ") {
+		d = strings.TrimPrefix(d, "diff --git ")
+		if !strings.HasPrefix(d, "a/"+file+" ") {
+			continue
+		}
+		head, hunks, ok := strings.Cut(d, "\n@@ ")
+		if !ok {
+			t.Fatalf("%s: no hunks", file)
+		}
+		for _, h := range strings.Split(hunks, "\n@@ ") {
+			if strings.Contains(h, marker) {
+				return hdr + "\ndiff --git " + head + "\n@@ " + strings.TrimSuffix(h, "\n") + "\n"
+			}
+		}
+	}
+	t.Fatalf("no hunk of %s contains %q", file, marker)
+	return ""
+}
+
+// unpackGit writes the tree of commit in the bare repository gitDir into dst
+// (only paths, when given), through the same reader as the release tarballs
+// (git archive's pax header names the commit).
+func unpackGit(t *testing.T, gitDir, commit, dst string, paths ...string) {
 	t.Helper()
 	const prefix = "open-gpu-kernel-modules/"
-	archive := exec.Command("git", "--git-dir", gitDir, "archive", "--format=tar", "--prefix="+prefix, commit)
+	archive := exec.Command("git", append([]string{"--git-dir", gitDir, "archive", "--format=tar", "--prefix=" + prefix, commit, "--"}, paths...)...)
 	pipe, err := archive.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -225,7 +335,7 @@ func unpackGit(t *testing.T, gitDir, commit, dst string) {
 	if err := archive.Start(); err != nil {
 		t.Fatalf("git archive: %v", err)
 	}
-	uerr := untarTree(tar.NewReader(pipe), prefix, commit, dst)
+	uerr := untarTree(tar.NewReader(pipe), prefix, commit, dst, paths...)
 	io.Copy(io.Discard, pipe)
 	if err := archive.Wait(); err != nil {
 		t.Fatalf("git archive %s: %v\n%s", commit, err, stderr.Bytes())

@@ -1,6 +1,9 @@
 // Package patch applies git format-patch files to a source tree in pure Go. Hunks
-// may have moved (they are found at an offset, as `patch` and `git apply` do) but
 // must match exactly: no fuzz, so a patch never lands in the wrong place silently.
+// Apply still finds a hunk that has moved (at an offset, as `patch` and `git apply`
+// do) and reports it; ApplyExact refuses it, for series regenerated against one
+// pinned tree, where a hunk away from its line means the wrong tree or the wrong
+// place (generated tables whose slots look alike).
 package patch
 
 import (
@@ -72,8 +75,21 @@ func Check(data []byte) error {
 }
 
 // Apply applies the patch named name (data) under dir. Every file is patched in
-// memory first; nothing is written unless every hunk of every file applies.
+// memory first; nothing is written unless every hunk of every file applies. A
+// hunk whose old lines have moved is applied where they are and listed in
+// Result.Offsets.
 func Apply(dir, name string, data []byte) (*Result, error) {
+	return apply(dir, name, data, false)
+}
+
+// ApplyExact is Apply, except that every hunk must apply at the line it records:
+// a hunk whose old lines are only found elsewhere is an error naming the file,
+// the hunk, the recorded line and the line found, and nothing is written.
+func ApplyExact(dir, name string, data []byte) (*Result, error) {
+	return apply(dir, name, data, true)
+}
+
+func apply(dir, name string, data []byte, exact bool) (*Result, error) {
 	files, _, err := gitdiff.Parse(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("patch %s: %w", name, err)
@@ -139,7 +155,7 @@ func Apply(dir, name string, data []byte) (*Result, error) {
 		if f.NewMode != 0 {
 			mode = f.NewMode.Perm()
 		}
-		out, offsets, err := applyFile(old, f, name, target)
+		out, offsets, err := applyFile(old, f, name, target, exact)
 		if err != nil {
 			return nil, err
 		}
@@ -236,8 +252,9 @@ func safePath(p string) bool {
 }
 
 // applyFile applies every hunk of f to old, searching for each hunk's old lines at
-// its recorded position first, then at growing offsets after the previous hunk.
-func applyFile(old []byte, f *gitdiff.File, patchName, file string) ([]byte, []string, error) {
+// its recorded position first, then at growing offsets after the previous hunk;
+// exact refuses any hunk not at its recorded position.
+func applyFile(old []byte, f *gitdiff.File, patchName, file string, exact bool) ([]byte, []string, error) {
 	lines := splitLines(old)
 	var out []string
 	var offsets []string
@@ -266,6 +283,11 @@ func applyFile(old []byte, f *gitdiff.File, patchName, file string) ([]byte, []s
 		}
 		if at < 0 {
 			return nil, nil, hunkErr(fmt.Sprintf("does not apply: its %d old lines (first: %q) are not in the file", len(want), firstLine(want)))
+		}
+		if at != expected && exact {
+			return nil, nil, hunkErr(fmt.Sprintf("is recorded at line %d, but its old lines (first: %q) are at line %d (offset %+d): "+
+				"refusing to apply away from the recorded line (an exact apply; regenerate the patch against this tree)",
+				expected+1, firstLine(want), at+1, at-expected))
 		}
 		if at != expected {
 			offsets = append(offsets, fmt.Sprintf("%s: hunk %d applied at offset %+d lines", file, i+1, at-expected))

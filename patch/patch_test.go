@@ -40,16 +40,28 @@ func tree(t *testing.T, content string) string {
 func TestApply(t *testing.T) {
 	cases := []struct {
 		name, content, want, offset, err string
+		exact                            bool
 	}{
 		{name: "clean", content: base, want: strings.Replace(base, "four", "FOUR", 1)},
 		{name: "offset", content: "zero\nzero2\n" + base, want: "zero\nzero2\n" + strings.Replace(base, "four", "FOUR", 1), offset: "hunk 1 applied at offset +2 lines"},
 		{name: "failing hunk", content: strings.Replace(base, "five", "5", 1),
 			err: `patch p.patch: f.txt: hunk 1 (@@ -3,3 +3,3 @@) does not apply: its 3 old lines (first: "three") are not in the file`},
+		{name: "exact clean", exact: true, content: base, want: strings.Replace(base, "four", "FOUR", 1)},
+		// The offset case above, refused: an exact apply takes a hunk only at its line.
+		{name: "exact offset", exact: true, content: "zero\nzero2\n" + base,
+			err: `patch p.patch: f.txt: hunk 1 (@@ -3,3 +3,3 @@) is recorded at line 3, but its old lines (first: "three") are at line 5 (offset +2): ` +
+				`refusing to apply away from the recorded line (an exact apply; regenerate the patch against this tree)`},
+		{name: "exact failing hunk", exact: true, content: strings.Replace(base, "five", "5", 1),
+			err: `patch p.patch: f.txt: hunk 1 (@@ -3,3 +3,3 @@) does not apply: its 3 old lines (first: "three") are not in the file`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := tree(t, c.content)
-			res, err := Apply(dir, "p.patch", []byte(p1))
+			apply := Apply
+			if c.exact {
+				apply = ApplyExact
+			}
+			res, err := apply(dir, "p.patch", []byte(p1))
 			if c.err != "" {
 				var pe *Error
 				if err == nil || err.Error() != c.err || !errors.As(err, &pe) || pe.Hunk != 1 {
@@ -216,5 +228,30 @@ func TestRefusesToPatchThroughSymlinks(t *testing.T) {
 				t.Error("a symlink patch left a file")
 			}
 		})
+	}
+}
+
+// An exact apply that refuses a hunk of the second file writes neither file:
+// the first file's clean hunk is not left applied.
+func TestApplyExactLeavesTreeUnchanged(t *testing.T) {
+	dir := tree(t, base)
+	shifted := "zero\n" + base
+	if err := os.WriteFile(filepath.Join(dir, "g.txt"), []byte(shifted), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	two := p1 + strings.ReplaceAll(p1[strings.Index(p1, "diff --git"):], "f.txt", "g.txt")
+	_, err := ApplyExact(dir, "p.patch", []byte(two))
+	var pe *Error
+	if !errors.As(err, &pe) || pe.File != "g.txt" || pe.Hunk != 1 || !strings.Contains(err.Error(), "recorded at line 3, but its old lines (first: \"three\") are at line 4 (offset +1)") {
+		t.Fatalf("got %v, want g.txt hunk 1 refused at offset +1", err)
+	}
+	for f, want := range map[string]string{"f.txt": base, "g.txt": shifted} {
+		if got, _ := os.ReadFile(filepath.Join(dir, f)); string(got) != want {
+			t.Errorf("%s changed by a refused patch: %q", f, got)
+		}
+	}
+	// The same patch applies with offsets allowed, so the refusal is the exact rule's.
+	if res, err := Apply(dir, "p.patch", []byte(two)); err != nil || len(res.Offsets) != 1 {
+		t.Fatalf("Apply: %v, offsets %v", err, res)
 	}
 }

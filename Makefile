@@ -4,7 +4,7 @@ BIN     := bin/peerboot
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 RECIPE  ?= recipes/default.toml
 
-.PHONY: all deps image test e2e repro fuzz clean FORCE
+.PHONY: all deps test-deps image test e2e repro fuzz clean FORCE
 
 all: $(BIN)
 
@@ -15,9 +15,15 @@ $(BIN): FORCE
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-buildid=" -o bin/peerboot-init ./cmd/peerboot-init
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-buildid=" -o bin/p2pcheck ./cmd/p2pcheck
 
-# Host packages every stage needs; the list lives in `peerboot doctor`.
+# Host packages building needs (`make image`); the list lives in `peerboot doctor`.
 deps: $(BIN)
 	scripts/deps.sh "$$($(BIN) doctor --packages)"
+
+# Those plus what signing, `peerboot run` (QEMU) and the tests need (`make test`):
+# sbsigntool, QEMU/OVMF/iPXE ROMs, the cross-check tools, docker-registry,
+# PostgreSQL, Chromium.
+test-deps: $(BIN)
+	scripts/deps.sh "$$($(BIN) doctor --packages --all)"
 
 # The main job: fetch every pinned input (verified), then build the images into out/.
 image: deps
@@ -33,14 +39,14 @@ repro: $(BIN)
 # out/default/disk.img (flash). Under CI=true a test that misses one fails
 # (internal/testguard), and scripts/skips.sh (go test -json behind a filter) fails
 # the run on any other skip but -short's, listing every skipped test either way.
-test: deps
+test: test-deps
 	$(BIN) fetch $(RECIPE)
 	$(BIN) build $(RECIPE)
 	$(GO) vet ./...
 	GO=$(GO) scripts/skips.sh -timeout 80m ./...
 
 # Only the QEMU boots (build + UEFI + PXE), also part of `make test`.
-e2e: deps
+e2e: test-deps
 	$(GO) test -count=1 -timeout 60m -v ./e2e/
 
 # Short fuzz runs of every parser of outside bytes.
@@ -69,7 +75,7 @@ lock-check: $(BIN)
 
 # name=action-key for every stage of RECIPE (the CI caches stage outputs under these).
 stage-keys: $(BIN)
-	@$(BIN) plan $(RECIPE) | awk '$$1 ~ /^[0-9]+[.]$$/ { print $$2 "=" $$NF }'
+	@plan=$$($(BIN) plan --json $(RECIPE)) && printf '%s\n' "$$plan" | jq -r '.stages[] | .name + "=" + .key'
 
 # Another build of RECIPE (OTHER=its output directory) must give the same SHA256SUMS.
 repro-compare:
@@ -82,7 +88,7 @@ short-digest:
 	@sha256sum $(OUTDIR)/SHA256SUMS | cut -c1-12
 
 # Sign OUTDIR (keys are references: file:PATH or env:VAR; DB_KEY/DB_CERT add Secure Boot).
-sign: deps
+sign: test-deps
 	$(BIN) sign $(OUTDIR) --artifact-key $(ARTIFACT_KEY) $(if $(DB_KEY),--db-key $(DB_KEY) --db-cert $(DB_CERT))
 
 verify: $(BIN)

@@ -94,7 +94,7 @@ func (c *Client) LoadIndex(ctx context.Context, r Repo) (*Index, error) {
 	}
 	keyring, err := readKeyring(r.Keyring)
 	if err != nil {
-		return nil, fmt.Errorf("repository %q: %w", r.Name, err)
+		return nil, withKind(KindKeyring, fmt.Errorf("repository %q: %w", r.Name, err))
 	}
 	base := strings.TrimRight(r.BaseURL, "/")
 	distURL := base + "/dists/" + r.Suite
@@ -106,7 +106,7 @@ func (c *Client) LoadIndex(ctx context.Context, r Repo) (*Index, error) {
 	sum := sha256.Sum256(raw)
 	plain, err := verifyClearsigned(raw, keyring, c.now())
 	if err != nil {
-		return nil, fmt.Errorf("repository %q: verifying %s against keyring %s: %w", r.Name, irURL, r.Keyring, err)
+		return nil, withKind(KindIntegrity, fmt.Errorf("repository %q: verifying %s against keyring %s: %w", r.Name, irURL, r.Keyring, err))
 	}
 	rel, err := parseRelease(plain)
 	if err != nil {
@@ -114,12 +114,12 @@ func (c *Client) LoadIndex(ctx context.Context, r Repo) (*Index, error) {
 	}
 	if rel.Suite != r.Suite && rel.Codename != r.Suite {
 		// Guards against a mirror answering with another suite's signed file.
-		return nil, fmt.Errorf("repository %q: %s describes suite %q (codename %q), not %q",
-			r.Name, irURL, rel.Suite, rel.Codename, r.Suite)
+		return nil, withKind(KindIntegrity, fmt.Errorf("repository %q: %s describes suite %q (codename %q), not %q",
+			r.Name, irURL, rel.Suite, rel.Codename, r.Suite))
 	}
 	if !rel.ValidUntil.IsZero() && !c.IgnoreValidUntil && c.now().After(rel.ValidUntil) {
-		return nil, fmt.Errorf("repository %q: %s expired at %s (Valid-Until); the mirror is stale or replaying old metadata",
-			r.Name, irURL, rel.ValidUntil.Format(time.RFC1123))
+		return nil, withKind(KindIntegrity, fmt.Errorf("repository %q: %s expired at %s (Valid-Until); the mirror is stale or replaying old metadata",
+			r.Name, irURL, rel.ValidUntil.Format(time.RFC1123)))
 	}
 	idx := &Index{Repo: r, InReleaseSHA256: hex.EncodeToString(sum[:]), Date: rel.Date}
 	for _, comp := range r.Components {
@@ -211,15 +211,15 @@ func (c *Client) fetchIndexFile(ctx context.Context, distURL, dir, name string, 
 	}
 	data, err := c.get(ctx, url, ref.Size)
 	if errors.Is(err, errTooLarge) {
-		return nil, fmt.Errorf("%s does not match InRelease: expected sha256 %s (%d bytes), got a larger file", url, ref.SHA256, ref.Size)
+		return nil, withKind(KindIntegrity, fmt.Errorf("%s does not match InRelease: expected sha256 %s (%d bytes), got a larger file", url, ref.SHA256, ref.Size))
 	}
 	if err != nil {
 		return nil, err
 	}
 	got := sha256.Sum256(data)
 	if hex.EncodeToString(got[:]) != ref.SHA256 || int64(len(data)) != ref.Size {
-		return nil, fmt.Errorf("%s does not match InRelease: expected sha256 %s (%d bytes), got %s (%d bytes)",
-			url, ref.SHA256, ref.Size, hex.EncodeToString(got[:]), len(data))
+		return nil, withKind(KindIntegrity, fmt.Errorf("%s does not match InRelease: expected sha256 %s (%d bytes), got %s (%d bytes)",
+			url, ref.SHA256, ref.Size, hex.EncodeToString(got[:]), len(data)))
 	}
 	if c.Cache != nil {
 		if err := c.Cache.Put(ctx, bytes.NewReader(data), ref.SHA256); err != nil {
@@ -314,8 +314,8 @@ func parseCompressed(data []byte, name, repo, comp string, plain fileRef) ([]Pac
 			return nil, fmt.Errorf("decompressing: %w", err)
 		}
 		if got := hex.EncodeToString(h.Sum(nil)); got != plain.SHA256 || int64(n) != plain.Size {
-			return nil, fmt.Errorf("uncompressed index does not match InRelease: expected sha256 %s (%d bytes), got %s (%d bytes)",
-				plain.SHA256, plain.Size, got, int64(n))
+			return nil, withKind(KindIntegrity, fmt.Errorf("uncompressed index does not match InRelease: expected sha256 %s (%d bytes), got %s (%d bytes)",
+				plain.SHA256, plain.Size, got, int64(n)))
 		}
 	}
 	return pkgs, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/peerboot/peerboot/driver"
 	"github.com/peerboot/peerboot/lock"
+	"github.com/peerboot/peerboot/recipe"
 )
 
 // 2. Driver: unpack the pinned driver source, apply the series, build against the kernel.
@@ -22,12 +23,17 @@ func driverStage() *stage {
 		Data: func(pc *planContext) ([]Datum, []string, error) {
 			r := pc.Recipe
 			var data []Datum
-			for _, f := range r.Driver.Patches {
+			var errs recipe.Errors
+			for i, f := range r.Driver.Patches {
 				b, _, err := r.ReadData(f, driver.Patches, driver.PatchDir(r.Driver.Version))
 				if err != nil {
-					return nil, nil, fmt.Errorf("driver.patches: %w", err)
+					errs = append(errs, r.ErrorAt(fmt.Sprintf("driver.patches[%d]", i), "%v", err))
+					continue
 				}
 				data = append(data, Datum{"patch " + f, b})
+			}
+			if len(errs) > 0 {
+				return nil, nil, errs
 			}
 			return data, nil, nil
 		},

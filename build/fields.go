@@ -1,9 +1,13 @@
 package build
 
 import (
+	"encoding"
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/peerboot/peerboot/recipe"
@@ -110,4 +114,75 @@ func RecipeLeaves() []string {
 // covers says whether a declared field path (a table or a leaf) covers leaf.
 func covers(declared, leaf string) bool {
 	return declared == wholeRecipe || declared == leaf || strings.HasPrefix(leaf, declared+".")
+}
+
+// FieldTOML is a recipe field's value as a recipe writes it (TOML inline
+// syntax: "256MiB" quoted, arrays in brackets, tables as { key = value }), for
+// `plan -v`. The key itself hashes fieldValue's JSON; this is only for people.
+func FieldTOML(r *recipe.Resolved, path string) (string, error) {
+	v, err := fieldByPath(reflect.ValueOf(&r.Recipe).Elem(), path)
+	if err != nil {
+		return "", err
+	}
+	return tomlInline(v), nil
+}
+
+func tomlInline(v reflect.Value) string {
+	if m, ok := v.Interface().(encoding.TextMarshaler); ok && v.Kind() != reflect.Struct {
+		b, err := m.MarshalText()
+		if err == nil {
+			return strconv.Quote(string(b))
+		}
+	}
+	switch v.Kind() {
+	case reflect.String:
+		return strconv.Quote(v.String())
+	case reflect.Bool:
+		return strconv.FormatBool(v.Bool())
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return strconv.FormatInt(v.Int(), 10)
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return strconv.FormatUint(v.Uint(), 10)
+	case reflect.Float32, reflect.Float64:
+		return strconv.FormatFloat(v.Float(), 'g', -1, 64)
+	case reflect.Slice, reflect.Array:
+		parts := make([]string, v.Len())
+		for i := range parts {
+			parts[i] = tomlInline(v.Index(i))
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
+	case reflect.Map:
+		keys := v.MapKeys()
+		sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, tomlKey(k.String())+" = "+tomlInline(v.MapIndex(k)))
+		}
+		return inlineTable(parts)
+	case reflect.Struct:
+		var parts []string
+		for i := 0; i < v.NumField(); i++ {
+			if name := tomlName(v.Type().Field(i)); name != "" {
+				parts = append(parts, name+" = "+tomlInline(v.Field(i)))
+			}
+		}
+		return inlineTable(parts)
+	}
+	return fmt.Sprint(v.Interface())
+}
+
+func inlineTable(parts []string) string {
+	if len(parts) == 0 {
+		return "{}"
+	}
+	return "{ " + strings.Join(parts, ", ") + " }"
+}
+
+var bareKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+func tomlKey(k string) string {
+	if bareKey.MatchString(k) {
+		return k
+	}
+	return strconv.Quote(k)
 }

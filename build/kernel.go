@@ -10,6 +10,7 @@ import (
 
 	"github.com/peerboot/peerboot/kernel"
 	"github.com/peerboot/peerboot/lock"
+	"github.com/peerboot/peerboot/recipe"
 )
 
 const moduleCertDatum = "module certificate"
@@ -25,24 +26,30 @@ func kernelStage() *stage {
 		Data: func(pc *planContext) ([]Datum, []string, error) {
 			r := pc.Recipe
 			var data []Datum
-			for _, f := range r.Kernel.Fragments {
+			var errs recipe.Errors
+			for i, f := range r.Kernel.Fragments {
 				b, _, err := r.ReadData(f, kernel.Configs, kernel.ConfigsDir)
 				if err != nil {
-					return nil, nil, fmt.Errorf("kernel.fragments: %w", err)
+					errs = append(errs, r.ErrorAt(fmt.Sprintf("kernel.fragments[%d]", i), "%v", err))
+					continue
 				}
 				data = append(data, Datum{"fragment " + f, b})
 			}
-			for _, f := range r.Kernel.Patches {
+			for i, f := range r.Kernel.Patches {
 				b, _, err := r.ReadData(f, kernel.Configs, "patches")
 				if err != nil {
-					return nil, nil, fmt.Errorf("kernel.patches: %w", err)
+					errs = append(errs, r.ErrorAt(fmt.Sprintf("kernel.patches[%d]", i), "%v", err))
+					continue
 				}
 				data = append(data, Datum{"patch " + f, b})
 			}
 			// Only with a certificate: a recipe without module signing keeps its key.
 			ms, err := moduleSigning(r)
 			if err != nil {
-				return nil, nil, err
+				errs = append(errs, asRecipeErrors(err)...)
+			}
+			if len(errs) > 0 {
+				return nil, nil, errs
 			}
 			if ms != nil {
 				data = append(data, Datum{moduleCertDatum, ms.CertPEM})

@@ -1,6 +1,7 @@
 package build
 
 import (
+	"errors"
 	"context"
 	"crypto"
 	"crypto/x509"
@@ -189,20 +190,61 @@ func moduleSigning(r *recipe.Resolved) (*ModuleSigning, error) {
 		return nil, nil
 	}
 	if r.Sign.ModuleCert == "" {
-		return nil, exitcode.Tag(exitcode.Recipe, fmt.Errorf("%s: sign.module_key needs sign.module_cert: the kernel must be built to trust the key", r.Path))
+		return nil, exitcode.Tag(exitcode.Recipe, r.ErrorAt("sign.module_key", "needs sign.module_cert: the kernel must be built to trust the key"))
 	}
 	dir := filepath.Dir(r.Path)
 	cert, err := keyref.LoadCert(keyref.Resolve(r.Sign.ModuleCert, dir))
 	if err != nil {
-		return nil, exitcode.Tag(exitcode.Recipe, fmt.Errorf("%s: sign.module_cert: %w", r.Path, err))
+		return nil, exitcode.Tag(exitcode.Recipe, r.ErrorAt("sign.module_cert", "%v", err))
 	}
 	m := &ModuleSigning{CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw})}
 	if r.Sign.ModuleKey != "" {
 		b, _, err := keyref.Read(keyref.Resolve(r.Sign.ModuleKey, dir))
 		if err != nil {
-			return nil, exitcode.Tag(exitcode.Recipe, fmt.Errorf("%s: sign.module_key: %w", r.Path, err))
+			return nil, exitcode.Tag(exitcode.Recipe, r.ErrorAt("sign.module_key", "%v", err))
 		}
 		m.Key = b
 	}
 	return m, nil
+}
+
+// asRecipeErrors flattens err into located recipe errors where it is one (so a
+// stage's data problems are reported together), else one unlocated error.
+func asRecipeErrors(err error) recipe.Errors {
+	var es recipe.Errors
+	if errors.As(err, &es) {
+		return es
+	}
+	var e *recipe.Error
+	if errors.As(err, &e) {
+		return recipe.Errors{e}
+	}
+	return recipe.Errors{{Msg: err.Error()}}
+}
+
+// CheckData reads every data file the recipe names (kernel fragments and
+// patches, driver patches, module-signing key and certificate) and returns every
+// problem at once, each at the file and line that named it. lock, plan, fetch and
+// build all run it, so no command accepts a recipe another refuses.
+func CheckData(r *recipe.Resolved, tools Tools) error {
+	pc := &planContext{Recipe: r, Tools: tools}
+	var errs recipe.Errors
+	seen := map[string]bool{}
+	for _, s := range pipeline() {
+		if s.Data == nil {
+			continue
+		}
+		if _, _, err := s.Data(pc); err != nil {
+			for _, e := range asRecipeErrors(err) {
+				if k := e.Error(); !seen[k] { // kernel and modules both read the certificate
+					seen[k] = true
+					errs = append(errs, e)
+				}
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return exitcode.Tag(exitcode.Recipe, errs)
+	}
+	return nil
 }

@@ -127,6 +127,9 @@ func (p *Plan) Stage(name string) *Stage {
 // MakePlan computes every stage's key from pinned inputs, data files and recipe
 // fields, and asks the store which outputs it has. It reads no network.
 func MakePlan(r *recipe.Resolved, ins []lock.Input, un []lock.Unresolved, st *store.Store, tools Tools) (*Plan, error) {
+	if err := CheckData(r, tools); err != nil {
+		return nil, err
+	}
 	p := &Plan{Recipe: r, Tools: tools}
 	byRole := map[string][]lock.Input{}
 	for _, in := range ins {
@@ -267,6 +270,11 @@ func (p *Plan) Print(w io.Writer, verbose bool) {
 				continue
 			}
 			v := it.Value
+			if it.Kind == "field" && it.Name != "recipe" {
+				if t, err := FieldTOML(p.Recipe, it.Name); err == nil {
+					v = t
+				}
+			}
 			if !verbose && len(v) > 80 {
 				v = v[:77] + "..."
 			}

@@ -40,7 +40,7 @@ func (rs *Resolver) Resolve(ctx context.Context, r *recipe.Resolved) (*File, err
 	for _, rr := range r.Repos {
 		repo, err := AptRepo(rr, rs.AptDir)
 		if err != nil {
-			return nil, err
+			return nil, &PinError{err}
 		}
 		idx, err := rs.Client.LoadIndex(ctx, repo)
 		if err != nil {
@@ -51,8 +51,20 @@ func (rs *Resolver) Resolve(ctx context.Context, r *recipe.Resolved) (*File, err
 		}
 		indexes = append(indexes, idx)
 	}
-	return Pin(r, indexes)
+	f, err := Pin(r, indexes)
+	if err != nil {
+		return nil, &PinError{err}
+	}
+	return f, nil
 }
+
+// PinError is a Resolve failure in the recipe's own terms, not the network's: a
+// package, version or dependency the loaded repositories do not have, or a
+// repository whose mirror this machine's apt sources do not name.
+type PinError struct{ Err error }
+
+func (e *PinError) Error() string { return e.Err.Error() }
+func (e *PinError) Unwrap() error { return e.Err }
 
 // Pin resolves the recipe against loaded indexes; it does no I/O, so tests drive it
 // with fixture indexes.

@@ -374,3 +374,9 @@ func (r *Resolved) KeyLocation(path string) string {
 	}
 	return fmt.Sprintf("%s:%d", e.File, e.Line)
 }
+
+// ErrorAt is a problem with key path found after loading (a data file that cannot
+// be read, a key that cannot be parsed), located where the key was set.
+func (r *Resolved) ErrorAt(key, format string, args ...any) *Error {
+	return r.locate(Errors{{Key: key, Msg: fmt.Sprintf(format, args...)}})[0]
+}

@@ -1,10 +1,9 @@
 #!/bin/sh
-# Installs the Debian packages peerboot needs (the list comes from `peerboot doctor
-# --packages`), only when some are missing.
+# Installs the Debian packages it is given (`make deps`: `peerboot doctor
+# --packages`, what building needs; `make test-deps`: `--packages --all`, also
+# signing, QEMU and the tests), only when some are missing.
 set -eu
 pkgs="$1"
-# (The list includes what only the tests need: docker-registry, PostgreSQL, Chromium,
-# the cross-checking tools; a test that misses one fails under CI=true.)
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

@@ -101,16 +101,18 @@ func TestPlanPlatformRecipes(t *testing.T) {
 			}
 		}
 	}
-	// Without its lock file a platform recipe still plans, naming what is unresolved.
+	// Without its lock file a platform recipe still plans, naming what is
+	// unresolved, and exits 4 (stale) saying the lock is missing.
 	dir := t.TempDir()
 	for _, f := range []string{"xeon-8gpu.toml", "drivers/550.163.01-p2p.toml", "drivers/linux-6.12-base.config"} {
 		os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755)
 		b, _ := os.ReadFile("../../recipes/" + f)
 		os.WriteFile(filepath.Join(dir, f), b, 0o644)
 	}
-	out, _, code := run(t, "--cache", t.TempDir(), "plan", filepath.Join(dir, "xeon-8gpu.toml"))
-	if code != 0 || !strings.Contains(out, "unresolved: kernel-source linux-source-6.12") || !strings.Contains(out, "git:23e9e7621487fe632040a370249f690a456967dd") {
-		t.Fatalf("unlocked plan: exit %d\n%s", code, out)
+	out, errs, code := run(t, "--cache", t.TempDir(), "plan", filepath.Join(dir, "xeon-8gpu.toml"))
+	if code != 4 || !strings.Contains(out, "unresolved: kernel-source linux-source-6.12") || !strings.Contains(out, "git:23e9e7621487fe632040a370249f690a456967dd") ||
+		!strings.Contains(errs, "xeon-8gpu.lock: no lock file: run `peerboot lock`") {
+		t.Fatalf("unlocked plan: exit %d, want 4\n%s%s", code, out, errs)
 	}
 }
 

@@ -35,6 +35,19 @@ func loadRecipe(path string) (*recipe.Resolved, error) {
 	return r, nil
 }
 
+// validRecipe loads a recipe and reads every data file it names: the one
+// validation lock, plan, fetch and build share.
+func validRecipe(path string) (*recipe.Resolved, error) {
+	r, err := loadRecipe(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := build.CheckData(r, imageTools()); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
 func (g *globals) openStore() (*store.Store, error) {
 	root := g.cache
 	if root == "" {
@@ -55,7 +68,7 @@ func httpClient() *http.Client {
 // recipeInputs loads a recipe, its pinned inputs and the store: what most
 // commands start with.
 func (g *globals) recipeInputs(path string, requireLock bool) (*recipe.Resolved, []lock.Input, []lock.Unresolved, *store.Store, error) {
-	r, err := loadRecipe(path)
+	r, err := validRecipe(path)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
@@ -72,22 +85,12 @@ func (g *globals) recipeInputs(path string, requireLock bool) (*recipe.Resolved,
 
 // pinnedInputs reads the recipe's lock (if any) and lists its inputs with download URLs.
 func (g *globals) pinnedInputs(r *recipe.Resolved, requireLock bool) ([]lock.Input, []lock.Unresolved, error) {
-	f, err := lock.Read(lock.PathFor(r.Path))
-	switch {
-	case errors.Is(err, lock.ErrMissing):
-		if requireLock && needsLock(r) {
-			return nil, nil, exitcode.Tag(exitcode.Stale, err)
-		}
-		f = nil
-	case err != nil:
-		return nil, nil, exitcode.Tag(exitcode.Recipe, err)
-	default:
-		if err := lock.Check(r, f); err != nil {
-			if requireLock {
-				return nil, nil, exitcode.Tag(exitcode.Stale, err)
-			}
-			f = nil
-		}
+	f, lockErr, err := readLock(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	if lockErr != nil && requireLock {
+		return nil, nil, lockErr
 	}
 	baseURL := func(name string) (string, error) {
 		for _, rr := range r.Repos {
@@ -101,6 +104,26 @@ func (g *globals) pinnedInputs(r *recipe.Resolved, requireLock bool) ([]lock.Inp
 	return lock.Inputs(r, f, baseURL)
 }
 
+// readLock reads the recipe's lock file. lockErr (exit 4) says it is missing
+// though the recipe needs one, or out of date with the recipe; f is then nil.
+// err is a lock file that cannot be read or parsed (exit 3).
+func readLock(r *recipe.Resolved) (f *lock.File, lockErr, err error) {
+	f, err = lock.Read(lock.PathFor(r.Path))
+	switch {
+	case errors.Is(err, lock.ErrMissing):
+		if needsLock(r) {
+			return nil, exitcode.Tag(exitcode.Stale, err), nil
+		}
+		return nil, nil, nil
+	case err != nil:
+		return nil, nil, exitcode.Tag(exitcode.Recipe, err)
+	}
+	if err := lock.Check(r, f); err != nil {
+		return nil, exitcode.Tag(exitcode.Stale, err), nil
+	}
+	return f, nil, nil
+}
+
 func needsLock(r *recipe.Resolved) bool {
 	return r.Kernel.Source.Deb != "" || r.Driver.Source.Deb != "" || r.Outputs.EFIStub.Deb != "" || len(r.Userspace.Packages) > 0
 }
@@ -112,7 +135,7 @@ func aptClient(st *store.Store) *apt.Client {
 func exactArgs(max int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) > max {
-			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: want at most %d argument(s), got %d", cmd.CommandPath(), max, len(args)))
+			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: want at most %d argument(s), got %d", commandName(cmd), max, len(args)))
 		}
 		return nil
 	}

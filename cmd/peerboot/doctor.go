@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 
@@ -12,53 +13,67 @@ import (
 	"github.com/peerboot/peerboot/exitcode"
 )
 
-// hostNeed is one host tool a stage needs and the Debian package that provides it.
+// hostNeed is one host tool and the Debian package that provides it.
 type hostNeed struct {
 	what    string
 	stage   string
 	pkg     string
 	command string   // found on PATH, or
 	files   []string // any one of these exists
-	test    bool     // only `make test` needs it: listed by --packages, never a doctor failure
+	use     use
 }
 
-// hostNeeds is the single list of host requirements; `make deps` installs from it too.
+// use says who needs a host tool: building (`make image` installs these, and a
+// missing one fails doctor), or only signing, booting in QEMU and the tests
+// (`make test` installs those too).
+type use string
+
+const (
+	useBuild use = "build"
+	useSign  use = "sign"
+	useRun   use = "run"
+	useTest  use = "test"
+)
+
+// hostNeeds is the single list of host requirements; `make deps` and `make
+// test-deps` install from it.
 var hostNeeds = []hostNeed{
-	{what: "C compiler", stage: "kernel, driver", pkg: "build-essential", command: "gcc"},
-	{what: "make", stage: "kernel, driver", pkg: "make", command: "make"},
-	{what: "bc", stage: "kernel", pkg: "bc", command: "bc"},
-	{what: "flex", stage: "kernel", pkg: "flex", command: "flex"},
-	{what: "bison", stage: "kernel", pkg: "bison", command: "bison"},
-	{what: "libelf headers", stage: "kernel", pkg: "libelf-dev", files: []string{"/usr/include/libelf.h", "/usr/include/gelf.h"}},
-	{what: "OpenSSL headers", stage: "kernel", pkg: "libssl-dev", files: []string{"/usr/include/openssl/opensslv.h"}},
-	{what: "openssl", stage: "sign", pkg: "openssl", command: "openssl"},
-	{what: "xz", stage: "kernel", pkg: "xz-utils", command: "xz"},
-	{what: "cpio", stage: "kernel", pkg: "cpio", command: "cpio"},
-	{what: "rsync", stage: "kernel", pkg: "rsync", command: "rsync"},
-	{what: "perl", stage: "kernel", pkg: "perl", command: "perl"},
-	{what: "kmod (depmod, modinfo)", stage: "driver, rootfs", pkg: "kmod", command: "depmod"},
-	{what: "zstd", stage: "initramfs", pkg: "zstd", command: "zstd"},
-	{what: "git", stage: "fetch", pkg: "git", command: "git"},
-	{what: "QEMU x86_64", stage: "run", pkg: "qemu-system-x86", command: "qemu-system-x86_64"},
-	{what: "OVMF UEFI firmware", stage: "run", pkg: "ovmf", files: []string{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_CODE.fd"}},
-	{what: "iPXE ROMs", stage: "run (PXE)", pkg: "ipxe-qemu", files: []string{"/usr/lib/ipxe/qemu/efi-virtio.rom"}},
-	{what: "iPXE EFI binary", stage: "image (PXE)", pkg: "ipxe", files: []string{"/usr/lib/ipxe/ipxe.efi"}},
-	{what: "sbsigntool", stage: "sign", pkg: "sbsigntool", command: "sbsign"},
-	{what: "FAT tools", stage: "image checks", pkg: "dosfstools", command: "fsck.vfat"},
-	{what: "mtools", stage: "image checks", pkg: "mtools", command: "mcopy"},
-	{what: "sgdisk", stage: "image checks", pkg: "gdisk", command: "sgdisk"},
-	{what: "lspci", stage: "self-test checks", pkg: "pciutils", command: "lspci"},
-	{what: "binutils (objcopy, objdump)", stage: "kernel, image checks", pkg: "binutils", command: "objcopy"},
-	{what: "Debian archive keyring", stage: "lock", pkg: "debian-archive-keyring", files: []string{"/usr/share/keyrings/debian-archive-keyring.gpg"}},
+	{what: "C compiler", stage: "kernel, driver", pkg: "build-essential", command: "gcc", use: useBuild},
+	{what: "make", stage: "kernel, driver", pkg: "make", command: "make", use: useBuild},
+	{what: "bc", stage: "kernel", pkg: "bc", command: "bc", use: useBuild},
+	{what: "flex", stage: "kernel", pkg: "flex", command: "flex", use: useBuild},
+	{what: "bison", stage: "kernel", pkg: "bison", command: "bison", use: useBuild},
+	{what: "libelf headers", stage: "kernel", pkg: "libelf-dev", files: []string{"/usr/include/libelf.h", "/usr/include/gelf.h"}, use: useBuild},
+	{what: "OpenSSL headers", stage: "kernel", pkg: "libssl-dev", files: []string{"/usr/include/openssl/opensslv.h"}, use: useBuild},
+	{what: "openssl", stage: "kernel, sign", pkg: "openssl", command: "openssl", use: useBuild},
+	{what: "xz", stage: "kernel", pkg: "xz-utils", command: "xz", use: useBuild},
+	{what: "cpio", stage: "kernel", pkg: "cpio", command: "cpio", use: useBuild},
+	{what: "rsync", stage: "kernel", pkg: "rsync", command: "rsync", use: useBuild},
+	{what: "perl", stage: "kernel", pkg: "perl", command: "perl", use: useBuild},
+	{what: "binutils (objcopy, objdump)", stage: "kernel, image checks", pkg: "binutils", command: "objcopy", use: useBuild},
+	{what: "kmod (depmod, modinfo)", stage: "driver, modules", pkg: "kmod", command: "depmod", use: useBuild},
+	{what: "zstd", stage: "initramfs", pkg: "zstd", command: "zstd", use: useBuild},
+	{what: "git", stage: "fetch", pkg: "git", command: "git", use: useBuild},
+	{what: "iPXE EFI binary", stage: "image (PXE)", pkg: "ipxe", files: []string{"/usr/lib/ipxe/ipxe.efi"}, use: useBuild},
+	{what: "Debian archive keyring", stage: "lock", pkg: "debian-archive-keyring", files: []string{"/usr/share/keyrings/debian-archive-keyring.gpg"}, use: useBuild},
+	{what: "jq", stage: "make stage-keys (CI)", pkg: "jq", command: "jq", use: useBuild},
+	{what: "sbsigntool", stage: "sign, verify --db-cert", pkg: "sbsigntool", command: "sbsign", use: useSign},
+	{what: "QEMU x86_64", stage: "run", pkg: "qemu-system-x86", command: "qemu-system-x86_64", use: useRun},
+	{what: "OVMF UEFI firmware", stage: "run", pkg: "ovmf", files: []string{"/usr/share/OVMF/OVMF_CODE_4M.fd", "/usr/share/OVMF/OVMF_CODE.fd"}, use: useRun},
+	{what: "iPXE ROMs", stage: "run --pxe", pkg: "ipxe-qemu", files: []string{"/usr/lib/ipxe/qemu/efi-virtio.rom"}, use: useRun},
 	// What the tests' cross-checks and fixtures run: under CI=true a test that
-	// finds one missing fails (internal/testguard), so `make deps` installs them.
-	{what: "fdisk", stage: "disk cross-check", pkg: "fdisk", command: "fdisk", test: true},
-	{what: "mkfs.ext4", stage: "flash tests", pkg: "e2fsprogs", command: "mkfs.ext4", test: true},
-	{what: "losetup", stage: "flash tests", pkg: "mount", command: "losetup", test: true},
-	{what: "ip (netns)", stage: "DHCP, TFTP, ProxyDHCP tests", pkg: "iproute2", command: "ip", test: true},
-	{what: "docker-registry", stage: "OCI publish tests", pkg: "docker-registry", command: "docker-registry", test: true},
-	{what: "PostgreSQL 15", stage: "report store tests", pkg: "postgresql", files: []string{"/usr/lib/postgresql/15/bin/postgres"}, test: true},
-	{what: "chromium", stage: "fleet page test", pkg: "chromium", command: "chromium", test: true},
+	// finds one missing fails (internal/testguard), so `make test` installs them.
+	{what: "FAT tools", stage: "image cross-check", pkg: "dosfstools", command: "fsck.vfat", use: useTest},
+	{what: "mtools", stage: "image cross-check", pkg: "mtools", command: "mcopy", use: useTest},
+	{what: "sgdisk", stage: "image cross-check", pkg: "gdisk", command: "sgdisk", use: useTest},
+	{what: "lspci", stage: "self-test checks", pkg: "pciutils", command: "lspci", use: useTest},
+	{what: "fdisk", stage: "disk cross-check", pkg: "fdisk", command: "fdisk", use: useTest},
+	{what: "mkfs.ext4", stage: "flash tests", pkg: "e2fsprogs", command: "mkfs.ext4", use: useTest},
+	{what: "losetup", stage: "flash tests", pkg: "mount", command: "losetup", use: useTest},
+	{what: "ip (netns)", stage: "DHCP, TFTP, ProxyDHCP tests", pkg: "iproute2", command: "ip", use: useTest},
+	{what: "docker-registry", stage: "OCI publish tests", pkg: "docker-registry", command: "docker-registry", use: useTest},
+	{what: "PostgreSQL 15", stage: "report store tests", pkg: "postgresql", files: []string{"/usr/lib/postgresql/15/bin/postgres"}, use: useTest},
+	{what: "chromium", stage: "fleet page test", pkg: "chromium", command: "chromium", use: useTest},
 }
 
 func (n hostNeed) present() bool {
@@ -74,44 +89,101 @@ func (n hostNeed) present() bool {
 	return false
 }
 
+// packagesFor lists the Debian packages of the needs of the given uses.
+func packagesFor(uses ...use) []string {
+	var out []string
+	for _, n := range hostNeeds {
+		if slices.Contains(uses, n.use) {
+			out = append(out, n.pkg)
+		}
+	}
+	return uniqueSorted(out)
+}
+
+// doctorJSON is `peerboot doctor --json`.
+type doctorJSON struct {
+	OK      bool       `json:"ok"` // every build need is present
+	Needs   []needJSON `json:"needs"`
+	Missing []string   `json:"missing"` // build packages to install
+	Install string     `json:"install"` // the apt-get line for them; "" when none
+}
+
+type needJSON struct {
+	What    string `json:"what"`
+	Package string `json:"package"`
+	For     string `json:"for"`
+	Use     string `json:"use"` // build, sign, run or test
+	Present bool   `json:"present"`
+}
+
 func doctorCmd() *cobra.Command {
-	var packages bool
+	var packages, all, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check the host tools every stage needs and print the apt-get line for what is missing",
-		Args:  exactArgs(0),
+		Long: `doctor checks the host tools the build needs and prints the exact apt-get line for
+what is missing (exit 7). Tools only signing, ` + "`peerboot run`" + ` (QEMU) and the tests need are
+listed as "absent" and never fail it.
+
+--packages prints the Debian packages building needs, on one line (what ` + "`make image`" + `
+installs); with --all, also those of signing, QEMU and the tests (what ` + "`make test`" + `
+installs). --json prints the check as JSON (README, "Machine-readable output").`,
+		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
-			if packages { // the Debian packages of every need, for scripts (`make deps`)
-				var all []string
-				for _, n := range hostNeeds {
-					all = append(all, n.pkg)
+			if packages { // for scripts (`make deps`, `make test-deps`)
+				uses := []use{useBuild}
+				if all {
+					uses = append(uses, useSign, useRun, useTest)
 				}
-				fmt.Fprintln(out, strings.Join(uniqueSorted(all), " "))
+				fmt.Fprintln(out, strings.Join(packagesFor(uses...), " "))
 				return nil
 			}
-			var missing []string
+			j := doctorJSON{Needs: []needJSON{}, Missing: []string{}}
 			for _, n := range hostNeeds {
+				ok := n.present()
+				j.Needs = append(j.Needs, needJSON{What: n.what, Package: n.pkg, For: n.stage, Use: string(n.use), Present: ok})
+				if !ok && n.use == useBuild {
+					j.Missing = append(j.Missing, n.pkg)
+				}
+			}
+			j.Missing = uniqueSorted(j.Missing)
+			j.OK = len(j.Missing) == 0
+			if !j.OK {
+				j.Install = "apt-get install -y --no-install-recommends " + strings.Join(j.Missing, " ")
+			}
+			var err error
+			if !j.OK {
+				err = exitcode.Tag(exitcode.HostTools, fmt.Errorf("%d host tools missing", len(j.Missing)))
+			}
+			if asJSON {
+				if werr := writeJSON(out, j); werr != nil {
+					return werr
+				}
+				return err
+			}
+			for _, n := range j.Needs {
 				state := "ok"
 				switch {
-				case n.present():
-				case n.test:
-					state = "absent" // make deps installs it for make test
+				case n.Present:
+				case n.Use != string(useBuild):
+					state = "absent" // make test-deps installs it
 				default:
 					state = "MISSING"
-					missing = append(missing, n.pkg)
 				}
-				fmt.Fprintf(out, "%-8s %-26s %-22s (for %s)\n", state, n.what, n.pkg, n.stage)
+				fmt.Fprintf(out, "%-8s %-26s %-22s (%s: %s)\n", state, n.What, n.Package, n.Use, n.For)
 			}
-			if len(missing) == 0 {
-				fmt.Fprintln(out, "\nall host tools present")
+			if j.OK {
+				fmt.Fprintln(out, "\nall host tools building needs are present")
 				return nil
 			}
-			fmt.Fprintf(out, "\ninstall what is missing with:\n  apt-get install -y --no-install-recommends %s\n", strings.Join(uniqueSorted(missing), " "))
-			return exitcode.Tag(exitcode.HostTools, fmt.Errorf("%d host tools missing", len(missing)))
+			fmt.Fprintf(out, "\ninstall what is missing with:\n  %s\n", j.Install)
+			return err
 		},
 	}
-	cmd.Flags().BoolVar(&packages, "packages", false, "print every Debian package peerboot and its tests need, on one line")
+	cmd.Flags().BoolVar(&packages, "packages", false, "print the Debian packages building needs, on one line")
+	cmd.Flags().BoolVar(&all, "all", false, "with --packages: also those signing, peerboot run and the tests need")
+	addJSONFlag(cmd, &asJSON)
 	return cmd
 }
 

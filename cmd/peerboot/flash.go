@@ -104,7 +104,7 @@ error; 6 (integrity) the read-back differs from the image; 2 bad command line.`,
 func nArgs(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: want %d argument(s), got %d (usage: %s)", cmd.CommandPath(), n, len(args), cmd.UseLine()))
+			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: want %d argument(s), got %d (usage: %s)", commandName(cmd), n, len(args), cmd.UseLine()))
 		}
 		return nil
 	}

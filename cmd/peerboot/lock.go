@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/peerboot/peerboot/apt"
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/lock"
 )
@@ -24,7 +26,7 @@ lock file beside the recipe. With --check it writes nothing and, if the lock fil
 differs from a fresh resolve, prints the difference and fails (exit 4).`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, err := loadRecipe(recipeArg(args))
+			r, err := validRecipe(recipeArg(args))
 			if err != nil {
 				return err
 			}
@@ -36,7 +38,7 @@ differs from a fresh resolve, prints the difference and fails (exit 4).`,
 				Log: func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }}
 			f, err := rs.Resolve(cmd.Context(), r)
 			if err != nil {
-				return exitcode.Tag(exitcode.Network, err)
+				return exitcode.Tag(lockErrorClass(err), err)
 			}
 			path := lock.PathFor(r.Path)
 			old, _ := os.ReadFile(path)
@@ -65,6 +67,22 @@ differs from a fresh resolve, prints the difference and fails (exit 4).`,
 	}
 	cmd.Flags().BoolVar(&check, "check", false, "fail if the lock file differs from a fresh resolve; write nothing")
 	return cmd
+}
+
+// lockErrorClass tells the recipe's mistakes (a keyring it names that cannot be
+// read, a package or version the archive lacks: 3) and tampering (a signature or
+// index hash that does not verify: 6) from the network (5).
+func lockErrorClass(err error) exitcode.Class {
+	var pe *lock.PinError
+	switch {
+	case errors.As(err, &pe):
+		return exitcode.Recipe
+	case apt.KindOf(err) == apt.KindKeyring:
+		return exitcode.Recipe
+	case apt.KindOf(err) == apt.KindIntegrity:
+		return exitcode.Integrity
+	}
+	return exitcode.Network
 }
 
 // lineDiff returns the lines only in a ("-") or only in b ("+"), each run of

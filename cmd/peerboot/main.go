@@ -3,10 +3,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"regexp"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -24,26 +26,90 @@ type globals struct {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	var caught os.Signal
+	go func() {
+		caught = <-sigs
+		cancel()
+		signal.Stop(sigs) // a second Ctrl-C kills at once
+	}()
+	err := rootCmd().ExecuteContext(ctx)
+	code := exitcode.Of(err)
+	if err != nil && ctx.Err() != nil {
+		// Interrupted: the shell's convention, 128 + the signal's number.
+		code = 130
+		if s, ok := caught.(syscall.Signal); ok {
+			code = 128 + int(s)
+		}
+		fmt.Fprintln(os.Stderr, "peerboot: interrupted")
+	} else if err != nil {
+		printError(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+func rootCmd() *cobra.Command {
 	g := &globals{}
+	var showVersion bool
 	root := &cobra.Command{
 		Use:           "peerboot",
 		Short:         "Build reproducible boot images for consumer-GPU P2P nodes",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Args:          unknownCommand,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if showVersion {
+				return printVersion(cmd.OutOrStdout(), false)
+			}
+			return cmd.Help()
+		},
 	}
+	root.Flags().BoolVar(&showVersion, "version", false, "print the version (as `peerboot version`)")
 	root.PersistentFlags().StringVar(&g.cache, "cache", "", "store directory (default $PEERBOOT_CACHE or ~/.cache/peerboot)")
 	root.PersistentFlags().StringVar(&g.aptDir, "apt-dir", "/etc/apt", "apt configuration whose sources give mirror = \"system\"")
 	root.AddCommand(versionCmd(), lockCmd(g), buildCmd(g), runCmd(g), fetchCmd(g), planCmd(g), storeCmd(g), doctorCmd(), recipeCmd(), exitCodesCmd(), keysCmd(), signCmd(), verifyCmd(), flashCmd(), reportsCmd(), publishCmd(), pullCmd(), reportCmd(), serveCmd())
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return exitcode.Tag(exitcode.Usage, err) })
-	err := root.ExecuteContext(ctx)
-	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			fmt.Fprintln(os.Stderr, "peerboot: interrupted")
-		} else {
-			fmt.Fprintln(os.Stderr, "peerboot:", err)
+	// A command group run with an unknown subcommand is a usage error, not its help.
+	for _, c := range root.Commands() {
+		if c.HasSubCommands() && c.Run == nil && c.RunE == nil {
+			c.Args = unknownCommand
+			c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
 		}
 	}
-	os.Exit(exitcode.Of(err))
+	return root
+}
+
+// unknownCommand refuses arguments to a command that only has subcommands.
+func unknownCommand(cmd *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+		msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+	}
+	return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s; run `%s --help`", msg, cmd.CommandPath()))
+}
+
+// located matches a message that starts with file:line:, the form editors jump to.
+var located = regexp.MustCompile(`^[^\s:]+:\d+:`)
+
+// printError writes err for people: "peerboot: " and the message, except where
+// the message already starts with file:line (a recipe error: every line does),
+// which is printed as is so editors can jump to it.
+func printError(w io.Writer, err error) {
+	msg := err.Error()
+	if located.MatchString(msg) {
+		fmt.Fprintln(w, msg)
+		return
+	}
+	fmt.Fprintln(w, "peerboot: "+msg)
+}
+
+// commandName is a command's path without "peerboot ", for messages that main
+// prefixes with "peerboot: " already.
+func commandName(cmd *cobra.Command) string {
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
 }

@@ -147,7 +147,7 @@ func readReport(path string) (*selftest.Report, error) {
 func argsExactly(n int) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) != n {
-			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: want %d argument(s), got %d", cmd.CommandPath(), n, len(args)))
+			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: want %d argument(s), got %d", commandName(cmd), n, len(args)))
 		}
 		return nil
 	}

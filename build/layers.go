@@ -1,11 +1,11 @@
 package build
 
 import (
-	"errors"
 	"context"
 	"crypto"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"

@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"maps"
 	"path/filepath"
+	"slices"
 	"regexp"
 	"sort"
 	"strconv"
@@ -167,9 +169,30 @@ func collect(path string, stack []string, incLine int, layers *[]layer) error {
 		}
 		return fmt.Errorf("reading recipe: %w", err)
 	}
-	l, err := parseLayer(path, data)
-	if err != nil {
-		return err
+	// A layer with wrong types or unknown keys still names its includes: their
+	// problems are reported with its own, not hidden behind them.
+	l, layerErr := parseLayer(path, data)
+	if l.data == nil {
+		return layerErr
+	}
+	var errs Errors
+	addErr := func(err error) error {
+		var es Errors
+		var e *Error
+		switch {
+		case errors.As(err, &es):
+			errs = append(errs, es...)
+		case errors.As(err, &e):
+			errs = append(errs, e)
+		default:
+			return err
+		}
+		return nil
+	}
+	if layerErr != nil {
+		if err := addErr(layerErr); err != nil {
+			return err
+		}
 	}
 	includes, err := includeList(l)
 	if err != nil {
@@ -178,11 +201,18 @@ func collect(path string, stack []string, incLine int, layers *[]layer) error {
 	for i, inc := range includes {
 		line := l.lines.line(fmt.Sprintf("include[%d]", i))
 		if filepath.IsAbs(inc) {
-			return &Error{File: path, Line: line, Key: "include", Msg: fmt.Sprintf("want a path relative to the recipe, got %q", inc)}
+			errs = append(errs, &Error{File: path, Line: line, Key: "include", Msg: fmt.Sprintf("want a path relative to the recipe, got %q", inc)})
+			continue
 		}
 		if err := collect(filepath.Join(filepath.Dir(path), inc), append(stack[:len(stack):len(stack)], path), line, layers); err != nil {
-			return err
+			if err := addErr(err); err != nil {
+				return err
+			}
 		}
+	}
+	if len(errs) > 0 {
+		sortErrors(errs)
+		return errs
 	}
 	*layers = append(*layers, l)
 	return nil
@@ -209,9 +239,17 @@ func includeList(l layer) ([]string, error) {
 // unknown keys with their positions, and into a map for merging.
 func parseLayer(file string, data []byte) (layer, error) {
 	l := layer{file: file, lines: indexLines(data)}
+	var raw map[string]any
+	if _, err := toml.Decode(string(data), &raw); err != nil {
+		return l, tomlError(file, data, l.lines, err) // syntax: nothing more can be read
+	}
 	var typed Recipe
 	md, err := toml.Decode(string(data), &typed)
 	if err != nil {
+		l.data = raw
+		if errs := typeErrors(file, raw, l.lines); len(errs) > 0 {
+			return l, errs
+		}
 		return l, tomlError(file, data, l.lines, err)
 	}
 	if und := md.Undecoded(); len(und) > 0 {
@@ -224,12 +262,50 @@ func parseLayer(file string, data []byte) (layer, error) {
 			errs = append(errs, &Error{File: file, Line: line, Key: at, Msg: "unknown key" + suggestion(path)})
 		}
 		sortErrors(errs)
+		l.data = raw
 		return l, errs
 	}
-	if _, err := toml.Decode(string(data), &l.data); err != nil {
-		return l, tomlError(file, data, l.lines, err)
-	}
+	l.data = raw
 	return l, nil
+}
+
+// typeErrors finds every value of the wrong type in a layer, not only the
+// first (the decoder stops there): each leaf is decoded on its own into the
+// Recipe type. Arrays of tables are decoded whole.
+func typeErrors(file string, raw map[string]any, lines lineIndex) Errors {
+	var errs Errors
+	var walk func(m map[string]any, prefix []string)
+	walk = func(m map[string]any, prefix []string) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
+			path := append(slices.Clone(prefix), k)
+			if sub, ok := m[k].(map[string]any); ok && len(sub) > 0 {
+				walk(sub, path)
+				continue
+			}
+			// The document holding only this leaf, under its tables.
+			var doc any = m[k]
+			for i := len(path) - 1; i >= 0; i-- {
+				doc = map[string]any{path[i]: doc}
+			}
+			var buf bytes.Buffer
+			if err := toml.NewEncoder(&buf).Encode(doc); err != nil {
+				continue
+			}
+			var typed Recipe
+			if _, err := toml.Decode(buf.String(), &typed); err != nil {
+				key := strings.Join(path, ".")
+				e := tomlError(file, buf.Bytes(), lines, err)
+				var te *Error
+				if !errors.As(e, &te) {
+					continue
+				}
+				errs = append(errs, &Error{File: file, Line: lines.line(key), Key: key, Msg: te.Msg})
+			}
+		}
+	}
+	walk(raw, nil)
+	sortErrors(errs)
+	return errs
 }
 
 // keyPath renders a toml.Key as our path syntax. Array-of-table indexes are not in
@@ -285,7 +361,7 @@ func tomlTypeName(t string) string {
 		return "an integer"
 	case "Float", "float", "float64":
 		return "a number"
-	case "Boolean", "bool":
+	case "Boolean", "bool", "boolean":
 		return "true or false"
 	}
 	return t

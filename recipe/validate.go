@@ -152,6 +152,10 @@ func (c *checker) platform(p *Platform) {
 	} else if p.BAR1 > maxBAR1 {
 		c.sizeRange("platform.bar1", p.BAR1, 0, maxBAR1)
 	}
+	if p.BAR1 > 0 && p.BAR1&(p.BAR1-1) != 0 {
+		// A resizable BAR's size is encoded as a power of two; anything else is a typo.
+		c.add("platform.bar1", "want a power of two (a PCIe BAR is 2^n bytes: 256MiB, 32GiB), got %s", p.BAR1)
+	}
 	if len(p.GPUNUMA) > 0 && len(p.GPUNUMA) != p.GPUs {
 		c.add("platform.gpu_numa", "want one NUMA node per GPU (%d), got %d", p.GPUs, len(p.GPUNUMA))
 	}

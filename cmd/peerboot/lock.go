@@ -12,6 +12,7 @@ import (
 	"github.com/peerboot/peerboot/apt"
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/lock"
+	"github.com/peerboot/peerboot/recipe"
 )
 
 func lockCmd(g *globals) *cobra.Command {
@@ -28,6 +29,9 @@ differs from a fresh resolve, prints the difference and fails (exit 4).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := validRecipe(recipeArg(args))
 			if err != nil {
+				return err
+			}
+			if err := checkKeyrings(r); err != nil {
 				return err
 			}
 			st, err := g.openStore()
@@ -67,6 +71,28 @@ differs from a fresh resolve, prints the difference and fails (exit 4).`,
 	}
 	cmd.Flags().BoolVar(&check, "check", false, "fail if the lock file differs from a fresh resolve; write nothing")
 	return cmd
+}
+
+// checkKeyrings names, at its line, every repository keyring that cannot be read
+// (exit 3): a path in the recipe, not a network failure.
+func checkKeyrings(r *recipe.Resolved) error {
+	var errs recipe.Errors
+	for i, rr := range r.Repos {
+		f, err := os.Open(rr.Keyring)
+		if err != nil {
+			var pe *os.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			errs = append(errs, r.ErrorAt(fmt.Sprintf("repo[%d].keyring", i), "cannot read %s: %v", rr.Keyring, err))
+			continue
+		}
+		f.Close()
+	}
+	if len(errs) > 0 {
+		return exitcode.Tag(exitcode.Recipe, errs)
+	}
+	return nil
 }
 
 // lockErrorClass tells the recipe's mistakes (a keyring it names that cannot be

@@ -3,6 +3,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/peerboot/peerboot/exitcode"
+	"github.com/peerboot/peerboot/recipe"
 )
 
 // version is set at link time (-X main.version=...).
@@ -97,11 +99,14 @@ func unknownCommand(cmd *cobra.Command, args []string) error {
 var located = regexp.MustCompile(`^[^\s:]+:\d+:`)
 
 // printError writes err for people: "peerboot: " and the message, except where
-// the message already starts with file:line (a recipe error: every line does),
+// the message already starts with file:line or is a recipe error (every line
+// starts with its file, and its line where the key is set),
 // which is printed as is so editors can jump to it.
 func printError(w io.Writer, err error) {
 	msg := err.Error()
-	if located.MatchString(msg) {
+	var re *recipe.Error
+	var res recipe.Errors
+	if located.MatchString(msg) || errors.As(err, &re) || errors.As(err, &res) {
 		fmt.Fprintln(w, msg)
 		return
 	}

@@ -23,6 +23,7 @@ const (
 	initrdFile    = "initrd.img"
 	ukiFile       = "peerboot.efi"
 	diskFile      = "disk.img"
+	isoFile       = "peerboot.iso"
 	pxeDir        = "pxe"
 	stubPath      = "usr/lib/systemd/boot/efi/linuxx64.efi.stub"
 	imageRecipeAt = "etc/peerboot/recipe.toml"
@@ -66,11 +67,12 @@ func initramfsStage() *stage {
 	}
 }
 
-// 7. Image: UKI, GPT disk and PXE bundle, as the recipe's outputs ask. It
-// sees the whole recipe: the disk's GUIDs derive from the recipe digest.
+// 7. Image: UKI, GPT disk, ISO and PXE bundle, as the recipe's outputs ask.
+// It sees the whole recipe: the disk's GUIDs and the FAT volume ids derive
+// from the recipe digest.
 func imageStage() *stage {
 	return &stage{
-		Name: "image", Version: 2, // 2: layout from image.StandardDisk
+		Name: "image", Version: 3, // 2: layout from image.StandardDisk; 3: the iso format
 		Deps:   []string{"kernel", "initramfs"},
 		Roles:  []string{lock.RoleEFIStub},
 		Fields: []string{wholeRecipe},
@@ -118,6 +120,19 @@ func imageStage() *stage {
 				}
 				if err != nil {
 					return fmt.Errorf("disk: %w", err)
+				}
+			}
+			if want["iso"] {
+				f, err := os.Create(filepath.Join(sr.Out, isoFile))
+				if err != nil {
+					return err
+				}
+				err = image.WriteISO(f, image.StandardISO(r.Digest, sr.Epoch, uki.Bytes()))
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				if err != nil {
+					return fmt.Errorf("ISO: %w", err)
 				}
 			}
 			if want["pxe"] {

@@ -162,6 +162,8 @@ func (s *Server) serveBuildFile(w http.ResponseWriter, r *http.Request, b *Build
 	}
 	if strings.HasSuffix(file, ".ipxe") || strings.HasSuffix(file, "SHA256SUMS") {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	} else if strings.HasSuffix(file, ".iso") {
+		w.Header().Set("Content-Type", "application/x-iso9660-image")
 	} else if !strings.HasSuffix(file, ".json") && !strings.HasSuffix(file, ".jsonl") {
 		w.Header().Set("Content-Type", "application/octet-stream")
 	}
@@ -191,4 +193,29 @@ func (s *Server) uefi(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.serveBuildFile(w, r, b, "peerboot.efi")
+}
+
+// iso serves a build's ISO as a download for BMC virtual media: /iso/boot.iso
+// is the default recipe's, /iso/NAME.iso a named recipe's. The URL ends in
+// .iso because BMCs (Redfish VirtualMedia.InsertMedia) often insist on it, and
+// ServeContent answers the Range requests they read the image with.
+func (s *Server) iso(w http.ResponseWriter, r *http.Request) {
+	name, ok := strings.CutSuffix(r.PathValue("name"), ".iso")
+	if !ok {
+		s.fail(w, r, http.StatusNotFound, "file refused", errors.New("want /iso/boot.iso or /iso/RECIPE.iso"))
+		return
+	}
+	if name == "boot" {
+		name = s.opt.Inventory.Default
+	}
+	b, err := s.opt.Builds.Get(name)
+	if err != nil {
+		s.fail(w, r, http.StatusNotFound, "file refused", err)
+		return
+	}
+	if !b.HasISO() {
+		s.fail(w, r, http.StatusNotFound, "file refused", fmt.Errorf("the build of %s has no ISO (outputs.formats lacks \"iso\")", b.Recipe))
+		return
+	}
+	s.serveBuildFile(w, r, b, "peerboot.iso")
 }

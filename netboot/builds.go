@@ -44,6 +44,9 @@ func (b *Build) HasPXE() bool {
 // HasUKI reports whether the build has a UKI (signed, after `peerboot sign`).
 func (b *Build) HasUKI() bool { return b.Files["peerboot.efi"] != "" }
 
+// HasISO reports whether the build has the ISO for BMC virtual media.
+func (b *Build) HasISO() bool { return b.Files["peerboot.iso"] != "" }
+
 type manifest struct {
 	Recipe       string `json:"recipe"`
 	RecipeDigest string `json:"recipe_digest"`

@@ -293,6 +293,7 @@ type buildView struct {
 	Dir          string            `json:"dir"`
 	PXE          bool              `json:"pxe"`
 	UKI          bool              `json:"uki"`
+	ISO          bool              `json:"iso"`
 	Cmdline      string            `json:"cmdline"`
 	Files        map[string]string `json:"files"`
 }
@@ -300,7 +301,7 @@ type buildView struct {
 func (s *Server) apiBuilds(w http.ResponseWriter, r *http.Request) {
 	out := []buildView{}
 	for _, b := range s.opt.Builds.All() {
-		out = append(out, buildView{Recipe: b.Recipe, RecipeDigest: b.RecipeDigest, ID: b.ID, Dir: b.Dir, PXE: b.HasPXE(), UKI: b.HasUKI(), Cmdline: b.Cmdline, Files: b.Files})
+		out = append(out, buildView{Recipe: b.Recipe, RecipeDigest: b.RecipeDigest, ID: b.ID, Dir: b.Dir, PXE: b.HasPXE(), UKI: b.HasUKI(), ISO: b.HasISO(), Cmdline: b.Cmdline, Files: b.Files})
 	}
 	writeJSON(w, out)
 }

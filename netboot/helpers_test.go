@@ -20,7 +20,7 @@ import (
 )
 
 // fakeBuild writes an output directory shaped like `peerboot build`'s: manifest.json,
-// SHA256SUMS, peerboot.efi and pxe/{vmlinuz,initrd.img,boot.ipxe}. The initrd has
+// SHA256SUMS, peerboot.efi, peerboot.iso and pxe/{vmlinuz,initrd.img,boot.ipxe}. The initrd has
 // initrdSize pseudo-random bytes.
 func fakeBuild(t testing.TB, dir, recipe string, initrdSize int64) {
 	t.Helper()
@@ -32,6 +32,7 @@ func fakeBuild(t testing.TB, dir, recipe string, initrdSize int64) {
 	must(os.MkdirAll(filepath.Join(dir, "pxe"), 0o755))
 	files := map[string][]byte{
 		"peerboot.efi":  []byte("MZ fake UKI of " + recipe),
+		"peerboot.iso":  []byte("FAKE ISO of " + recipe), // serve hands it out as is
 		"pxe/vmlinuz":   []byte("fake kernel of " + recipe),
 		"pxe/boot.ipxe": []byte("#!ipxe\n# peerboot PXE bundle\nkernel vmlinuz console=ttyS0,115200 panic=-1\ninitrd initrd.img\nboot\n"),
 	}

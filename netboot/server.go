@@ -171,6 +171,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /boot.ipxe", s.bootScript)
 	m.HandleFunc("GET /builds/{recipe}/{build}/{file...}", s.buildFile)
 	m.HandleFunc("GET /uefi/{name}", s.uefi)
+	m.HandleFunc("GET /iso/{name}", s.iso)
 	m.HandleFunc("POST /reports", s.postReport)
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	m.Handle("GET /{$}", s.pages(s.fleetPage))

@@ -120,6 +120,17 @@ func TestServeFiles(t *testing.T) {
 	if resp, body := e.get(t, "/uefi/boot.efi"); resp.StatusCode != 200 || !strings.HasPrefix(body, "MZ") {
 		t.Errorf("UKI: %d %q", resp.StatusCode, body)
 	}
+	if resp, body := e.get(t, "/iso/boot.iso"); resp.StatusCode != 200 || body != "FAKE ISO of default" || resp.Header.Get("Content-Type") != "application/x-iso9660-image" || resp.Header.Get("X-Checksum-Sha256") != b.Files["peerboot.iso"] {
+		t.Errorf("ISO: %d %q %s", resp.StatusCode, body, resp.Header.Get("Content-Type"))
+	}
+	if resp, body := e.get(t, "/iso/default.iso", "Range", "bytes=5-7"); resp.StatusCode != 206 || body != "ISO" {
+		t.Errorf("ISO range (what a BMC reads): %d %q", resp.StatusCode, body)
+	}
+	for _, p := range []string{"/iso/default.img", "/iso/nope.iso"} {
+		if resp, _ := e.get(t, p); resp.StatusCode != 404 {
+			t.Errorf("%s: %d, want 404", p, resp.StatusCode)
+		}
+	}
 	if resp, _ := e.get(t, "/builds/default/0123456789abcdef/pxe/vmlinuz"); resp.StatusCode != 410 {
 		t.Errorf("stale build: %d, want 410", resp.StatusCode)
 	}

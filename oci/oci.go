@@ -42,6 +42,7 @@ const (
 const (
 	MediaDisk       = "application/vnd.peerboot.disk.v1.raw"        // disk.img: GPT disk image
 	MediaUKI        = "application/vnd.peerboot.uki.v1.efi"         // *.efi: unified kernel image
+	MediaISO        = "application/vnd.peerboot.iso.v1.iso9660"     // peerboot.iso: El Torito UEFI CD image
 	MediaKernel     = "application/vnd.peerboot.pxe.kernel.v1"      // pxe/vmlinuz
 	MediaInitrd     = "application/vnd.peerboot.pxe.initrd.v1+zstd" // pxe/initrd.img: newc cpio, zstd
 	MediaIPXE       = "application/vnd.peerboot.pxe.script.v1+ipxe" // pxe/*.ipxe
@@ -69,6 +70,8 @@ func MediaTypeFor(rel string) string {
 		return MediaDisk
 	case strings.HasSuffix(base, ".efi"):
 		return MediaUKI
+	case rel == "peerboot.iso":
+		return MediaISO
 	case rel == "pxe/vmlinuz":
 		return MediaKernel
 	case rel == "pxe/initrd.img":

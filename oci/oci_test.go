@@ -353,6 +353,11 @@ func TestRefsAndNames(t *testing.T) {
 			t.Errorf("DriverVersion(%q) = %q, want %q", in, got, want)
 		}
 	}
+	for rel, want := range map[string]string{"disk.img": MediaDisk, "peerboot.iso": MediaISO, "peerboot.efi": MediaUKI, "pxe/initrd.img": MediaInitrd, "pxe/x.iso": MediaFile} {
+		if got := MediaTypeFor(rel); got != want {
+			t.Errorf("MediaTypeFor(%q) = %s, want %s", rel, got, want)
+		}
+	}
 	for in, ok := range map[string]bool{"disk.img": true, "pxe/vmlinuz": true, "../x": false, "/etc/passwd": false, "a/../b": false, "": false, "a//b": false} {
 		if err := safeRel(in); (err == nil) != ok {
 			t.Errorf("safeRel(%q): %v", in, err)

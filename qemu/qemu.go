@@ -1,6 +1,7 @@
-// Package qemu boots peerboot's outputs in QEMU (q35) the two ways nodes boot them:
-// UEFI from the GPT disk (OVMF) and PXE (iPXE over user-mode networking with QEMU's
-// built-in TFTP), streams the serial console, and hands back the console text.
+// Package qemu boots peerboot's outputs in QEMU (q35) the ways nodes boot them:
+// UEFI from the GPT disk (OVMF), UEFI from the ISO as a CD-ROM (OVMF, as a BMC's
+// virtual media) and PXE (iPXE over user-mode networking with QEMU's built-in
+// TFTP), streams the serial console, and hands back the console text.
 package qemu
 
 import (
@@ -24,6 +25,9 @@ type Mode string
 const (
 	UEFI Mode = "uefi"
 	PXE  Mode = "pxe"
+	// ISO boots OVMF from the ISO attached as a read-only CD-ROM (AHCI):
+	// the firmware finds its El Torito UEFI entry.
+	ISO Mode = "iso"
 )
 
 // Firmware files from Debian's ovmf and ipxe-qemu packages.
@@ -44,6 +48,7 @@ type Options struct {
 	Mode    Mode
 	Disk    string // raw GPT disk (UEFI); a private copy is booted, the file is untouched
 	PXEDir  string // directory served over TFTP, holding boot.ipxe (PXE)
+	ISO     string // ISO 9660 image (ISO); attached read-only, never copied
 	Cmdline string // extra kernel arguments: for PXE only (UEFI's are in the UKI)
 	Memory  string // e.g. "2G"
 	Timeout time.Duration
@@ -181,8 +186,8 @@ func commandLine(opt Options) ([]string, string, error) {
 	}
 	machine := "q35"
 	if opt.SecureBoot {
-		if opt.Mode != UEFI {
-			return nil, "", fmt.Errorf("Secure Boot needs the UEFI boot mode, not %q", opt.Mode)
+		if opt.Mode != UEFI && opt.Mode != ISO {
+			return nil, "", fmt.Errorf("Secure Boot needs a UEFI boot mode (uefi, iso), not %q", opt.Mode)
 		}
 		machine = "q35,smm=on"
 	}
@@ -198,7 +203,7 @@ func commandLine(opt Options) ([]string, string, error) {
 	}
 	diskCopy := ""
 	switch opt.Mode {
-	case UEFI:
+	case UEFI, ISO:
 		code := firstExisting(OVMFCode)
 		if code == "" {
 			return nil, "", fmt.Errorf("OVMF firmware not found (%s): apt-get install ovmf", strings.Join(OVMFCode, ", "))
@@ -218,15 +223,25 @@ func commandLine(opt Options) ([]string, string, error) {
 		if err := fsutil.CopyFile(varsTemplate, vars, 0o644); err != nil {
 			return nil, "", fmt.Errorf("private OVMF VARS copy: %w", err)
 		}
+		args = append(args,
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+code,
+			"-drive", "if=pflash,format=raw,unit=1,file="+vars,
+			"-nic", "none")
+		if opt.Mode == ISO {
+			if _, err := os.Stat(opt.ISO); err != nil {
+				return nil, "", fmt.Errorf("ISO: %w", err)
+			}
+			// A CD-ROM with no disk beside it: what a node booted from
+			// virtual media sees (its reports go to the console and report_url).
+			args = append(args, "-drive", "if=none,id=cd,format=raw,media=cdrom,readonly=on,file="+opt.ISO,
+				"-device", "ide-cd,drive=cd,bootindex=0")
+			break
+		}
 		diskCopy = filepath.Join(opt.WorkDir, "disk.img")
 		if err := fsutil.CopyFile(opt.Disk, diskCopy, 0o644); err != nil {
 			return nil, "", fmt.Errorf("disk copy: %w", err)
 		}
-		args = append(args,
-			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+code,
-			"-drive", "if=pflash,format=raw,unit=1,file="+vars,
-			"-drive", "if=virtio,format=raw,file="+diskCopy,
-			"-nic", "none")
+		args = append(args, "-drive", "if=virtio,format=raw,file="+diskCopy)
 	case PXE:
 		if _, err := os.Stat(filepath.Join(opt.PXEDir, "boot.ipxe")); err != nil {
 			return nil, "", fmt.Errorf("no boot.ipxe in %s", opt.PXEDir)
@@ -236,7 +251,7 @@ func commandLine(opt Options) ([]string, string, error) {
 		args = append(args, "-boot", "n",
 			"-nic", "user,model=virtio-net-pci,tftp="+opt.PXEDir+",bootfile=boot.ipxe")
 	default:
-		return nil, "", fmt.Errorf("unknown boot mode %q (want uefi or pxe)", opt.Mode)
+		return nil, "", fmt.Errorf("unknown boot mode %q (want uefi, iso or pxe)", opt.Mode)
 	}
 	return args, diskCopy, nil
 }

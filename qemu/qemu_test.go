@@ -29,6 +29,26 @@ func TestCommandLine(t *testing.T) {
 			t.Error("UEFI boots the output disk itself, not a private copy")
 		}
 	}
+	if firstExisting(OVMFCode) != "" {
+		iso := filepath.Join(work, "in.iso")
+		os.WriteFile(iso, []byte("iso"), 0o644)
+		args, copyPath, err := commandLine(Options{Mode: ISO, ISO: iso, WorkDir: work, Accel: "tcg"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := strings.Join(args, " ")
+		for _, want := range []string{"if=pflash,format=raw,unit=0,readonly=on", "if=none,id=cd,format=raw,media=cdrom,readonly=on,file=" + iso, "-device ide-cd,drive=cd,bootindex=0", "-nic none"} {
+			if !strings.Contains(line, want) {
+				t.Errorf("ISO command line lacks %q:\n%s", want, line)
+			}
+		}
+		if copyPath != "" || strings.Contains(line, "if=virtio") {
+			t.Errorf("ISO boot attaches a disk too: %s", line)
+		}
+		if _, _, err := commandLine(Options{Mode: ISO, ISO: filepath.Join(work, "missing.iso"), WorkDir: work}); err == nil {
+			t.Error("a missing ISO accepted")
+		}
+	}
 	args, _, err := commandLine(Options{Mode: PXE, PXEDir: pxe, Accel: "kvm"})
 	if err != nil {
 		t.Fatal(err)

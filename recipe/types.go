@@ -139,7 +139,7 @@ type Boot struct {
 
 // Outputs selects the artifacts a build writes.
 type Outputs struct {
-	Formats  []string `toml:"formats"`   // any of "uki", "disk", "pxe"
+	Formats  []string `toml:"formats"`   // any of "uki", "disk", "pxe", "iso"
 	DiskSize Size     `toml:"disk_size"` // GPT disk image size
 	EFIStub  Source   `toml:"efi_stub"`  // the systemd EFI stub package for the UKI
 }

@@ -115,10 +115,10 @@ func validate(r *Recipe) Errors {
 		}
 	}
 	if len(r.Outputs.Formats) == 0 {
-		c.add("outputs.formats", "want at least one of uki, disk, pxe")
+		c.add("outputs.formats", "want at least one of uki, disk, pxe, iso")
 	}
 	for i, f := range r.Outputs.Formats {
-		c.oneOf(fmt.Sprintf("outputs.formats[%d]", i), f, "uki", "disk", "pxe")
+		c.oneOf(fmt.Sprintf("outputs.formats[%d]", i), f, "uki", "disk", "pxe", "iso")
 	}
 	c.unique("outputs.formats", r.Outputs.Formats)
 	c.sizeRange("outputs.disk_size", r.Outputs.DiskSize, 64<<20, 64<<30)

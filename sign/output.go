@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/peerboot/peerboot/build"
+	"github.com/peerboot/peerboot/image"
 )
 
 // ArtifactPubFile (cosign.pub) is written beside the signatures for convenience;
@@ -30,9 +32,9 @@ type Options struct {
 // SignOutput signs a build output directory (as build.Publish writes it) in place:
 //
 //  1. with a db key: every .efi it lists (peerboot.efi, a UKI in pxe/) is signed
-//     with sbsign, and disk.img is rewritten around the signed UKI with the same
-//     layout, GUIDs and timestamps (checked first: rebuilding from the unsigned
-//     UKI must reproduce the published disk.img);
+//     with sbsign, and disk.img and peerboot.iso are rewritten around the signed
+//     UKI with the same layout, GUIDs and timestamps (checked first: rebuilding
+//     from the unsigned UKI must reproduce the published file);
 //  2. SHA256SUMS is rewritten with the signed files' hashes and signed
 //     (SHA256SUMS.sig, base64; cosign.pub);
 //  3. provenance.intoto.jsonl: a DSSE envelope holding an in-toto statement with
@@ -104,7 +106,7 @@ func signUKIs(ctx context.Context, dir string, m *build.Manifest, sums []Sum, op
 		return err
 	}
 	var uki, unsigned []byte
-	var disk *Sum
+	var images []*Sum // disk.img, peerboot.iso: rebuilt around the signed UKI
 	for i, s := range sums {
 		p := filepath.Join(dir, s.Path)
 		switch {
@@ -123,42 +125,45 @@ func signUKIs(ctx context.Context, dir string, m *build.Manifest, sums []Sum, op
 					return err
 				}
 			}
-		case s.Path == DiskFile:
-			disk = &sums[i]
+		case s.Path == DiskFile || s.Path == ISOFile:
+			images = append(images, &sums[i])
 		}
 	}
-	if disk == nil {
-		return nil
-	}
-	if uki == nil {
-		return fmt.Errorf("%s: %s is listed but %s is not: cannot rebuild the disk around a signed UKI", dir, DiskFile, UKIFile)
-	}
-	p := filepath.Join(dir, DiskFile)
-	info, err := os.Stat(p)
-	if err != nil {
-		return err
-	}
-	// Prove the layout is the image stage's before replacing its disk: the
-	// unsigned UKI must give the same bytes.
-	{
-		check := filepath.Join(dir, "."+DiskFile+".check")
-		defer os.Remove(check)
-		if err := WriteDisk(check, info.Size(), m.RecipeDigest, m.SourceDateEpoch, unsigned); err != nil {
-			return err
+	for _, img := range images {
+		if uki == nil {
+			return fmt.Errorf("%s: %s is listed but %s is not: cannot rebuild it around a signed UKI", dir, img.Path, UKIFile)
 		}
-		h, err := HashFile(check)
+		p := filepath.Join(dir, img.Path)
+		info, err := os.Stat(p)
 		if err != nil {
 			return err
 		}
-		if h != disk.SHA256 {
-			return fmt.Errorf("%s: rebuilding it from the unsigned UKI gives sha256 %s, not the published %s: the image stage's disk layout changed and sign/uki.go must follow it", p, h, disk.SHA256)
+		write := func(path string, uki []byte) error {
+			if img.Path == ISOFile {
+				return WriteISO(path, m.RecipeDigest, m.SourceDateEpoch, uki)
+			}
+			return WriteDisk(path, info.Size(), m.RecipeDigest, m.SourceDateEpoch, uki)
+		}
+		// Prove the layout is the image stage's before replacing the file:
+		// the unsigned UKI must give the same bytes.
+		check := filepath.Join(dir, "."+img.Path+".check")
+		err = write(check, unsigned)
+		h := ""
+		if err == nil {
+			h, err = HashFile(check)
 		}
 		os.Remove(check)
+		if err != nil {
+			return err
+		}
+		if h != img.SHA256 {
+			return fmt.Errorf("%s: rebuilding it from the unsigned UKI gives sha256 %s, not the published %s: the image stage's layout changed and sign/uki.go must follow it", p, h, img.SHA256)
+		}
+		if err := write(p, uki); err != nil {
+			return err
+		}
+		fmt.Fprintf(opt.Log, "sign: %s: rewritten around the signed UKI\n", img.Path)
 	}
-	if err := WriteDisk(p, info.Size(), m.RecipeDigest, m.SourceDateEpoch, uki); err != nil {
-		return err
-	}
-	fmt.Fprintf(opt.Log, "sign: %s: rewritten around the signed UKI\n", DiskFile)
 	return nil
 }
 
@@ -314,6 +319,16 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) error {
 	if sums != nil {
 		fmt.Fprintf(opt.Log, "verify: %d files hashed against %s\n", len(sums), SumsFile)
 	}
+	// 2b. The ISO boots the UKI checked below, byte for byte.
+	if _, ok := listed[ISOFile]; ok {
+		if _, ok := listed[UKIFile]; !ok {
+			fail(ISOFile, "listed without %s, so the UKI it boots cannot be checked", UKIFile)
+		} else if err := isoHoldsUKI(filepath.Join(dir, ISOFile), filepath.Join(dir, UKIFile)); err != nil {
+			fail(ISOFile, "%v", err)
+		} else {
+			fmt.Fprintf(opt.Log, "verify: %s: its UEFI boot image holds %s\n", ISOFile, UKIFile)
+		}
+	}
 	// 3. The provenance.
 	if env := read(ProvenanceFile); env != nil {
 		payload, err := OpenEnvelope(env, pub, InTotoPayloadType)
@@ -433,4 +448,30 @@ func checkAgainstManifest(dir string, st *Statement, listed map[string]string, f
 	if !bytes.Equal(a, b) {
 		fail(ProvenanceFile, "buildDefinition differs from what %s records (recipe, inputs, stages)", ManifestFile)
 	}
+}
+
+// isoHoldsUKI checks that the ISO's El Torito UEFI image boots exactly ukiPath.
+func isoHoldsUKI(isoPath, ukiPath string) error {
+	f, err := os.Open(isoPath)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	got, err := image.ISOUKI(f, info.Size())
+	if err != nil {
+		return fmt.Errorf("reading its UKI: %w", err)
+	}
+	want, err := os.ReadFile(ukiPath)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(got, want) {
+		gh, wh := sha256.Sum256(got), sha256.Sum256(want)
+		return fmt.Errorf("its UEFI boot image holds a UKI with sha256 %x, not %s's %x", gh, UKIFile, wh)
+	}
+	return nil
 }

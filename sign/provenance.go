@@ -22,6 +22,7 @@ const (
 	ManifestFile       = "manifest.json"
 	UKIFile            = "peerboot.efi"
 	DiskFile           = "disk.img"
+	ISOFile            = "peerboot.iso"
 	unsignedAnnotation = "unsigned"
 )
 

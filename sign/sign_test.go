@@ -21,6 +21,7 @@ import (
 	"testing"
 
 	"github.com/peerboot/peerboot/build"
+	"github.com/peerboot/peerboot/image"
 )
 
 const (
@@ -286,6 +287,13 @@ func writeSyntheticWith(t *testing.T, withDisk bool, replace map[string][]byte) 
 			t.Fatal(err)
 		}
 		files[DiskFile] = b
+		p = filepath.Join(t.TempDir(), ISOFile)
+		if err := WriteISO(p, m.RecipeDigest, m.SourceDateEpoch, files[UKIFile]); err != nil {
+			t.Fatal(err)
+		}
+		if files[ISOFile], err = os.ReadFile(p); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var names []string
 	for n := range files {
@@ -487,7 +495,7 @@ func TestEd25519Deterministic(t *testing.T) {
 	}
 }
 
-// The disk is rebuilt around the signed UKI with the published layout.
+// The disk and the ISO are rebuilt around the signed UKI with the published layout.
 func TestSignRebuildsDisk(t *testing.T) {
 	needTool(t, "sbsign")
 	ctx := context.Background()
@@ -506,6 +514,17 @@ func TestSignRebuildsDisk(t *testing.T) {
 	}
 	if h, _ := HashFile(filepath.Join(dir, DiskFile)); h == before {
 		t.Error("disk.img unchanged")
+	}
+	isoPath := filepath.Join(dir, ISOFile)
+	isoInfo, _ := os.Stat(isoPath)
+	isoFile, _ := os.Open(isoPath)
+	defer isoFile.Close()
+	if got, err := image.ISOUKI(isoFile, isoInfo.Size()); err != nil || !bytes.Equal(got, uki) {
+		t.Errorf("peerboot.iso does not boot the signed UKI (%v)", err)
+	}
+	wantISO := filepath.Join(t.TempDir(), "i")
+	if err := WriteISO(wantISO, "sha256:"+strings.Repeat("ab", 32), 1700000000, uki); err != nil || mustHash(t, wantISO) != mustHash(t, isoPath) {
+		t.Errorf("rewritten peerboot.iso differs from a fresh WriteISO (%v)", err)
 	}
 	// Same bytes as the image stage would write with the signed UKI, from scratch.
 	want := filepath.Join(t.TempDir(), "d")
@@ -528,7 +547,7 @@ func TestSignRebuildsDisk(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir2, SumsFile), FormatSums(sums), 0o644)
 	err := SignOutput(ctx, dir2, signOpts(ArtifactKeyFile))
-	if err == nil || !strings.Contains(err.Error(), "disk layout changed") {
+	if err == nil || !strings.Contains(err.Error(), "layout changed") {
 		t.Errorf("mismatching layout: %v", err)
 	}
 	if b2, _ := os.ReadFile(p); !bytes.Equal(b, b2) {
@@ -562,3 +581,43 @@ func mustRead(t *testing.T, p string) []byte {
 }
 
 var _ = fmt.Sprint
+
+// An ISO consistently listed and signed, but booting another UKI than
+// peerboot.efi, fails verify: the UKI Authenticode checks is not the one the
+// ISO boots.
+func TestVerifyISOBootsTheUKI(t *testing.T) {
+	needTool(t, "sbsign")
+	ctx := context.Background()
+	other := filepath.Join(t.TempDir(), ISOFile)
+	if err := WriteISO(other, "sha256:"+strings.Repeat("ab", 32), 1700000000, minimalPE(8)); err != nil {
+		t.Fatal(err)
+	}
+	dir := writeSyntheticWith(t, true, map[string][]byte{})
+	if err := SignOutput(ctx, dir, signOpts(ArtifactKeyFile)); err != nil {
+		t.Fatal(err)
+	}
+	vo := verifyOpts(ArtifactPubFile)
+	if err := Verify(ctx, dir, vo); err != nil {
+		t.Fatal(err)
+	}
+	// Swap in the other ISO and re-sign SHA256SUMS and the provenance over it.
+	dir2 := writeSyntheticWith(t, true, nil)
+	b, _ := os.ReadFile(other)
+	os.WriteFile(filepath.Join(dir2, ISOFile), b, 0o644)
+	sums, _ := ParseSums(mustRead(t, filepath.Join(dir2, SumsFile)))
+	for i := range sums {
+		sums[i].SHA256 = mustHash(t, filepath.Join(dir2, sums[i].Path))
+	}
+	os.WriteFile(filepath.Join(dir2, SumsFile), FormatSums(sums), 0o644)
+	opts := signOpts(ArtifactKeyFile)
+	opts.DBKey, opts.DBCert = "", "" // the ISO no longer rebuilds from the UKI
+	if err := SignOutput(ctx, dir2, opts); err != nil {
+		t.Fatal(err)
+	}
+	vo.DBCert = ""
+	err := Verify(ctx, dir2, vo)
+	var ve *VerifyError
+	if !errors.As(err, &ve) || !names(ve, ISOFile) || !strings.Contains(err.Error(), "holds a UKI with sha256") {
+		t.Errorf("Verify = %v, want a problem with %s's UKI", err, ISOFile)
+	}
+}

@@ -134,12 +134,23 @@ func WriteDisk(path string, size int64, recipeDigest string, epoch int64, uki []
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
+	return writeReplacing(path, func(f *os.File) error { return image.WriteDisk(f, d) })
+}
+
+// WriteISO writes the ISO the image stage writes (image.StandardISO) around uki.
+func WriteISO(path string, recipeDigest string, epoch int64, uki []byte) error {
+	iso := image.StandardISO(recipeDigest, epoch, uki)
+	return writeReplacing(path, func(f *os.File) error { return image.WriteISO(f, iso) })
+}
+
+// writeReplacing writes path through a temporary file renamed over it.
+func writeReplacing(path string, write func(*os.File) error) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(f.Name())
-	err = image.WriteDisk(f, d)
+	err = write(f)
 	if err == nil {
 		err = f.Chmod(0o644)
 	}

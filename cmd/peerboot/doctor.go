@@ -68,6 +68,7 @@ var hostNeeds = []hostNeed{
 	{what: "sgdisk", stage: "image cross-check", pkg: "gdisk", command: "sgdisk", use: useTest},
 	{what: "lspci", stage: "self-test checks", pkg: "pciutils", command: "lspci", use: useTest},
 	{what: "fdisk", stage: "disk cross-check", pkg: "fdisk", command: "fdisk", use: useTest},
+	{what: "xorriso", stage: "ISO cross-check", pkg: "xorriso", command: "xorriso", use: useTest},
 	{what: "mkfs.ext4", stage: "flash tests", pkg: "e2fsprogs", command: "mkfs.ext4", use: useTest},
 	{what: "losetup", stage: "flash tests", pkg: "mount", command: "losetup", use: useTest},
 	{what: "ip (netns)", stage: "DHCP, TFTP, ProxyDHCP tests", pkg: "iproute2", command: "ip", use: useTest},

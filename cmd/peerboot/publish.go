@@ -60,6 +60,7 @@ manifest of artifactType ` + oci.ArtifactImage + ` with one layer per file
 published), titled with its path, under peerboot's own media types:
 
   disk.img                 ` + oci.MediaDisk + `
+  peerboot.iso             ` + oci.MediaISO + `
   *.efi                    ` + oci.MediaUKI + `
   pxe/vmlinuz              ` + oci.MediaKernel + `
   pxe/initrd.img           ` + oci.MediaInitrd + `

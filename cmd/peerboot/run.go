@@ -18,15 +18,16 @@ import (
 )
 
 func runCmd(g *globals) *cobra.Command {
-	var uefi, pxe, verbose, secureBoot bool
+	var uefi, pxe, iso, verbose, secureBoot bool
 	var reportFile, logFile, accel, efiFile string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "run [--uefi|--pxe] [--secure-boot] [--efi FILE] OUTDIR",
+		Use:   "run [--uefi|--iso|--pxe] [--secure-boot] [--efi FILE] OUTDIR",
 		Short: "Boot a build output in QEMU and return its self-test verdict",
 		Long: `run boots OUTDIR (as written by peerboot build, e.g. out/default) in QEMU q35: --uefi
-(the default) boots disk.img with OVMF, --pxe boots pxe/ with iPXE over user-mode
-networking and QEMU's TFTP. The serial console goes to a log file (and, with -v, the
+(the default) boots disk.img with OVMF, --iso boots peerboot.iso with OVMF as a
+read-only CD-ROM and no disk (as a BMC's virtual media), --pxe boots pxe/ with iPXE
+over user-mode networking and QEMU's TFTP. The serial console goes to a log file (and, with -v, the
 terminal); the PEERBOOT-REPORT line is decoded, written to --report, summarised, and
 the exit code is 0 only for a pass verdict (9 for fail; a timeout is a fail).
 
@@ -38,11 +39,14 @@ refuses ("Access Denied") ends the run at once with exit 6 (integrity).
 around it; OUTDIR may then be left out (the console log goes beside FILE).`,
 		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if uefi && pxe {
-				return exitcode.Tag(exitcode.Usage, fmt.Errorf("choose one of --uefi and --pxe"))
+			if n := btoi(uefi) + btoi(pxe) + btoi(iso); n > 1 {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("choose one of --uefi, --iso and --pxe"))
 			}
 			if pxe && (secureBoot || efiFile != "") {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--secure-boot and --efi boot UEFI, not --pxe"))
+			}
+			if iso && efiFile != "" {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--efi boots a UKI from a disk, not --iso"))
 			}
 			if len(args) == 0 && efiFile == "" {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("run: want OUTDIR (or --efi FILE)"))
@@ -54,6 +58,9 @@ around it; OUTDIR may then be left out (the console log goes beside FILE).`,
 			mode := qemu.UEFI
 			if pxe {
 				mode = qemu.PXE
+			}
+			if iso {
+				mode = qemu.ISO
 			}
 			st, err := g.openStore()
 			if err != nil {
@@ -88,7 +95,7 @@ around it; OUTDIR may then be left out (the console log goes beside FILE).`,
 			}
 			var report *selftest.Report
 			res, err := qemu.Boot(cmd.Context(), qemu.Options{
-				Mode: mode, Disk: disk, PXEDir: filepath.Join(dir, "pxe"), SecureBoot: secureBoot,
+				Mode: mode, Disk: disk, PXEDir: filepath.Join(dir, "pxe"), ISO: filepath.Join(dir, "peerboot.iso"), SecureBoot: secureBoot,
 				Timeout: timeout, WorkDir: work, Console: console, Accel: accel,
 				KVMHint: filepath.Join(st.Root, "hints", "kvm-fails"),
 				Stop: func(line string) bool {
@@ -110,6 +117,9 @@ around it; OUTDIR may then be left out (the console log goes beside FILE).`,
 			out := cmd.OutOrStdout()
 			if res.Refused != "" {
 				what := "disk.img"
+				if iso {
+					what = "peerboot.iso"
+				}
 				if efiFile != "" {
 					what = efiFile
 				}
@@ -147,6 +157,7 @@ around it; OUTDIR may then be left out (the console log goes beside FILE).`,
 	}
 	cmd.Flags().BoolVar(&uefi, "uefi", false, "boot disk.img with OVMF (default)")
 	cmd.Flags().BoolVar(&pxe, "pxe", false, "boot pxe/ with iPXE over user-mode networking")
+	cmd.Flags().BoolVar(&iso, "iso", false, "boot peerboot.iso with OVMF as a CD-ROM (BMC virtual media)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also stream the console to the terminal")
 	cmd.Flags().StringVar(&reportFile, "report", "", "write the decoded report JSON here")
 	cmd.Flags().StringVar(&logFile, "log", "", "console log file (default OUTDIR/console-MODE.log)")
@@ -165,4 +176,11 @@ func diskAround(uki, disk string) error {
 		return fmt.Errorf("--efi: %w", err)
 	}
 	return sign.WriteDisk(disk, image.MinDiskSize(int64(len(b))), "peerboot run --efi", 0, b)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

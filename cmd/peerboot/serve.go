@@ -235,6 +235,9 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 		if b.HasUKI() {
 			formats = append(formats, "uki")
 		}
+		if b.HasISO() {
+			formats = append(formats, "iso")
+		}
 		fmt.Fprintf(stdout, "  %-12s build %s (%s) from %s\n", b.Recipe, b.ID, strings.Join(formats, ", "), b.Dir)
 	}
 	fmt.Fprintf(stdout, "  fleet:      %s/\n", base)

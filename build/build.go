@@ -126,6 +126,23 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 			}
 		}
 	}
+	// Only the stages that run read their inputs: `--stage driver` needs no
+	// userspace package and no NVIDIA installer in the store.
+	for _, s := range p.Stages[:last+1] {
+		if !run[s.Name] {
+			continue
+		}
+		for _, in := range s.inputs {
+			if in.Kind == "git" || opt.Store.HasBlob(in.SHA256) {
+				continue
+			}
+			how := fmt.Sprintf("run `peerboot fetch %s`", p.Recipe.Path)
+			if in.Role == lock.RoleInstaller {
+				how += fmt.Sprintf(", or on a machine that cannot reach NVIDIA bring the file with `peerboot store import %s -r %s` (checked against its sha256 pin)", in.Name, p.Recipe.Path)
+			}
+			return nil, exitcode.Tag(exitcode.Stale, fmt.Errorf("stage %s: input %s is not in the store: %s", s.Name, in.Name, how))
+		}
+	}
 	var outs []Outcome
 	for _, s := range p.Stages[:last+1] {
 		start := time.Now()

@@ -90,7 +90,7 @@ module_cert = "file:module.crt"
 				want[n] = true
 			}
 			changedRoles := map[string]bool{}
-			for _, role := range []string{lock.RoleKernelSource, lock.RoleDriverSource, lock.RoleUserspace, lock.RoleEFIStub} {
+			for _, role := range []string{lock.RoleKernelSource, lock.RoleDriverSource, lock.RoleUserspace, lock.RoleInstaller, lock.RoleEFIStub} {
 				if !reflect.DeepEqual(byRole(baseIns, role), byRole(ins, role)) || !reflect.DeepEqual(unresolvedOf(baseUn, role), unresolvedOf(un, role)) {
 					changedRoles[role] = true
 				}

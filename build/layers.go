@@ -30,21 +30,24 @@ const (
 	layerSegment = "segment.cpio.zst"
 )
 
-// 3. Userspace: the pinned .debs, extracted, with the NVIDIA links and the linker cache.
+// 3. Userspace: the pinned .debs, extracted, NVIDIA's installer unpacked (when the
+// recipe pins one), with the NVIDIA links and the linker cache.
 func userspaceStage() *stage {
 	return &stage{
 		Name: "userspace", Version: rootfs.Version,
-		Roles:  []string{lock.RoleUserspace},
+		Roles:  []string{lock.RoleUserspace, lock.RoleInstaller},
 		Fields: []string{"driver.version"},
 		Clock:  clockOwn,
 		Run: func(ctx context.Context, sr *stageRun) error {
-			var debs []string
+			opt := rootfs.UserspaceOptions{DriverVersion: sr.Recipe.Driver.Version, Scratch: sr.Scratch}
 			for _, in := range sr.Inputs {
-				debs = append(debs, sr.Store.BlobPath(in.SHA256))
+				if in.Role == lock.RoleInstaller {
+					opt.Installer = sr.Store.BlobPath(in.SHA256)
+					continue
+				}
+				opt.Debs = append(opt.Debs, sr.Store.BlobPath(in.SHA256))
 			}
-			return layer(ctx, sr, func(root string) error {
-				return rootfs.Userspace(ctx, rootfs.UserspaceOptions{Debs: debs, DriverVersion: sr.Recipe.Driver.Version}, root)
-			})
+			return layer(ctx, sr, func(root string) error { return rootfs.Userspace(ctx, opt, root) })
 		},
 	}
 }

@@ -28,6 +28,8 @@ type Options struct {
 	// GitMirrors maps a clone URL to a local path or URL to fetch from instead
 	// (PEERBOOT_GIT_MIRRORS="url=path,url=path"); the commit id still verifies it.
 	GitMirrors map[string]string
+	// Recipe names the recipe in messages (the `store import` hint); "" = the default.
+	Recipe string
 }
 
 // Stats says what a fetch did.
@@ -90,7 +92,10 @@ func Fetch(ctx context.Context, st *store.Store, inputs []lock.Input, opt Option
 	var (
 		mu       sync.Mutex
 		firstErr error
-		wg       sync.WaitGroup
+		// An installer that cannot be downloaded does not stop the other inputs:
+		// the air-gapped path imports it by hand after fetching the rest.
+		installerErr error
+		wg           sync.WaitGroup
 		sem      = make(chan struct{}, opt.Parallel)
 	)
 	for _, in := range todo {
@@ -107,6 +112,13 @@ func Fetch(ctx context.Context, st *store.Store, inputs []lock.Input, opt Option
 			mu.Lock()
 			defer mu.Unlock()
 			stats.Bytes += n
+			if err != nil && in.Role == lock.RoleInstaller && !errors.Is(err, context.Canceled) {
+				var mm *store.MismatchError
+				if !errors.As(err, &mm) {
+					installerErr = installerHint(in, opt.Recipe, err)
+					return
+				}
+			}
 			if err != nil {
 				if firstErr == nil {
 					firstErr = fmt.Errorf("%s %s: %w", in.Role, in.Name, err)
@@ -121,7 +133,35 @@ func Fetch(ctx context.Context, st *store.Store, inputs []lock.Input, opt Option
 	if meter != nil {
 		meter.Done()
 	}
+	if firstErr == nil {
+		firstErr = installerErr
+	}
 	return stats, firstErr
+}
+
+// InstallerError is an NVIDIA installer that could not be downloaded; it says
+// how to bring the file by hand.
+type InstallerError struct {
+	Name string
+	Err  error
+	Hint string
+}
+
+func (e *InstallerError) Error() string {
+	return fmt.Sprintf("%s %s: %v\n%s", lock.RoleInstaller, e.Name, e.Err, e.Hint)
+}
+
+func (e *InstallerError) Unwrap() error { return e.Err }
+
+func installerHint(in lock.Input, recipe string, err error) error {
+	r := ""
+	if recipe != "" {
+		r = " -r " + recipe
+	}
+	return &InstallerError{Name: in.Name, Err: err, Hint: fmt.Sprintf(
+		"NVIDIA's installer could not be downloaded from this machine. Download %s where it is reachable, then bring it into the store with\n"+
+			"    peerboot store import %s%s\n"+
+			"which accepts it only if its sha256 is %s (the recipe's pin). Every other input was fetched.", in.URL, in.Name, r, in.SHA256)}
 }
 
 func fetchOne(ctx context.Context, st *store.Store, in lock.Input, opt Options, meter *progress.Meter) (int64, error) {

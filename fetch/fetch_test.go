@@ -288,3 +288,36 @@ func TestOversizedDownloadIsCutOff(t *testing.T) {
 		t.Errorf("the store holds %d bytes after refusing a 4096-byte pin", held)
 	}
 }
+
+// NVIDIA's site is not reachable from every build machine: the installer's
+// failure names the air-gapped path, and the other inputs are fetched anyway.
+func TestUnreachableInstallerSaysHowToImportIt(t *testing.T) {
+	deb := payload(3000)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, ".run") {
+			http.Error(w, "forbidden", http.StatusForbidden)
+			return
+		}
+		w.Write(deb)
+	}))
+	defer srv.Close()
+	st, _ := store.Open(t.TempDir())
+	runSum := strings.Repeat("c", 64)
+	ins := []lock.Input{
+		{Role: lock.RoleInstaller, Name: "NVIDIA-Linux-x86_64-580.142.run", Kind: "url", URL: srv.URL + "/NVIDIA-Linux-x86_64-580.142.run", SHA256: runSum},
+		{Role: lock.RoleUserspace, Name: "libc6", Kind: "deb", URL: srv.URL + "/libc6.deb", SHA256: sum(deb), Size: int64(len(deb))},
+	}
+	stats, err := Fetch(context.Background(), st, ins, Options{HTTP: srv.Client(), Parallel: 1, Recipe: "recipes/rtx5090-4gpu.toml"})
+	var ie *InstallerError
+	if !errors.As(err, &ie) {
+		t.Fatalf("got %v, want an InstallerError", err)
+	}
+	for _, want := range []string{"HTTP 403", "peerboot store import NVIDIA-Linux-x86_64-580.142.run -r recipes/rtx5090-4gpu.toml", runSum} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	if stats.Downloaded != 1 || !st.HasBlob(sum(deb)) {
+		t.Errorf("the reachable input was not fetched: %+v", stats)
+	}
+}

@@ -9,7 +9,7 @@ import (
 
 // Input is one pinned input of a build, ready to fetch.
 type Input struct {
-	Role   string // kernel-source, driver-source, efi-stub, userspace
+	Role   string // kernel-source, driver-source, efi-stub, userspace, installer
 	Name   string // package or file name, for messages
 	Kind   string // "deb", "url" or "git"
 	URL    string // where to download it; for git, the clone URL
@@ -80,6 +80,21 @@ func Inputs(r *recipe.Resolved, f *File, baseURL func(repo string) (string, erro
 			un = append(un, Unresolved{RoleUserspace, strings.Join(r.Userspace.Packages, ", "), "packages not in the lock file: run `peerboot lock`"})
 		} else if err := addDebs(RoleUserspace, debs[RoleUserspace]); err != nil {
 			return nil, nil, err
+		}
+	}
+	if in := r.Userspace.Installer; in.URL != "" {
+		var pin *FilePin
+		if f != nil {
+			for i := range f.Files {
+				if f.Files[i].Role == RoleInstaller {
+					pin = &f.Files[i]
+				}
+			}
+		}
+		if pin == nil {
+			un = append(un, Unresolved{RoleInstaller, in.URL[strings.LastIndexByte(in.URL, '/')+1:], "NVIDIA installer not in the lock file: run `peerboot lock`"})
+		} else {
+			ins = append(ins, Input{Role: RoleInstaller, Name: pin.Name, Kind: "url", URL: pin.URL, SHA256: pin.SHA256, Size: pin.Size})
 		}
 	}
 	return ins, un, nil

@@ -156,3 +156,69 @@ func TestLockDefaultRecipeTwice(t *testing.T) {
 		t.Fatalf("suspiciously small closure: %d packages", len(a.Debs))
 	}
 }
+
+// The installer is pinned in the recipe; the lock records it beside the packages
+// and the build takes it from the lock, like every other input.
+func TestLockRecordsTheInstaller(t *testing.T) {
+	sum := strings.Repeat("e", 64)
+	text := strings.Replace(testRecipe, `packages = ["libcuda1=535.261.03-1"]`, `packages = ["libc6"]
+installer = { url = "https://download.nvidia.com/XFree86/Linux-x86_64/535.261.03/NVIDIA-Linux-x86_64-535.261.03.run", sha256 = "`+sum+`", size = 1234 }`, 1)
+	r := loadRecipe(t, text)
+	f, err := Pin(r, fixture())
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := string(f.Encode())
+	for _, want := range []string{"[[file]]", `role = "installer"`, `name = "NVIDIA-Linux-x86_64-535.261.03.run"`, `sha256 = "` + sum + `"`, "size = 1234", "Every Debian package and file"} {
+		if !strings.Contains(enc, want) {
+			t.Errorf("lock lacks %q:\n%s", want, enc)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "t.lock")
+	if err := Write(p, f); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Read(p)
+	if err != nil || !bytes.Equal(back.Encode(), f.Encode()) {
+		t.Fatalf("read back: %v", err)
+	}
+	ins, un, err := Inputs(r, back, func(string) (string, error) { return "http://mirror.invalid/debian", nil })
+	if err != nil || len(un) != 0 {
+		t.Fatalf("unresolved %v: %v", un, err)
+	}
+	last := ins[len(ins)-1]
+	if last.Role != RoleInstaller || last.Kind != "url" || last.SHA256 != sum || last.Size != 1234 || last.Name != "NVIDIA-Linux-x86_64-535.261.03.run" {
+		t.Errorf("installer input %+v", last)
+	}
+	// A lock made before the recipe named the installer is stale, and without
+	// a lock the installer is unresolved.
+	old, _ := Pin(loadRecipe(t, testRecipe), fixture())
+	if Check(r, old) == nil {
+		t.Error("a lock without the installer passed Check")
+	}
+	if _, un, _ := Inputs(r, nil, func(string) (string, error) { return "", nil }); len(un) == 0 || un[len(un)-1].Role != RoleInstaller {
+		t.Errorf("unresolved without a lock: %v", un)
+	}
+}
+
+// Adding the installer key changed no existing lock: their inputs digests
+// (which cover userspace) still match the committed recipes.
+func TestCommittedLocksStayCurrent(t *testing.T) {
+	paths, _ := filepath.Glob("../recipes/*.toml")
+	if len(paths) == 0 {
+		t.Fatal("no recipes")
+	}
+	for _, p := range paths {
+		r, err := recipe.Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := Read(PathFor(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Check(r, f); err != nil {
+			t.Error(err)
+		}
+	}
+}

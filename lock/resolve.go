@@ -3,6 +3,7 @@ package lock
 import (
 	"context"
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 
@@ -100,6 +101,9 @@ func Pin(r *recipe.Resolved, indexes []*apt.Index) (*File, error) {
 		for _, p := range closure {
 			f.Debs = append(f.Debs, debOf(p.Package, RoleUserspace, p.RequiredBy))
 		}
+	}
+	if in := r.Userspace.Installer; in.URL != "" {
+		f.Files = append(f.Files, FilePin{Role: RoleInstaller, Name: path.Base(in.URL), URL: in.URL, SHA256: in.SHA256, Size: in.Size})
 	}
 	sort.SliceStable(f.Debs, func(i, j int) bool {
 		if f.Debs[i].Role != f.Debs[j].Role {

@@ -30,7 +30,7 @@ const maxIncludeDepth = 16
 // atomicTables are replaced whole by an override instead of merged key by key: a
 // source given as a URL must not inherit a "deb" key from the layer below.
 var atomicTables = map[string]bool{
-	"kernel.source": true, "driver.source": true, "outputs.efi_stub": true,
+	"kernel.source": true, "driver.source": true, "outputs.efi_stub": true, "userspace.installer": true,
 }
 
 // Resolved is a loaded recipe with defaults and includes applied, plus where each key came from.

@@ -86,10 +86,23 @@ const (
 	P2PDynamicBAR1 = "dynamic-bar1"
 )
 
-// Userspace lists the Debian packages laid into the image (their dependency closure).
+// Userspace lists the Debian packages laid into the image (their dependency closure)
+// and, for driver branches Debian does not ship, NVIDIA's installer to take the
+// driver's own userspace from.
 type Userspace struct {
 	Packages []string  `toml:"packages"` // "name" or "name=version"
 	Exclude  []Exclude `toml:"exclude"`  // dropped from the closure, with a reason
+	// Installer is NVIDIA's NVIDIA-Linux-x86_64-<driver.version>.run, unpacked in
+	// Go (never run) for libcuda, libnvidia-ml, the PTX JIT compiler, nvidia-smi and
+	// the GSP firmware, of exactly driver.version.
+	Installer Installer `toml:"installer,omitempty"`
+}
+
+// Installer pins NVIDIA's .run installer by URL and sha256.
+type Installer struct {
+	URL    string `toml:"url"`            // https:// (or file://) .run file
+	SHA256 string `toml:"sha256"`         // of the file's bytes
+	Size   int64  `toml:"size,omitempty"` // bytes; 0 = unknown (a download is then not cut off early)
 }
 
 // Exclude drops one package (and what only it pulls in) from the userspace closure.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/url"
+	"path"
 	"reflect"
 	"regexp"
 	"slices"
@@ -97,6 +98,7 @@ func validate(r *Recipe) Errors {
 			P2PDynamicBAR1, r.Platform.BAR1, r.Platform.VRAM, r.Driver.P2P)
 	}
 	c.userspace(&r.Userspace)
+	c.installer(&r.Userspace.Installer, r.Driver.Version, r.Userspace.Packages)
 	if len(r.Userspace.Packages) > 0 && len(r.Repos) == 0 {
 		c.add("userspace.packages", "packages need at least one [[repo]] to resolve from")
 	}
@@ -332,6 +334,32 @@ func (c *checker) userspace(u *Userspace) {
 		}
 		if contains(names, e.Package) {
 			c.add(key+".package", "%q is both requested in userspace.packages and excluded", e.Package)
+		}
+	}
+}
+
+// installerOwned are the Debian packages whose files the installer provides; a
+// recipe takes them from one place or the other, never both.
+var installerOwned = []string{"libcuda1", "libnvidia-ml1", "nvidia-smi", "firmware-nvidia-gsp", "libnvidia-ptxjitcompiler1"}
+
+func (c *checker) installer(in *Installer, driverVersion string, packages []string) {
+	if *in == (Installer{}) {
+		return
+	}
+	c.archiveURL("userspace.installer.url", in.URL)
+	if want := "NVIDIA-Linux-x86_64-" + driverVersion + ".run"; path.Base(in.URL) != want {
+		c.add("userspace.installer.url", "want NVIDIA's installer of driver.version (a URL ending in %s), got %q", want, in.URL)
+	}
+	if !hex64.MatchString(in.SHA256) {
+		c.add("userspace.installer.sha256", "missing pin: want 64 lower-case hex digits, got %q", in.SHA256)
+	}
+	if in.Size < 0 || in.Size > 4<<30 {
+		c.add("userspace.installer.size", "want the file's size in bytes (0..4GiB), got %d", in.Size)
+	}
+	for i, p := range packages {
+		name, _, _ := strings.Cut(p, "=")
+		if contains(installerOwned, name) {
+			c.add(fmt.Sprintf("userspace.packages[%d]", i), "%q ships files the installer provides (userspace.installer); take them from one of the two", name)
 		}
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"strings"
 
 	"github.com/peerboot/peerboot/internal/fsutil"
+	"github.com/peerboot/peerboot/nvrun"
 	"github.com/peerboot/peerboot/sign/modsign"
 )
 
@@ -45,6 +46,11 @@ const NVIDIALibDir = "usr/lib/x86_64-linux-gnu/nvidia/current"
 type UserspaceOptions struct {
 	Debs          []string // userspace .deb files, in lock order
 	DriverVersion string   // libcuda must be this exact version; "" = not checked
+	// Installer is NVIDIA's .run installer (a store blob, already checked against
+	// its pin); "" = none. Its files are laid after the packages; a path both
+	// provide is an error.
+	Installer string
+	Scratch   string // where the installer's files are staged; "" = the system's temporary directory
 }
 
 // Userspace lays out the base directories and usr-merge links, the packages (no
@@ -71,7 +77,13 @@ func Userspace(ctx context.Context, opt UserspaceOptions, root string) error {
 			return fmt.Errorf("%s: %w", filepath.Base(deb), err)
 		}
 	}
-	// 3. The NVIDIA libraries reach the linker without alternatives.
+	// 3. NVIDIA's installer, for a driver branch Debian does not ship.
+	if opt.Installer != "" {
+		if err := layInstaller(ctx, opt, root); err != nil {
+			return err
+		}
+	}
+	// 4. The NVIDIA libraries reach the linker without alternatives.
 	if err := linkNVIDIA(root); err != nil {
 		return err
 	}
@@ -80,7 +92,7 @@ func Userspace(ctx context.Context, opt UserspaceOptions, root string) error {
 			return err
 		}
 	}
-	// 4. The dynamic linker cache, built by the host's ldconfig against the tree
+	// 5. The dynamic linker cache, built by the host's ldconfig against the tree
 	// (only this layer holds libraries).
 	if err := writeFile(root, "etc/ld.so.conf", []byte("include /etc/ld.so.conf.d/*.conf\n"), 0o644); err != nil {
 		return err
@@ -89,6 +101,49 @@ func Userspace(ctx context.Context, opt UserspaceOptions, root string) error {
 		return fmt.Errorf("ldconfig: %w: %s", err, out)
 	}
 	return CheckResolves(root, "libcuda.so.1", "libnvidia-ml.so.1")
+}
+
+// layInstaller lays the installer's files where Debian's packages of the same
+// files put them: the libraries and their soname links in NVIDIALibDir (linked
+// into the multiarch directory by linkNVIDIA, as for Debian's), nvidia-smi in
+// /usr/bin, the GSP firmware in /lib/firmware/nvidia/<version>/. Every
+// destination is checked free before the first is written.
+func layInstaller(ctx context.Context, opt UserspaceOptions, root string) error {
+	u, err := nvrun.Unpack(ctx, opt.Installer, nvrun.Options{Version: opt.DriverVersion, Scratch: opt.Scratch})
+	if err != nil {
+		return err
+	}
+	defer u.Close()
+	dest := func(f nvrun.File) string {
+		switch f.Kind {
+		case nvrun.KindBinary:
+			return path.Join("usr/bin", f.Name)
+		case nvrun.KindFirmware:
+			return path.Join("usr/lib/firmware/nvidia", u.Version, f.Name)
+		}
+		return path.Join(NVIDIALibDir, f.Name)
+	}
+	for _, f := range u.Files {
+		if _, err := os.Lstat(filepath.Join(root, dest(f))); err == nil {
+			return fmt.Errorf("/%s comes from a userspace package and from NVIDIA's installer %s: drop the package (the installer provides it)", dest(f), filepath.Base(opt.Installer))
+		}
+	}
+	for _, f := range u.Files {
+		if f.Kind == nvrun.KindLink {
+			if err := writeSymlink(root, dest(f), f.Link); err != nil {
+				return err
+			}
+			continue
+		}
+		b, err := os.ReadFile(f.Src)
+		if err != nil {
+			return err
+		}
+		if err := writeFile(root, dest(f), b, f.Mode); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ModulesOptions is what the modules layer reads.

@@ -125,7 +125,7 @@ func readLock(r *recipe.Resolved) (f *lock.File, lockErr, err error) {
 }
 
 func needsLock(r *recipe.Resolved) bool {
-	return r.Kernel.Source.Deb != "" || r.Driver.Source.Deb != "" || r.Outputs.EFIStub.Deb != "" || len(r.Userspace.Packages) > 0
+	return r.Kernel.Source.Deb != "" || r.Driver.Source.Deb != "" || r.Outputs.EFIStub.Deb != "" || len(r.Userspace.Packages) > 0 || r.Userspace.Installer.URL != ""
 }
 
 func aptClient(st *store.Store) *apt.Client {

@@ -23,7 +23,7 @@ re-hashed; a corrupt entry is fetched again. Git inputs honour PEERBOOT_GIT_MIRR
 ("url=path,..."), verified by commit id.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			_, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
+			r, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
 			if err != nil {
 				return err
 			}
@@ -35,7 +35,7 @@ re-hashed; a corrupt entry is fetched again. Git inputs honour PEERBOOT_GIT_MIRR
 				return exitcode.Tag(exitcode.Usage, err)
 			}
 			stats, err := fetch.Fetch(cmd.Context(), st, ins, fetch.Options{
-				HTTP: httpClient(), Parallel: parallel, Log: cmd.ErrOrStderr(), GitMirrors: mirrors})
+				HTTP: httpClient(), Parallel: parallel, Log: cmd.ErrOrStderr(), GitMirrors: mirrors, Recipe: r.Path})
 			if err != nil {
 				var mm *store.MismatchError
 				if errors.As(err, &mm) {

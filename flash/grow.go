@@ -13,10 +13,6 @@ import (
 	"github.com/peerboot/peerboot/progress"
 )
 
-// ReportsLabel is the GPT name and FAT label of the report partition (the
-// image stage's layout, image.ReportsLabel).
-const ReportsLabel = image.ReportsLabel
-
 // GrowResult says what GrowReports did.
 type GrowResult struct {
 	OldSize, NewSize int64
@@ -71,13 +67,13 @@ func growReports(f *os.File, path string, log io.Writer) (*GrowResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	p, ok := g.Find(ReportsLabel)
+	p, ok := g.Find(image.ReportsLabel)
 	if !ok {
-		return nil, fmt.Errorf("%s has no %s partition to grow", path, ReportsLabel)
+		return nil, fmt.Errorf("%s has no %s partition to grow", path, image.ReportsLabel)
 	}
 	for _, o := range g.Partitions {
 		if o.FirstLBA > p.FirstLBA {
-			return nil, fmt.Errorf("%s: partition %d (%s) lies after %s, which therefore cannot grow", path, o.Index+1, o.Name, ReportsLabel)
+			return nil, fmt.Errorf("%s: partition %d (%s) lies after %s, which therefore cannot grow", path, o.Index+1, o.Name, image.ReportsLabel)
 		}
 	}
 	sizeLBA := uint64(size / 512)
@@ -87,22 +83,22 @@ func growReports(f *os.File, path string, log io.Writer) (*GrowResult, error) {
 	res := &GrowResult{OldSize: p.Size()}
 	if newLast <= p.LastLBA {
 		res.NewSize = p.Size()
-		fmt.Fprintf(log, "%s: the %s partition already fills the disk (%s)\n", path, ReportsLabel, progress.Bytes(p.Size()))
+		fmt.Fprintf(log, "%s: the %s partition already fills the disk (%s)\n", path, image.ReportsLabel, progress.Bytes(p.Size()))
 		return res, nil
 	}
 
 	// 1. Everything on the old filesystem, into memory (it is small).
 	old, err := fat.Open(io.NewSectionReader(f, p.Offset(), p.Size()), p.Size())
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s partition: %w", path, ReportsLabel, err)
+		return nil, fmt.Errorf("%s: %s partition: %w", path, image.ReportsLabel, err)
 	}
 	files, err := old.Files()
 	if err != nil {
-		return nil, fmt.Errorf("%s: reading the files on the %s partition: %w", path, ReportsLabel, err)
+		return nil, fmt.Errorf("%s: reading the files on the %s partition: %w", path, image.ReportsLabel, err)
 	}
 	label, volID := old.Label(), old.VolumeID()
 	if label == "" {
-		label = ReportsLabel
+		label = image.ReportsLabel
 	}
 	for k := range files {
 		if k[len(k)-1] != '/' {
@@ -126,18 +122,18 @@ func growReports(f *os.File, path string, log io.Writer) (*GrowResult, error) {
 	}
 
 	// 3. A fresh filesystem over the grown partition, with the files back in.
-	grown, _ := g.Find(ReportsLabel)
+	grown, _ := g.Find(image.ReportsLabel)
 	typ, err := fat.Write(io.NewOffsetWriter(f, grown.Offset()), fat.Params{
 		Size: grown.Size(), Type: fat.Auto, Label: label, VolumeID: volID,
 		Epoch: time.Now().Unix(), HiddenSectors: uint32(grown.FirstLBA), Files: files,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: writing the grown %s filesystem (its %d file(s) were read first and are lost if this failed): %w", path, ReportsLabel, res.Kept, err)
+		return nil, fmt.Errorf("%s: writing the grown %s filesystem (its %d file(s) were read first and are lost if this failed): %w", path, image.ReportsLabel, res.Kept, err)
 	}
 	if err := f.Sync(); err != nil {
 		return nil, fmt.Errorf("flushing %s: %w", path, err)
 	}
 	res.NewSize, res.Type = grown.Size(), typ
-	fmt.Fprintf(log, "%s: %s partition grown from %s to %s (%v), %d file(s) kept\n", path, ReportsLabel, progress.Bytes(res.OldSize), progress.Bytes(res.NewSize), typ, res.Kept)
+	fmt.Fprintf(log, "%s: %s partition grown from %s to %s (%v), %d file(s) kept\n", path, image.ReportsLabel, progress.Bytes(res.OldSize), progress.Bytes(res.NewSize), typ, res.Kept)
 	return res, nil
 }

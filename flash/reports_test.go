@@ -46,7 +46,7 @@ func TestGrowReportsFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _ := g.Find(ReportsLabel)
+	p, _ := g.Find(image.ReportsLabel)
 	f.Close()
 	addFiles(t, img, p, map[string][]byte{
 		"reports/report-20250602T080000Z.json": testReport("2025-06-02T08:00:00Z"),
@@ -76,7 +76,7 @@ func TestGrowReportsFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		grown, _ := g.Find(ReportsLabel)
+		grown, _ := g.Find(image.ReportsLabel)
 		part := filepath.Join(t.TempDir(), "part")
 		b := make([]byte, grown.Size())
 		f.ReadAt(b, grown.Offset())
@@ -126,7 +126,7 @@ func addFiles(t *testing.T, img string, p image.GPTPartition, extra map[string][
 		files[k] = v
 	}
 	delete(files, "reports/")
-	if _, err := fat.Write(offsetWriter(f, p), fat.Params{Size: p.Size(), Label: ReportsLabel, VolumeID: old.VolumeID(), Epoch: 1700000000, Files: files}); err != nil {
+	if _, err := fat.Write(offsetWriter(f, p), fat.Params{Size: p.Size(), Label: image.ReportsLabel, VolumeID: old.VolumeID(), Epoch: 1700000000, Files: files}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -146,7 +146,7 @@ func offsetWriter(f *os.File, p image.GPTPartition) *io.OffsetWriter {
 func FuzzReadReports(f *testing.F) {
 	const stick = 80 << 20
 	w := &memDisk{}
-	if _, err := fat.Write(w, fat.Params{Size: 16 << 20, Label: ReportsLabel, HiddenSectors: 34, Files: map[string][]byte{
+	if _, err := fat.Write(w, fat.Params{Size: 16 << 20, Label: image.ReportsLabel, HiddenSectors: 34, Files: map[string][]byte{
 		"reports/": nil, "reports/report-20250601T120000Z.json": testReport("2025-06-01T12:00:00Z"), "x.json": []byte("{}")}}); err != nil {
 		f.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func gptSeed(first, last, sizeLBA uint64) []byte {
 	copy(e[16:32], "fuzz-partition-1")
 	binary.LittleEndian.PutUint64(e[32:], first)
 	binary.LittleEndian.PutUint64(e[40:], last)
-	for i, c := range utf16.Encode([]rune(ReportsLabel)) {
+	for i, c := range utf16.Encode([]rune(image.ReportsLabel)) {
 		binary.LittleEndian.PutUint16(e[56+2*i:], c)
 	}
 	h := b[512:]

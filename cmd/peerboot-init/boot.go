@@ -12,6 +12,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/node/devnodes"
+	"github.com/peerboot/peerboot/node/dhcp"
+	"github.com/peerboot/peerboot/node/kmod"
+	"github.com/peerboot/peerboot/node/reportpart"
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/selftest"
 )
@@ -25,12 +30,6 @@ const (
 	modulesRoot  = "/lib/modules"
 )
 
-// fallbackModules is what is loaded when the recipe cannot be read: the self-test is
-// still worth running, and this is every recipe's default list.
-func fallbackModules() []string {
-	return []string{"nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem"}
-}
-
 // machine is everything the boot sequence does to the outside world. The real one
 // makes system calls as PID 1; tests substitute recorders and run as a normal process.
 type machine struct {
@@ -38,15 +37,15 @@ type machine struct {
 	console  io.Writer // /dev/console once it is open
 	mount    func(source, target, fstype string, flags uintptr, data string) error
 	ifup     func(name string) error
-	loader   moduleLoader
-	openKlog func() kernelLog
+	loader   kmod.Loader
+	openKlog func() kmod.KernelLog
 	mknod    func(path string, mode uint32, dev int) error
 	now      func() time.Time
 	sleep    func(time.Duration)
 	post     func(url, token string, body []byte) error // token "": no Authorization header
 	// netUp brings up an Ethernet interface by DHCP for the report POST; it runs only
 	// when there is a report URL, beside the module loading.
-	netUp func() (*lease, error)
+	netUp func() (*dhcp.Lease, error)
 	// handOff takes the final action (shell, poweroff, reboot, halt). The real one
 	// never returns; a test's returns, and boot returns after it.
 	handOff func(action string)
@@ -89,7 +88,7 @@ func (m *machine) boot(st *bootState) {
 	m.say("peerboot-init on %s", orUnknown(st.kernel.Release))
 
 	cmdline := parseCmdline(st.kernel.Cmdline)
-	modules, params, env := fallbackModules(), map[string]map[string]string{}, map[string]string{}
+	modules, params, env := recipe.DefaultModules(), map[string]map[string]string{}, map[string]string{}
 	total := 5 * time.Minute
 	rc, err := recipe.Load(m.path(recipePath))
 	if err != nil {
@@ -137,22 +136,22 @@ func (st *bootState) finding(sev, check, msg, hint string) {
 // loadDriver loads the modules and creates the device nodes the driver does not.
 func (m *machine) loadDriver(st *bootState, modules []string, params map[string]map[string]string) []selftest.Module {
 	dir := m.path(filepath.Join(modulesRoot, st.kernel.Release))
-	ix, err := loadModIndex(dir)
+	ix, err := kmod.LoadIndex(dir)
 	if err != nil {
 		st.finding(selftest.SevFail, "init.modules", err.Error(), "the rootfs stage installs modules under /lib/modules/<kernel release>")
-		ix = &modIndex{dir: dir, path: map[string]string{}, deps: map[string][]string{}, builtin: map[string]bool{}}
+		ix = kmod.EmptyIndex(dir)
 	}
-	results := loadModules(ix, m.loader, m.openKlog(), modules, params)
+	results := kmod.Load(ix, m.loader, m.openKlog(), modules, params)
 	loaded := map[string]bool{}
 	for _, r := range results {
 		m.say("module %s: %s%s", r.Name, r.Result, suffix(r.Error))
 		if r.Result == selftest.ModLoaded {
-			loaded[modName(r.Name)] = true
+			loaded[kmod.Name(r.Name)] = true
 		}
 	}
-	nodes, err := nvidiaNodes(m.path("/proc"), loaded)
+	nodes, err := devnodes.Nvidia(m.path("/proc"), loaded)
 	if err == nil || len(nodes) > 0 {
-		if merr := makeNodes(m.path("/dev"), nodes, m.mknod); merr != nil {
+		if merr := devnodes.Make(m.path("/dev"), nodes, m.mknod); merr != nil {
 			err = errors.Join(err, merr)
 		}
 	}
@@ -164,8 +163,8 @@ func (m *machine) loadDriver(st *bootState, modules []string, params map[string]
 
 // mountReports finds the PEERBOOT partition and mounts it; "" if there is none (PXE).
 func (m *machine) mountReports(st *bootState) string {
-	list := func() ([]string, error) { return blockDevices(m.path("/proc"), m.path("/dev")) }
-	dev, err := waitForLabeled(list, reportLabel, m.partitionWait, m.sleep)
+	list := func() ([]string, error) { return reportpart.BlockDevices(m.path("/proc"), m.path("/dev")) }
+	dev, err := reportpart.Wait(list, image.ReportsLabel, m.partitionWait, m.sleep)
 	if err != nil {
 		st.finding(selftest.SevInfo, "report.partition", err.Error()+"; the report is on the console only", "")
 		return ""
@@ -229,7 +228,7 @@ func (m *machine) finish(st *bootState, r *selftest.Report, partition string) {
 	io.WriteString(m.console, line+"\n")
 	st.reported = true
 	if partition != "" {
-		if p, err := writeReport(partition, r); err != nil {
+		if p, err := reportpart.Write(partition, r); err != nil {
 			m.say("%v", err)
 		} else {
 			m.say("report saved as %s", filepath.Base(p))

@@ -13,6 +13,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/image/fat"
+	"github.com/peerboot/peerboot/node/dhcp"
+	"github.com/peerboot/peerboot/node/kmod"
+	"github.com/peerboot/peerboot/node/kmod/kmodtest"
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/selftest"
 )
@@ -27,7 +32,7 @@ type fakeBox struct {
 	posts   []string
 	actions []string
 	// netUp's answer, and how often it was asked
-	lease    *lease
+	lease    *dhcp.Lease
 	netErr   error
 	netCalls int
 	m        *machine
@@ -35,7 +40,7 @@ type fakeBox struct {
 
 const release = "6.1.0-test"
 
-func newFakeBox(t *testing.T, cmdline string, loader moduleLoader) *fakeBox {
+func newFakeBox(t *testing.T, cmdline string, loader kmod.Loader) *fakeBox {
 	t.Helper()
 	b := &fakeBox{root: t.TempDir()}
 	writeFile(t, b.p("/proc/sys/kernel/osrelease"), release+"\n")
@@ -43,11 +48,15 @@ func newFakeBox(t *testing.T, cmdline string, loader moduleLoader) *fakeBox {
 	writeFile(t, b.p("/proc/devices"), "Character devices:\n195 nvidia\n")
 	writeFile(t, b.p("/proc/partitions"), "major minor  #blocks  name\n\n 254 0 4096 vda\n 254 1 2048 vda1\n")
 	writeFile(t, b.p("/dev/vda"), strings.Repeat("\x00", 1024))
-	img, err := os.ReadFile(fatImage(t, "PEERBOOT", false))
+	writeFile(t, b.p("/dev/vda1"), "")
+	part, err := os.OpenFile(b.p("/dev/vda1"), os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, b.p("/dev/vda1"), string(img))
+	if _, err := fat.Write(part, fat.Params{Size: 16 << 20, Label: image.ReportsLabel, VolumeID: 1, Epoch: 1700000000}); err != nil {
+		t.Fatal(err)
+	}
+	part.Close()
 	for _, f := range []string{"nvidia.ko", "nvidia-uvm.ko", "nvidia-modeset.ko", "nvidia-drm.ko", "nvidia-peermem.ko"} {
 		writeFile(t, b.p("/lib/modules/"+release+"/updates/"+f), "x")
 	}
@@ -75,7 +84,7 @@ func newFakeBox(t *testing.T, cmdline string, loader moduleLoader) *fakeBox {
 		},
 		ifup:     func(string) error { return nil },
 		loader:   loader,
-		openKlog: func() kernelLog { return &fakeKlog{} },
+		openKlog: func() kmod.KernelLog { return &kmodtest.Klog{} },
 		mknod:    func(string, uint32, int) error { return nil },
 		now:      time.Now,
 		sleep:    func(time.Duration) {},
@@ -85,13 +94,13 @@ func newFakeBox(t *testing.T, cmdline string, loader moduleLoader) *fakeBox {
 		},
 		handOff:       func(a string) { b.actions = append(b.actions, a) },
 		partitionWait: 0,
-		netUp: func() (*lease, error) {
+		netUp: func() (*dhcp.Lease, error) {
 			b.netCalls++
 			return b.lease, b.netErr
 		},
 	}
-	b.lease = &lease{iface: "eth0", ifindex: 2, addr: net.ParseIP("10.0.2.15").To4(), mask: net.CIDRMask(24, 32), router: net.ParseIP("10.0.2.2").To4(),
-		dns: []net.IP{net.ParseIP("10.0.2.3").To4()}, server: net.ParseIP("10.0.2.2").To4(), time: 24 * time.Hour}
+	b.lease = &dhcp.Lease{Iface: "eth0", Index: 2, Addr: net.ParseIP("10.0.2.15").To4(), Mask: net.CIDRMask(24, 32), Router: net.ParseIP("10.0.2.2").To4(),
+		DNS: []net.IP{net.ParseIP("10.0.2.3").To4()}, Server: net.ParseIP("10.0.2.2").To4(), Time: 24 * time.Hour}
 	return b
 }
 
@@ -112,7 +121,7 @@ func (b *fakeBox) reportLines() []string {
 // and skipped, p2pcheck runs and fails on the missing libcuda, one report line, a file
 // on the partition, the POST attempted, on_fail from the command line.
 func TestBootSequence(t *testing.T) {
-	b := newFakeBox(t, "console=ttyS0 peerboot.on_fail=poweroff peerboot.report_url=http://10.0.2.2:9/r peerboot.token=0123456789abcdef.t0k", &fakeLoader{errs: map[string]error{"nvidia": unix.ENODEV}})
+	b := newFakeBox(t, "console=ttyS0 peerboot.on_fail=poweroff peerboot.report_url=http://10.0.2.2:9/r peerboot.token=0123456789abcdef.t0k", &kmodtest.Loader{Errs: map[string]error{"nvidia": unix.ENODEV}})
 	b.m.run(&bootState{})
 
 	lines := b.reportLines()
@@ -180,7 +189,7 @@ func TestBootSequence(t *testing.T) {
 // A broken recipe is a fail finding; the modules still load (default list) and the
 // boot still ends in one report and on_fail (shell by default).
 func TestBootBadRecipe(t *testing.T) {
-	b := newFakeBox(t, "console=ttyS0", &fakeLoader{errs: map[string]error{"nvidia": unix.ENODEV}})
+	b := newFakeBox(t, "console=ttyS0", &kmodtest.Loader{Errs: map[string]error{"nvidia": unix.ENODEV}})
 	writeFile(t, b.p(recipePath), "name = 3\n")
 	b.m.run(&bootState{})
 	lines := b.reportLines()
@@ -204,7 +213,7 @@ func TestBootBadRecipe(t *testing.T) {
 
 // No lease: a warning finding that says why, and the boot goes on to its report.
 func TestBootNoNetwork(t *testing.T) {
-	b := newFakeBox(t, "peerboot.report_url=http://10.0.2.2:9/r", &fakeLoader{errs: map[string]error{"nvidia": unix.ENODEV}})
+	b := newFakeBox(t, "peerboot.report_url=http://10.0.2.2:9/r", &kmodtest.Loader{Errs: map[string]error{"nvidia": unix.ENODEV}})
 	b.lease, b.netErr = nil, errors.New("eth0: no DHCP offer: no answer within 10s")
 	b.m.run(&bootState{})
 	lines := b.reportLines()
@@ -226,8 +235,8 @@ func TestBootNoNetwork(t *testing.T) {
 
 // A panic in the bring-up's goroutine is its error, not the end of PID 1.
 func TestBootNetworkPanic(t *testing.T) {
-	b := newFakeBox(t, "peerboot.report_url=http://10.0.2.2:9/r", &fakeLoader{errs: map[string]error{"nvidia": unix.ENODEV}})
-	b.m.netUp = func() (*lease, error) { panic("netlink exploded") }
+	b := newFakeBox(t, "peerboot.report_url=http://10.0.2.2:9/r", &kmodtest.Loader{Errs: map[string]error{"nvidia": unix.ENODEV}})
+	b.m.netUp = func() (*dhcp.Lease, error) { panic("netlink exploded") }
 	b.m.run(&bootState{})
 	r, err := selftest.DecodeLine(b.reportLines()[0])
 	if err != nil {
@@ -272,5 +281,15 @@ func TestBootPanic(t *testing.T) {
 	}
 	if strings.Join(b.actions, ",") != "halt" {
 		t.Errorf("actions %v", b.actions)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,11 +2,6 @@ package main
 
 import "github.com/peerboot/peerboot/selftest/kmsg"
 
-// kernelLog yields the kernel messages logged since the previous call.
-type kernelLog interface {
-	Drain() []string
-}
-
 // kmsgLog reads /dev/kmsg through selftest/kmsg's watch (raw non-blocking fd, started at
 // the end of the ring), so the first Drain returns only what happened since the init
 // opened it.

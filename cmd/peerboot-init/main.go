@@ -8,6 +8,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -15,6 +16,10 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/peerboot/peerboot/node/dhcp"
+	"github.com/peerboot/peerboot/node/kmod"
+	"github.com/peerboot/peerboot/node/netup"
 )
 
 func main() {
@@ -24,19 +29,21 @@ func main() {
 		os.Exit(2)
 	}
 	m := &machine{
-		root:          "/",
-		console:       io.Discard,
-		mount:         unix.Mount,
-		ifup:          linkUp,
-		loader:        finitLoader{},
-		mknod:         unix.Mknod,
-		now:           time.Now,
-		sleep:         time.Sleep,
-		post:          httpPost,
-		netUp:         realNetwork("/sys/class/net", linkUp),
+		root:    "/",
+		console: io.Discard,
+		mount:   unix.Mount,
+		ifup:    netup.LinkUp,
+		loader:  kmod.Finit{},
+		mknod:   unix.Mknod,
+		now:     time.Now,
+		sleep:   time.Sleep,
+		post:    httpPost,
+		netUp: func() (*dhcp.Lease, error) {
+			return netup.Real("/sys/class/net").BringUp(context.Background(), netup.DefaultLimits())
+		},
 		partitionWait: 3 * time.Second,
 	}
-	m.openKlog = func() kernelLog {
+	m.openKlog = func() kmod.KernelLog {
 		k, err := openKmsg("/dev/kmsg")
 		if err != nil {
 			m.say("kernel messages unavailable: %v", err)

@@ -49,28 +49,6 @@ func (m *machine) mountAll() []error {
 	return errs
 }
 
-// linkUp sets IFF_UP on an interface with SIOCSIFFLAGS. For lo the kernel then adds
-// 127.0.0.1/8 and ::1 itself; an Ethernet interface gets its address from DHCP.
-func linkUp(name string) error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("socket: %w", err)
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("SIOCGIFFLAGS %s: %w", name, err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("SIOCSIFFLAGS %s: %w", name, err)
-	}
-	return nil
-}
-
 // openConsole opens /dev/console and makes it stdin, stdout and stderr, so that Go's own
 // crash output and every child's output reach the console. Without an initramfs
 // /dev/console node the kernel started us with no descriptors at all.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/flash"
+	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -40,7 +41,7 @@ PEERBOOT partition; 2 bad command line.`,
 			}
 			w := cmd.OutOrStdout()
 			if len(found) == 0 {
-				return exitcode.Tag(exitcode.Selftest, fmt.Errorf("%s: no reports on the %s partition (has the stick been booted?)", args[0], flash.ReportsLabel))
+				return exitcode.Tag(exitcode.Selftest, fmt.Errorf("%s: no reports on the %s partition (has the stick been booted?)", args[0], image.ReportsLabel))
 			}
 			for _, f := range found {
 				if f.Err != nil {

@@ -1,4 +1,7 @@
-package main
+// Package devnodes makes the /dev/nvidia* character devices nvidia-modprobe would: the
+// driver registers its majors but creates no nodes, and devtmpfs only makes what a
+// driver announces.
+package devnodes
 
 import (
 	"bufio"
@@ -17,16 +20,15 @@ import (
 // fixed, but /proc/devices is asked first in case a build changes it.
 const nvidiaMajor = 195
 
-// devNode is one character device to create under /dev.
-type devNode struct {
-	name         string
-	major, minor uint32
+// Node is one character device to create under /dev.
+type Node struct {
+	Name         string
+	Major, Minor uint32
 }
 
-// nvidiaNodes plans the /dev/nvidia* nodes nvidia-modprobe would make: the driver
-// registers its majors but creates no nodes, and devtmpfs only makes what a driver
-// announces. proc is the /proc directory; loaded says which modules loaded.
-func nvidiaNodes(proc string, loaded map[string]bool) ([]devNode, error) {
+// Nvidia plans the /dev/nvidia* nodes for the modules that loaded: proc is the /proc
+// directory, loaded the kernel names of the modules that loaded.
+func Nvidia(proc string, loaded map[string]bool) ([]Node, error) {
 	if !loaded["nvidia"] {
 		return nil, nil
 	}
@@ -45,19 +47,19 @@ func nvidiaNodes(proc string, loaded map[string]bool) ([]devNode, error) {
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("counting GPUs: %w", err)
 	}
-	nodes := []devNode{{"nvidiactl", nv, 255}}
+	nodes := []Node{{"nvidiactl", nv, 255}}
 	for i := range gpus {
-		nodes = append(nodes, devNode{fmt.Sprintf("nvidia%d", i), nv, uint32(i)})
+		nodes = append(nodes, Node{fmt.Sprintf("nvidia%d", i), nv, uint32(i)})
 	}
 	if loaded["nvidia_modeset"] {
-		nodes = append(nodes, devNode{"nvidia-modeset", nv, 254})
+		nodes = append(nodes, Node{"nvidia-modeset", nv, 254})
 	}
 	if loaded["nvidia_uvm"] {
 		uvm, ok := majors["nvidia-uvm"]
 		if !ok {
 			return nodes, fmt.Errorf("nvidia-uvm loaded but has no major in %s", filepath.Join(proc, "devices"))
 		}
-		nodes = append(nodes, devNode{"nvidia-uvm", uvm, 0}, devNode{"nvidia-uvm-tools", uvm, 1})
+		nodes = append(nodes, Node{"nvidia-uvm", uvm, 0}, Node{"nvidia-uvm-tools", uvm, 1})
 	}
 	return nodes, nil
 }
@@ -91,14 +93,14 @@ func charMajors(path string) (map[string]uint32, error) {
 	return out, sc.Err()
 }
 
-// makeNodes creates the nodes under dev, world read-write as nvidia-modprobe leaves
+// Make creates the nodes under dev, world read-write as nvidia-modprobe leaves
 // them (the appliance has one user), replacing stale ones.
-func makeNodes(dev string, nodes []devNode, mknod func(path string, mode uint32, dev int) error) error {
+func Make(dev string, nodes []Node, mknod func(path string, mode uint32, dev int) error) error {
 	var errs []error
 	for _, n := range nodes {
-		p := filepath.Join(dev, n.name)
+		p := filepath.Join(dev, n.Name)
 		_ = os.Remove(p)
-		if err := mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(n.major, n.minor))); err != nil {
+		if err := mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(n.Major, n.Minor))); err != nil {
 			errs = append(errs, fmt.Errorf("mknod %s: %w", p, err))
 			continue
 		}

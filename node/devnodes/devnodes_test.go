@@ -1,6 +1,7 @@
-package main
+package devnodes
 
 import (
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -26,21 +27,21 @@ func TestNvidiaNodes(t *testing.T) {
 	for _, bdf := range []string{"0000:01:00.0", "0000:41:00.0"} {
 		writeFile(t, filepath.Join(proc, "driver", "nvidia", "gpus", bdf, "information"), "Model: x\n")
 	}
-	got, err := nvidiaNodes(proc, map[string]bool{"nvidia": true, "nvidia_uvm": true, "nvidia_modeset": true})
+	got, err := Nvidia(proc, map[string]bool{"nvidia": true, "nvidia_uvm": true, "nvidia_modeset": true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []devNode{{"nvidiactl", 195, 255}, {"nvidia0", 195, 0}, {"nvidia1", 195, 1}, {"nvidia-modeset", 195, 254},
+	want := []Node{{"nvidiactl", 195, 255}, {"nvidia0", 195, 0}, {"nvidia1", 195, 1}, {"nvidia-modeset", 195, 254},
 		{"nvidia-uvm", 237, 0}, {"nvidia-uvm-tools", 237, 1}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v\nwant %v", got, want)
 	}
-	if got, err := nvidiaNodes(proc, map[string]bool{}); got != nil || err != nil {
+	if got, err := Nvidia(proc, map[string]bool{}); got != nil || err != nil {
 		t.Errorf("nvidia not loaded: %v %v", got, err)
 	}
 	// uvm loaded but unregistered: the nodes we can make, plus an error.
 	writeFile(t, filepath.Join(proc, "devices"), "Character devices:\n195 nvidia\n")
-	got, err = nvidiaNodes(proc, map[string]bool{"nvidia": true, "nvidia_uvm": true})
+	got, err = Nvidia(proc, map[string]bool{"nvidia": true, "nvidia_uvm": true})
 	if err == nil || len(got) != 3 {
 		t.Errorf("got %v, %v", got, err)
 	}
@@ -53,10 +54,20 @@ func TestMakeNodes(t *testing.T) {
 		made = append(made, filepath.Base(path))
 		return nil
 	}
-	if err := makeNodes(dev, []devNode{{"nvidiactl", 195, 255}, {"nvidia0", 195, 0}}, mknod); err != nil {
+	if err := Make(dev, []Node{{"nvidiactl", 195, 255}, {"nvidia0", 195, 0}}, mknod); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(made, ",") != "nvidiactl,nvidia0" {
 		t.Errorf("made %v", made)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package reportpart
 
 import (
 	"os"
@@ -12,8 +12,8 @@ import (
 	"github.com/peerboot/peerboot/selftest"
 )
 
-// fatImage makes a FAT file system image with mkfs.vfat, as the image stage's report
-// partition would be.
+// fatImage makes a FAT16 or FAT32 image with mkfs.vfat (an independent writer), as the
+// image stage's report partition, or a stick formatted elsewhere, would be.
 func fatImage(t *testing.T, label string, fat32 bool) string {
 	t.Helper()
 	mkfs, err := exec.LookPath("mkfs.vfat")
@@ -21,7 +21,7 @@ func fatImage(t *testing.T, label string, fat32 bool) string {
 		testguard.Skip(t, "mkfs.vfat not installed (make deps installs dosfstools)")
 	}
 	p := filepath.Join(t.TempDir(), "part.img")
-	args := []string{"-C", "-n", label, p, "2048"}
+	args := []string{"-C", "-F", "16", "-n", label, p, "16384"}
 	if fat32 {
 		args = []string{"-C", "-F", "32", "-n", label, p, "40960"}
 	}
@@ -31,56 +31,59 @@ func fatImage(t *testing.T, label string, fat32 bool) string {
 	return p
 }
 
-func TestFindLabeled(t *testing.T) {
+func TestFind(t *testing.T) {
 	fat16 := fatImage(t, "PEERBOOT", false)
-	fat32 := fatImage(t, "PEERBOOT", true)
+	fat32 := fatImage(t, "peerboot", true)
 	esp := fatImage(t, "ESP", true)
-	notFAT := filepath.Join(t.TempDir(), "zero.img")
-	writeFile(t, notFAT, strings.Repeat("\x00", 4096))
+	dir := t.TempDir()
+	zero, mbrImg := filepath.Join(dir, "zero.img"), filepath.Join(dir, "mbr.img")
+	os.WriteFile(zero, make([]byte, 4096), 0o644)
 	mbr := make([]byte, 512)
 	mbr[510], mbr[511] = 0x55, 0xAA // a protective MBR also ends in 55 AA
-	writeFile(t, filepath.Join(filepath.Dir(notFAT), "mbr.img"), string(mbr))
+	os.WriteFile(mbrImg, mbr, 0o644)
 
 	for _, tt := range []struct {
 		name    string
 		devices []string
 		want    string
 	}{
-		{"fat12/16", []string{notFAT, esp, fat16}, fat16},
-		{"fat32", []string{filepath.Join(filepath.Dir(notFAT), "mbr.img"), "/nonexistent", fat32}, fat32},
-		{"none", []string{notFAT, esp}, ""},
+		{"fat16", []string{zero, esp, fat16}, fat16},
+		{"fat32, label in another case", []string{mbrImg, "/nonexistent", fat32}, fat32},
+		{"none", []string{zero, mbrImg, esp}, ""},
 	} {
-		got, err := findLabeled(tt.devices, "PEERBOOT")
+		got, err := Find(tt.devices, "PEERBOOT")
 		if got != tt.want || (tt.want == "") != (err != nil) {
-			t.Errorf("%s: findLabeled = %q, %v; want %q", tt.name, got, err, tt.want)
+			t.Errorf("%s: Find = %q, %v; want %q", tt.name, got, err, tt.want)
 		}
 	}
-	b, _ := os.ReadFile(esp)
-	if l, ok := fatLabel(b[:512]); !ok || l != "ESP" {
-		t.Errorf("fatLabel(esp) = %q, %v", l, ok)
+	if l, err := Label(esp); err != nil || l != "ESP" {
+		t.Errorf("Label(esp) = %q, %v", l, err)
+	}
+	if _, err := Label(mbrImg); err == nil {
+		t.Error("Label(an MBR) = no error")
 	}
 }
 
 func TestBlockDevices(t *testing.T) {
 	proc := t.TempDir()
-	writeFile(t, filepath.Join(proc, "partitions"), `major minor  #blocks  name
+	os.WriteFile(filepath.Join(proc, "partitions"), []byte(`major minor  #blocks  name
 
  254        0     524288 vda
  254        1     262144 vda1
  254        2      65536 vda2
    1        0       4096 ram0
    7        0       1024 loop0
-`)
-	got, err := blockDevices(proc, "/dev")
+`), 0o644)
+	got, err := BlockDevices(proc, "/dev")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Join(got, " ") != "/dev/vda /dev/vda1 /dev/vda2" {
-		t.Errorf("blockDevices = %v", got)
+		t.Errorf("BlockDevices = %v", got)
 	}
 }
 
-func TestWaitForLabeled(t *testing.T) {
+func TestWait(t *testing.T) {
 	img := fatImage(t, "PEERBOOT", false)
 	calls := 0
 	list := func() ([]string, error) {
@@ -90,41 +93,25 @@ func TestWaitForLabeled(t *testing.T) {
 		}
 		return []string{img}, nil
 	}
-	got, err := waitForLabeled(list, "PEERBOOT", time.Minute, func(time.Duration) {})
+	got, err := Wait(list, "PEERBOOT", time.Minute, func(time.Duration) {})
 	if err != nil || got != img || calls != 3 {
 		t.Errorf("got %q, %v after %d calls", got, err, calls)
 	}
-	_, err = waitForLabeled(func() ([]string, error) { return nil, nil }, "PEERBOOT", 0, func(time.Duration) {})
+	_, err = Wait(func() ([]string, error) { return nil, nil }, "PEERBOOT", 0, func(time.Duration) {})
 	if err == nil {
 		t.Error("no devices: want an error")
 	}
 }
 
-func FuzzFatLabel(f *testing.F) {
-	sector := make([]byte, 512)
-	copy(sector[11:], []byte{0, 2, 4})
-	sector[0x26] = 0x29
-	copy(sector[0x2B:], "PEERBOOT   ")
-	sector[510], sector[511] = 0x55, 0xAA
-	f.Add(sector)
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		l, ok := fatLabel(b)
-		if len(l) > 11 || (!ok && l != "") {
-			t.Fatalf("fatLabel = %q, %v", l, ok)
-		}
-	})
-}
-
-func TestWriteReport(t *testing.T) {
+func TestWrite(t *testing.T) {
 	dir := t.TempDir()
 	r := selftest.New()
 	r.StartedAt = "2025-06-01T12:00:00Z"
-	p1, err := writeReport(dir, r)
+	p1, err := Write(dir, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p2, err := writeReport(dir, r)
+	p2, err := Write(dir, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,5 +121,8 @@ func TestWriteReport(t *testing.T) {
 	b, _ := os.ReadFile(p1)
 	if _, err := selftest.Decode(b); err != nil {
 		t.Error(err)
+	}
+	if FileName("") != "report-unknown.json" {
+		t.Errorf("FileName(\"\") = %s", FileName(""))
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/peerboot/peerboot/node/assemble"
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/kmsg"
@@ -111,20 +112,18 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 	start := time.Now()
 	ctx, cancel := context.WithDeadline(context.Background(), start.Add(o.deadline))
 	defer cancel()
-	r := selftest.New()
-	r.Tool = "p2pcheck " + version
-	r.StartedAt = start.UTC().Format(time.RFC3339)
-	r.Kernel = selftest.ReadKernel(filepath.Join(o.root, "proc"))
-
-	var rc *recipe.Recipe
+	var res *recipe.Resolved
+	var recipeErr error
 	if o.recipePath != "" {
-		res, err := recipe.Load(o.recipePath)
-		if err != nil {
-			r.Add(selftest.SevFail, "recipe", fmt.Sprintf("cannot load %s: %v", o.recipePath, err), "the image's recipe is written by the rootfs stage; rebuild the image")
-		} else {
-			rc = &res.Recipe
-			r.Recipe = selftest.RecipeRef{Name: res.Name, Digest: res.Digest, DriverVersion: res.Recipe.Driver.Version}
-		}
+		res, recipeErr = recipe.Load(o.recipePath)
+	}
+	r := assemble.Base(start, selftest.ReadKernel(filepath.Join(o.root, "proc")), res)
+	r.Tool = "p2pcheck " + version
+	var rc *recipe.Recipe
+	if recipeErr != nil {
+		r.Add(selftest.SevFail, "recipe", fmt.Sprintf("cannot load %s: %v", o.recipePath, recipeErr), "the image's recipe is written by the rootfs stage; rebuild the image")
+	} else if res != nil {
+		rc = &res.Recipe
 	}
 	mergeModules(o, r)
 
@@ -177,7 +176,7 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 		if res.out.Precheck != nil {
 			pre = res.out.Precheck
 		}
-		merge(r, res.out)
+		assemble.Merge(r, res.out)
 		if res.out.Precheck != nil {
 			markBootVGA(o.root, r)
 		}
@@ -233,7 +232,7 @@ func finish(r *selftest.Report, rc *recipe.Recipe, watch *kmsg.Watch) *selftest.
 // phaseError files a phase's error where the verdict looks for it: in the library's
 // own section when the phase answered one (the rules there know what a missing
 // libcuda or an NVML init failure means), else as a finding of its own.
-func phaseError(r *selftest.Report, phase string, out *phaseOutput) {
+func phaseError(r *selftest.Report, phase string, out *assemble.PhaseOutput) {
 	if out.Error == "" {
 		return
 	}
@@ -274,7 +273,11 @@ func mergeModules(o *options, r *selftest.Report) {
 	}
 	// Run by hand on a box that booted its own way: the driver is whatever the running
 	// kernel has loaded already.
-	r.Modules = selftest.LoadedModules(filepath.Join(o.root, "sys", "module"), []string{"nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem"})
+	var names []string
+	for _, m := range recipe.DefaultModules() {
+		names = append(names, strings.ReplaceAll(m, "-", "_")) // the kernel's spelling
+	}
+	r.Modules = selftest.LoadedModules(filepath.Join(o.root, "sys", "module"), names)
 }
 
 // emit prints the report and picks the exit status.

@@ -11,9 +11,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/peerboot/peerboot/node/assemble"
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/cuda"
-	"github.com/peerboot/peerboot/selftest/pcie"
 )
 
 // Each phase runs in a child process (this binary with --phase NAME): a call stuck in
@@ -52,35 +52,9 @@ type phaseInput struct {
 	KmsgPath string            `json:"kmsg_path"` // the FAKE backend writes its kernel lines here
 }
 
-// nvmlPair is one GPU pair as NVML sees it, keyed by BDFs (JSON has no array keys).
-type nvmlPair struct {
-	A        string `json:"a"`
-	B        string `json:"b"`
-	Topology string `json:"topology"`
-	Read     string `json:"read"`
-	Write    string `json:"write"`
-	NVLink   string `json:"nvlink,omitempty"`
-}
-
-// nvmlOutput is the NVML phase's answer.
-type nvmlOutput struct {
-	NVML  selftest.NVML                `json:"nvml"`
-	GPUs  map[string]*selftest.NVMLGPU `json:"gpus"` // by BDF
-	Pairs []nvmlPair                   `json:"pairs"`
-}
-
-// phaseOutput is what a phase child prints on stdout; exactly one part is set.
-type phaseOutput struct {
-	Precheck *pcie.Result   `json:"precheck,omitempty"`
-	NVML     *nvmlOutput    `json:"nvml,omitempty"`
-	CUDA     *cuda.Result   `json:"cuda,omitempty"`
-	NCCL     *selftest.NCCL `json:"nccl,omitempty"`
-	Error    string         `json:"error,omitempty"`
-}
-
 // phaseRun is how one child ended.
 type phaseRun struct {
-	out     *phaseOutput
+	out     *assemble.PhaseOutput
 	stalled bool
 	took    time.Duration
 	err     error // the child crashed or printed no answer
@@ -111,7 +85,7 @@ func runPhase(ctx context.Context, self string, in *phaseInput, limit time.Durat
 	select {
 	case werr := <-done:
 		run := phaseRun{took: time.Since(start)}
-		var out phaseOutput
+		var out assemble.PhaseOutput
 		if derr := json.Unmarshal(stdout.Bytes(), &out); derr != nil {
 			if werr == nil {
 				werr = derr
@@ -159,8 +133,8 @@ func childMain(phase string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return exitPass
 }
 
-func runBackend(ctx context.Context, b backend, in *phaseInput) *phaseOutput {
-	out := &phaseOutput{}
+func runBackend(ctx context.Context, b backend, in *phaseInput) *assemble.PhaseOutput {
+	out := &assemble.PhaseOutput{}
 	var err error
 	switch in.Phase {
 	case selftest.PhasePrecheck:

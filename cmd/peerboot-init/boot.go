@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/node/assemble"
 	"github.com/peerboot/peerboot/node/devnodes"
 	"github.com/peerboot/peerboot/node/dhcp"
 	"github.com/peerboot/peerboot/node/kmod"
@@ -206,12 +207,7 @@ func (m *machine) selftest(st *bootState, env map[string]string, total time.Dura
 // baseReport is the report the init can make without p2pcheck: for a crash, a
 // timeout, or a panic of the init itself.
 func (m *machine) baseReport(st *bootState) *selftest.Report {
-	r := selftest.New()
-	r.StartedAt = st.start.UTC().Format(time.RFC3339)
-	r.Kernel = st.kernel
-	if st.recipe != nil {
-		r.Recipe = selftest.RecipeRef{Name: st.recipe.Name, Digest: st.recipe.Digest}
-	}
+	r := assemble.Base(st.start, st.kernel, st.recipe)
 	r.Merge(&st.record)
 	return r
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/image/fat"
+	"github.com/peerboot/peerboot/internal/testfs"
 	"github.com/peerboot/peerboot/node/dhcp"
 	"github.com/peerboot/peerboot/node/kmod"
 	"github.com/peerboot/peerboot/node/kmod/kmodtest"
@@ -43,12 +44,12 @@ const release = "6.1.0-test"
 func newFakeBox(t *testing.T, cmdline string, loader kmod.Loader) *fakeBox {
 	t.Helper()
 	b := &fakeBox{root: t.TempDir()}
-	writeFile(t, b.p("/proc/sys/kernel/osrelease"), release+"\n")
-	writeFile(t, b.p("/proc/cmdline"), cmdline+"\n")
-	writeFile(t, b.p("/proc/devices"), "Character devices:\n195 nvidia\n")
-	writeFile(t, b.p("/proc/partitions"), "major minor  #blocks  name\n\n 254 0 4096 vda\n 254 1 2048 vda1\n")
-	writeFile(t, b.p("/dev/vda"), strings.Repeat("\x00", 1024))
-	writeFile(t, b.p("/dev/vda1"), "")
+	testfs.Write(t, b.p("/proc/sys/kernel/osrelease"), release+"\n")
+	testfs.Write(t, b.p("/proc/cmdline"), cmdline+"\n")
+	testfs.Write(t, b.p("/proc/devices"), "Character devices:\n195 nvidia\n")
+	testfs.Write(t, b.p("/proc/partitions"), "major minor  #blocks  name\n\n 254 0 4096 vda\n 254 1 2048 vda1\n")
+	testfs.Write(t, b.p("/dev/vda"), strings.Repeat("\x00", 1024))
+	testfs.Write(t, b.p("/dev/vda1"), "")
 	part, err := os.OpenFile(b.p("/dev/vda1"), os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -58,13 +59,13 @@ func newFakeBox(t *testing.T, cmdline string, loader kmod.Loader) *fakeBox {
 	}
 	part.Close()
 	for _, f := range []string{"nvidia.ko", "nvidia-uvm.ko", "nvidia-modeset.ko", "nvidia-drm.ko", "nvidia-peermem.ko"} {
-		writeFile(t, b.p("/lib/modules/"+release+"/updates/"+f), "x")
+		testfs.Write(t, b.p("/lib/modules/"+release+"/updates/"+f), "x")
 	}
 	r, err := recipe.Load(filepath.Join("..", "..", "recipes", "default.toml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, b.p(recipePath), string(r.Canonical()))
+	testfs.Write(t, b.p(recipePath), string(r.Canonical()))
 
 	bin := filepath.Join(t.TempDir(), "p2pcheck.real")
 	build := exec.Command("go", "build", "-o", bin, "../p2pcheck")
@@ -72,7 +73,7 @@ func newFakeBox(t *testing.T, cmdline string, loader kmod.Loader) *fakeBox {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building p2pcheck: %v\n%s", err, out)
 	}
-	writeFile(t, b.p(p2pcheckPath), "#!/bin/sh\necho \"$@\" > "+b.p("/args")+"\nenv > "+b.p("/env")+"\nexec "+bin+" --root "+b.root+" \"$@\"\n")
+	testfs.Write(t, b.p(p2pcheckPath), "#!/bin/sh\necho \"$@\" > "+b.p("/args")+"\nenv > "+b.p("/env")+"\nexec "+bin+" --root "+b.root+" \"$@\"\n")
 	os.Chmod(b.p(p2pcheckPath), 0o755)
 
 	b.m = &machine{
@@ -190,7 +191,7 @@ func TestBootSequence(t *testing.T) {
 // boot still ends in one report and on_fail (shell by default).
 func TestBootBadRecipe(t *testing.T) {
 	b := newFakeBox(t, "console=ttyS0", &kmodtest.Loader{Errs: map[string]error{"nvidia": unix.ENODEV}})
-	writeFile(t, b.p(recipePath), "name = 3\n")
+	testfs.Write(t, b.p(recipePath), "name = 3\n")
 	b.m.run(&bootState{})
 	lines := b.reportLines()
 	if len(lines) != 1 {
@@ -281,15 +282,5 @@ func TestBootPanic(t *testing.T) {
 	}
 	if strings.Join(b.actions, ",") != "halt" {
 		t.Errorf("actions %v", b.actions)
-	}
-}
-
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

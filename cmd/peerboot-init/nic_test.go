@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/peerboot/peerboot/internal/testfs"
 	"github.com/peerboot/peerboot/node/dhcp"
 	"github.com/peerboot/peerboot/node/kmod"
 	"github.com/peerboot/peerboot/node/kmod/kmodtest"
@@ -42,10 +43,10 @@ func (l *bindingLoader) loads() []string { return l.fake.Loaded() }
 func pciTree(t *testing.T, b *fakeBox) {
 	dev := func(addr, class, vendor, device, modalias, driver string) {
 		d := b.p(pcinet.DevicesDir + "/" + addr)
-		writeFile(t, d+"/class", class+"\n")
-		writeFile(t, d+"/vendor", vendor+"\n")
-		writeFile(t, d+"/device", device+"\n")
-		writeFile(t, d+"/modalias", modalias+"\n")
+		testfs.Write(t, d+"/class", class+"\n")
+		testfs.Write(t, d+"/vendor", vendor+"\n")
+		testfs.Write(t, d+"/device", device+"\n")
+		testfs.Write(t, d+"/modalias", modalias+"\n")
 		if driver != "" {
 			if err := os.Symlink("../../../bus/pci/drivers/"+driver, d+"/driver"); err != nil {
 				t.Fatal(err)
@@ -60,8 +61,8 @@ func pciTree(t *testing.T, b *fakeBox) {
 	dev("0000:c3:00.0", "0x020000", "0x10de", "0x1234", kmodtest.MaH100+"x", "") // NVIDIA, never ours
 	dev("0000:00:1f.0", "0x060100", "0x8086", "0x7a06", "pci:v00008086", "")     // not a NIC
 	mods := b.p("/lib/modules/" + release)
-	writeFile(t, mods+"/modules.alias", kmodtest.AliasSample)
-	writeFile(t, mods+"/modules.dep", strings.Join([]string{
+	testfs.Write(t, mods+"/modules.alias", kmodtest.AliasSample)
+	testfs.Write(t, mods+"/modules.dep", strings.Join([]string{
 		"kernel/drivers/net/phy/mdio_devres.ko: kernel/drivers/net/phy/libphy.ko",
 		"kernel/drivers/net/phy/libphy.ko:",
 		"kernel/drivers/net/ethernet/intel/igb/igb.ko:",
@@ -72,7 +73,7 @@ func pciTree(t *testing.T, b *fakeBox) {
 	}, "\n"))
 	for _, f := range []string{"drivers/net/phy/mdio_devres.ko", "drivers/net/phy/libphy.ko", "drivers/net/ethernet/intel/igb/igb.ko",
 		"drivers/net/ethernet/intel/ixgbe/ixgbe.ko", "drivers/net/ethernet/mellanox/mlx5/core/mlx5_core.ko", "drivers/net/mdio.ko"} {
-		writeFile(t, mods+"/kernel/"+f, "x")
+		testfs.Write(t, mods+"/kernel/"+f, "x")
 	}
 }
 

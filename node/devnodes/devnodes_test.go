@@ -1,11 +1,12 @@
 package devnodes
 
 import (
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/peerboot/peerboot/internal/testfs"
 )
 
 const procDevices = `Character devices:
@@ -23,9 +24,9 @@ Block devices:
 
 func TestNvidiaNodes(t *testing.T) {
 	proc := t.TempDir()
-	writeFile(t, filepath.Join(proc, "devices"), procDevices)
+	testfs.Write(t, filepath.Join(proc, "devices"), procDevices)
 	for _, bdf := range []string{"0000:01:00.0", "0000:41:00.0"} {
-		writeFile(t, filepath.Join(proc, "driver", "nvidia", "gpus", bdf, "information"), "Model: x\n")
+		testfs.Write(t, filepath.Join(proc, "driver", "nvidia", "gpus", bdf, "information"), "Model: x\n")
 	}
 	got, err := Nvidia(proc, map[string]bool{"nvidia": true, "nvidia_uvm": true, "nvidia_modeset": true})
 	if err != nil {
@@ -40,7 +41,7 @@ func TestNvidiaNodes(t *testing.T) {
 		t.Errorf("nvidia not loaded: %v %v", got, err)
 	}
 	// uvm loaded but unregistered: the nodes we can make, plus an error.
-	writeFile(t, filepath.Join(proc, "devices"), "Character devices:\n195 nvidia\n")
+	testfs.Write(t, filepath.Join(proc, "devices"), "Character devices:\n195 nvidia\n")
 	got, err = Nvidia(proc, map[string]bool{"nvidia": true, "nvidia_uvm": true})
 	if err == nil || len(got) != 3 {
 		t.Errorf("got %v, %v", got, err)
@@ -59,15 +60,5 @@ func TestMakeNodes(t *testing.T) {
 	}
 	if strings.Join(made, ",") != "nvidiactl,nvidia0" {
 		t.Errorf("made %v", made)
-	}
-}
-
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }

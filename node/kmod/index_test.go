@@ -10,36 +10,27 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/peerboot/peerboot/internal/testfs"
 	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/node/kmod"
 	"github.com/peerboot/peerboot/node/kmod/kmodtest"
 )
 
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // modTree lays out a /lib/modules/<release> with in-tree DRM modules known to depmod
 // and out-of-tree nvidia modules it never saw (as a driver stage without depmod leaves them).
 func modTree(t *testing.T) string {
 	dir := t.TempDir()
-	writeFile(t, filepath.Join(dir, "modules.dep"), strings.Join([]string{
+	testfs.Write(t, filepath.Join(dir, "modules.dep"), strings.Join([]string{
 		"kernel/drivers/gpu/drm/drm_kms_helper.ko: kernel/drivers/gpu/drm/drm.ko kernel/drivers/i2c/i2c-core.ko",
 		"kernel/drivers/gpu/drm/drm.ko: kernel/drivers/i2c/i2c-core.ko",
 		"kernel/drivers/i2c/i2c-core.ko:",
 		"updates/nvidia-drm.ko: updates/nvidia-modeset.ko kernel/drivers/gpu/drm/drm_kms_helper.ko kernel/drivers/gpu/drm/drm.ko updates/nvidia.ko kernel/drivers/i2c/i2c-core.ko",
 		"",
 	}, "\n"))
-	writeFile(t, filepath.Join(dir, "modules.builtin"), "kernel/lib/crc32.ko\n")
+	testfs.Write(t, filepath.Join(dir, "modules.builtin"), "kernel/lib/crc32.ko\n")
 	for _, f := range []string{"kernel/drivers/gpu/drm/drm_kms_helper.ko", "kernel/drivers/gpu/drm/drm.ko", "kernel/drivers/i2c/i2c-core.ko",
 		"updates/nvidia.ko", "updates/nvidia-uvm.ko", "updates/nvidia-modeset.ko", "updates/nvidia-drm.ko"} {
-		writeFile(t, filepath.Join(dir, f), "not really ELF")
+		testfs.Write(t, filepath.Join(dir, f), "not really ELF")
 	}
 	return dir
 }
@@ -153,7 +144,7 @@ func TestModinfoDepends(t *testing.T) {
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "m.c")
-	writeFile(t, src, `__attribute__((section(".modinfo"), used)) static const char info[] = "license=MIT\0depends=drm,drm_kms_helper,nvidia-modeset\0vermagic=6.1.0 SMP";`+"\n")
+	testfs.Write(t, src, `__attribute__((section(".modinfo"), used)) static const char info[] = "license=MIT\0depends=drm,drm_kms_helper,nvidia-modeset\0vermagic=6.1.0 SMP";`+"\n")
 	ko := filepath.Join(dir, "updates", "nvidia-drm.ko")
 	os.MkdirAll(filepath.Dir(ko), 0o755)
 	if out, err := exec.Command("gcc", "-c", "-o", ko, src).CombinedOutput(); err != nil {

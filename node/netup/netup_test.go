@@ -22,19 +22,10 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4/server4"
 	"golang.org/x/sys/unix"
 
+	"github.com/peerboot/peerboot/internal/testfs"
 	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/node/dhcp"
 )
-
-func writeFile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // BringUp on fakes: an interface without link is passed over after the carrier wait,
 // a failed exchange is named, and the first lease is configured.
@@ -101,12 +92,12 @@ func TestSysfsInterfaces(t *testing.T) {
 	dir := t.TempDir()
 	add := func(name, typ, index, mac, carrier string) {
 		state := map[string]string{"1": "up", "0": "down", "": "down"}[carrier]
-		writeFile(t, dir+"/"+name+"/operstate", state+"\n")
-		writeFile(t, dir+"/"+name+"/type", typ+"\n")
-		writeFile(t, dir+"/"+name+"/ifindex", index+"\n")
-		writeFile(t, dir+"/"+name+"/address", mac+"\n")
+		testfs.Write(t, dir+"/"+name+"/operstate", state+"\n")
+		testfs.Write(t, dir+"/"+name+"/type", typ+"\n")
+		testfs.Write(t, dir+"/"+name+"/ifindex", index+"\n")
+		testfs.Write(t, dir+"/"+name+"/address", mac+"\n")
 		if carrier != "" {
-			writeFile(t, dir+"/"+name+"/carrier", carrier+"\n")
+			testfs.Write(t, dir+"/"+name+"/carrier", carrier+"\n")
 		}
 	}
 	add("lo", "772", "1", "00:00:00:00:00:00", "1")
@@ -115,10 +106,10 @@ func TestSysfsInterfaces(t *testing.T) {
 	add("ib0", "32", "4", "80:00:00:00:fe:80:00:00:00:00:00:00:00:00:00:00:00:00:00:01", "1")
 	add("eth2", "1", "5", "52:54:00:00:00:03", "") // down: no readable carrier
 	add("eth3", "1", "6", "52:54:00:00:00:04", "1")
-	writeFile(t, dir+"/eth3/operstate", "unknown\n") // a driver that does not track it
+	testfs.Write(t, dir+"/eth3/operstate", "unknown\n") // a driver that does not track it
 	add("eth4", "1", "7", "52:54:00:00:00:05", "1")
-	writeFile(t, dir+"/eth4/operstate", "down\n") // carrier, but the queue is not active yet
-	writeFile(t, dir+"/bonding_masters", "\n")
+	testfs.Write(t, dir+"/eth4/operstate", "down\n") // carrier, but the queue is not active yet
+	testfs.Write(t, dir+"/bonding_masters", "\n")
 	got, err := SysfsInterfaces(dir)
 	if err != nil {
 		t.Fatal(err)

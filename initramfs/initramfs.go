@@ -20,7 +20,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"syscall"
+	"time"
 
+	"github.com/cavaliergopher/cpio"
 	"github.com/klauspost/compress/zstd"
 )
 
@@ -212,78 +214,58 @@ const (
 	trailerName = "TRAILER!!!"
 )
 
-// cpioWriter writes newc entries and counts the bytes it wrote.
+// cpioWriter frames the walked entries as newc with cavaliergopher/cpio's
+// writer and counts the bytes written. The normalisation (order, modes,
+// inode numbers, nlink, mtime, zero uid/gid/devices) is ours: every header
+// field is set here, none taken from the build machine. Its headers spell
+// hex in upper case, which the kernel's unpacker (simple_strntoul, base 16)
+// and our List read alike.
 type cpioWriter struct {
-	w     io.Writer
-	n     int64
-	buf   []byte // file copy buffer, reused across files
-	hdr   [newcHdrLen + maxName + 3]byte
-	zeros [3]byte // padding source
+	w   io.Writer
+	n   int64
+	cw  *cpio.Writer
+	buf []byte // file copy buffer, reused across files
 }
 
-func (c *cpioWriter) write(p []byte) error {
+func (c *cpioWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
-	return err
+	return n, err
 }
 
-// header describes one newc header; fields not here are always zero
-// (uid, gid, device numbers, check).
-type header struct {
-	ino, mode, nlink, mtime, size uint32
-	name                          string
-}
-
-// pad returns how many zero bytes bring n up to a multiple of 4.
-func pad(n int64) int { return int(-n & 3) }
-
-func (c *cpioWriter) writeHeader(h header) error {
-	b := c.hdr[:0]
-	b = append(b, newcMagic...)
-	for _, v := range [13]uint32{h.ino, h.mode, 0, 0, h.nlink, h.mtime, h.size, 0, 0, 0, 0, uint32(len(h.name) + 1), 0} {
-		b = appendHex8(b, v)
+func (c *cpioWriter) writeHeader(h *cpio.Header) error {
+	if c.cw == nil {
+		c.cw = cpio.NewWriter(c)
 	}
-	b = append(b, h.name...)
-	b = append(b, 0)
-	// Entries start 4-aligned, so aligning the header+name length aligns
-	// the data that follows.
-	b = append(b, c.zeros[:pad(int64(len(b)))]...)
-	return c.write(b)
-}
-
-func appendHex8(b []byte, v uint32) []byte {
-	const digits = "0123456789abcdef"
-	for shift := 28; shift >= 0; shift -= 4 {
-		b = append(b, digits[(v>>uint(shift))&0xf])
-	}
-	return b
+	return c.cw.WriteHeader(h)
 }
 
 func (c *cpioWriter) writeAll(ctx context.Context, root string, mtime uint32, entries []entry) (Stats, error) {
 	var st Stats
+	mt := time.Unix(int64(mtime), 0)
 	for i, e := range entries {
 		if err := ctx.Err(); err != nil {
 			return st, err
 		}
 		// Inodes renumbered in archive order so the build machine's inode
 		// numbers never show; 1..N leaves 0 for the trailer, as GNU cpio does.
-		h := header{ino: uint32(i + 1), mtime: mtime, nlink: 1, name: e.rel}
+		h := &cpio.Header{Inode: int64(i + 1), ModTime: mt, Links: 1, Name: e.rel}
 		var err error
 		switch e.kind {
 		case fs.ModeDir:
-			h.mode, h.nlink = modeDir, 2
+			h.Mode, h.Links = modeDir, 2
 			err = c.writeHeader(h)
 			st.Dirs++
 		case fs.ModeSymlink:
-			h.mode, h.size = modeSymlink, uint32(len(e.target))
+			h.Mode, h.Size = modeSymlink, int64(len(e.target))
 			if err = c.writeHeader(h); err == nil {
-				err = c.writeData([]byte(e.target))
+				_, err = c.cw.Write([]byte(e.target))
 			}
 			st.Symlinks++
 		default:
-			h.mode, h.size = modeFile, uint32(e.size)
+			h.Mode, h.Size = modeFile, e.size
 			if e.exec {
-				h.mode = modeExec
+				h.Mode = modeExec
 			}
 			if err = c.writeHeader(h); err == nil {
 				err = c.copyFile(ctx, filepath.Join(root, filepath.FromSlash(e.rel)), e)
@@ -295,16 +277,14 @@ func (c *cpioWriter) writeAll(ctx context.Context, root string, mtime uint32, en
 			return st, err
 		}
 	}
-	err := c.writeHeader(header{nlink: 1, name: trailerName})
+	if c.cw == nil {
+		c.cw = cpio.NewWriter(c)
+	}
+	// Close pads the last entry and writes the TRAILER!!! entry (nlink 1,
+	// every other field zero).
+	err := c.cw.Close()
 	st.Bytes = c.n
 	return st, err
-}
-
-func (c *cpioWriter) writeData(p []byte) error {
-	if err := c.write(p); err != nil {
-		return err
-	}
-	return c.write(c.zeros[:pad(int64(len(p)))])
 }
 
 // copyFile streams one regular file's content. The header already promised
@@ -337,7 +317,7 @@ func (c *cpioWriter) copyFile(ctx context.Context, path string, e entry) error {
 		}
 		n, err := f.Read(c.buf[:min(int64(len(c.buf)), left)])
 		if n > 0 {
-			if werr := c.write(c.buf[:n]); werr != nil {
+			if _, werr := c.cw.Write(c.buf[:n]); werr != nil {
 				return fmt.Errorf("initramfs: %s: %w", e.rel, werr)
 			}
 			left -= int64(n)
@@ -352,5 +332,5 @@ func (c *cpioWriter) copyFile(ctx context.Context, path string, e entry) error {
 	if n, _ := f.Read(c.buf[:1]); n > 0 {
 		return fmt.Errorf("initramfs: %s grew while packing", e.rel)
 	}
-	return c.write(c.zeros[:pad(e.size)])
+	return nil // the writer pads before the next header
 }

@@ -250,3 +250,6 @@ func noEOF(err error) error {
 	}
 	return err
 }
+
+// pad returns how many zero bytes bring n up to a multiple of 4.
+func pad(n int64) int { return int(-n & 3) }

@@ -27,7 +27,7 @@ import (
 
 // Version is the version of the three rootfs layers' code: bump it when this
 // code changes what a layer writes.
-const Version = 2 // 2: three layers (userspace, modules, config)
+const Version = 3 // 2: three layers (userspace, modules, config); 3: newc framing by cavaliergopher/cpio (upper-case hex)
 
 // NVIDIALibDir is where Debian's NVIDIA packages put their libraries; the
 // alternatives that maintainer scripts would set up are replaced by a linker path

@@ -212,3 +212,65 @@ func TestDiskfsReadsTheISO(t *testing.T) {
 	}
 	sameTree(t, "the ISO's ESP", readTree(t, efs), tree(iso.ESP.Files))
 }
+
+// TestDiskfsGPTMatchesOurs writes the standard disk's table with go-diskfs's
+// GPT writer, on the same layout and GUIDs, and compares it with ours: the
+// headers and entry arrays are byte for byte the same, and the protective
+// MBRs differ only in the CHS fields go-diskfs leaves zero (ours says
+// "LBA 1" and "too large", as sgdisk and fdisk write them). That is why the
+// image stage keeps its own ~100 lines of GPT writing: ReadGPT, SetLastLBA
+// and Write, which `flash --grow-reports` and `reports` need, are ours
+// anyway, and the writer shares its header encoder with them.
+func TestDiskfsGPTMatchesOurs(t *testing.T) {
+	uki := pattern(1<<20, 6)
+	d, err := StandardDisk(testSeed, MinDiskSize(int64(len(uki))), 1700000000, uki)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours := filepath.Join(t.TempDir(), "ours.img")
+	writeDisk(t, ours, d)
+
+	theirs := filepath.Join(t.TempDir(), "theirs.img")
+	f, err := os.Create(theirs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(d.Size); err != nil {
+		t.Fatal(err)
+	}
+	espStart := uint64(partAlign / lbaSize)
+	repStart := espStart + uint64(d.ESP.Size/lbaSize)
+	table := &gpt.Table{LogicalSectorSize: lbaSize, PhysicalSectorSize: lbaSize, ProtectiveMBR: true, GUID: GUIDString(d.DiskGUID),
+		Partitions: []*gpt.Partition{
+			{Index: 1, Start: espStart, End: repStart - 1, Type: gpt.EFISystemPartition, Name: d.ESP.Label, GUID: GUIDString(d.ESP.GUID)},
+			{Index: 2, Start: repStart, End: repStart + uint64(d.Reports.Size/lbaSize) - 1, Type: gpt.MicrosoftBasicData, Name: d.Reports.Label, GUID: GUIDString(d.Reports.GUID)},
+		}}
+	if err := table.Write(f, d.Size); err != nil {
+		t.Fatalf("go-diskfs: writing the GPT: %v", err)
+	}
+	a, _ := os.ReadFile(ours)
+	b, _ := os.ReadFile(theirs)
+	last := d.Size - (gptEntryLBAs+1)*lbaSize
+	for _, r := range []struct {
+		what     string
+		from, to int64
+	}{
+		{"primary GPT header and entries", lbaSize, (2 + gptEntryLBAs) * lbaSize},
+		{"backup GPT entries and header", last, d.Size},
+	} {
+		if !bytes.Equal(a[r.from:r.to], b[r.from:r.to]) {
+			t.Errorf("%s differ between ours and go-diskfs's", r.what)
+		}
+	}
+	var differ []int
+	for i := 0; i < lbaSize; i++ {
+		if a[i] != b[i] {
+			differ = append(differ, i)
+		}
+	}
+	// CHS of the first (447-449) and last (451-453) sector of the 0xEE entry.
+	if want := []int{448, 451, 452, 453}; !slices.Equal(differ, want) {
+		t.Errorf("protective MBR bytes differing from go-diskfs's: %v, want %v (the CHS fields)", differ, want)
+	}
+}

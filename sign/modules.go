@@ -50,21 +50,40 @@ func verifyModules(ctx context.Context, dir string, sums []Sum, cert *x509.Certi
 			continue
 		}
 		mods, bad := 0, 0
+		// Modules failing for the same reason make one problem, not one line each.
+		var reasons []string
+		byReason := map[string][]string{}
+		badModule := func(name, reason string) {
+			bad++
+			if _, ok := byReason[reason]; !ok {
+				reasons = append(reasons, reason)
+			}
+			byReason[reason] = append(byReason[reason], "/"+name)
+		}
 		err = initramfs.ReadFiles(rc, isModule, func(name string, data []byte) error {
 			mods++
 			if strings.HasSuffix(name, ".ko") {
-				_, err := modsign.Verify(data, []*x509.Certificate{cert})
-				if err != nil {
-					bad++
-					fail(s.Path, "module /%s: %v", name, err)
+				if _, err := modsign.Verify(data, []*x509.Certificate{cert}); err != nil {
+					badModule(name, err.Error())
 				}
 				return nil
 			}
-			bad++
-			fail(s.Path, "module /%s is compressed: its signature cannot be checked", name)
+			badModule(name, "compressed: its signature cannot be checked")
 			return nil
 		})
 		rc.Close()
+		for _, reason := range reasons {
+			names := byReason[reason]
+			if len(names) == 1 {
+				fail(s.Path, "module %s: %s", names[0], reason)
+				continue
+			}
+			shown := names
+			if len(shown) > 3 {
+				shown = append(shown[:3:3], fmt.Sprintf("and %d more", len(names)-3))
+			}
+			fail(s.Path, "%d of %d modules: %s (%s)", len(names), mods, reason, strings.Join(shown, ", "))
+		}
 		switch {
 		case err != nil:
 			fail(s.Path, "initramfs: %v", err)

@@ -61,6 +61,9 @@ func TestVerifyModules(t *testing.T) {
 		{"another key", map[string][]byte{"usr/lib/modules/6.1.192/updates/dkms/nvidia.ko": wrong}, "module /usr/lib/modules/6.1.192/updates/dkms/nvidia.ko: " + modsign.ErrUnknownKey.Error()},
 		{"unsigned", map[string][]byte{"usr/lib/modules/6.1.192/updates/dkms/nvidia.ko": []byte("nvidia")}, modsign.ErrUnsigned.Error()},
 		{"no modules", map[string][]byte{}, "holds no kernel modules"},
+		// Five modules failing alike make one problem naming three of them.
+		{"five unsigned", map[string][]byte{"m/a.ko": []byte("a"), "m/b.ko": []byte("b"), "m/c.ko": []byte("c"), "m/d.ko": []byte("d"), "m/e.ko": []byte("e")},
+			"5 of 5 modules: " + modsign.ErrUnsigned.Error() + " (/m/a.ko, /m/b.ko, /m/c.ko, and 2 more)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir := writeSyntheticWith(t, false, map[string][]byte{"pxe/initrd.img": initrdWith(t, c.mods)})
@@ -81,5 +84,16 @@ func TestVerifyModules(t *testing.T) {
 				t.Errorf("Verify: %v; want a problem for pxe/initrd.img containing %q", err, c.want)
 			}
 		})
+	}
+}
+
+// An output that was never signed is one problem that says what to run.
+func TestVerifyUnsigned(t *testing.T) {
+	dir := writeSyntheticWith(t, false, map[string][]byte{"pxe/initrd.img": []byte("x")})
+	err := Verify(context.Background(), dir, VerifyOptions{Key: filepath.Join(testKeys, ArtifactPubFile)})
+	var ve *VerifyError
+	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].File != SumsSigFile ||
+		!strings.HasPrefix(ve.Problems[0].What, "not signed: run `peerboot sign "+dir) {
+		t.Fatalf("Verify of an unsigned output: %v; want one problem, %s: not signed: run `peerboot sign ...`", err, SumsSigFile)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -282,9 +283,16 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) error {
 		}
 		return b
 	}
-	// 1. SHA256SUMS and its signature.
+	// 1. SHA256SUMS and its signature. An output with neither signature nor
+	// provenance was never signed: one problem that says what to run.
 	sumsBytes := read(SumsFile)
-	sigFile := read(SumsSigFile)
+	unsigned := missing(filepath.Join(dir, SumsSigFile)) && missing(filepath.Join(dir, ProvenanceFile))
+	var sigFile []byte
+	if unsigned {
+		fail(SumsSigFile, "not signed: run `peerboot sign %s --artifact-key REF` first", dir)
+	} else {
+		sigFile = read(SumsSigFile)
+	}
 	var sums []Sum
 	if sumsBytes != nil {
 		if sums, err = ParseSums(sumsBytes); err != nil {
@@ -330,7 +338,9 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) error {
 		}
 	}
 	// 3. The provenance.
-	if env := read(ProvenanceFile); env != nil {
+	if unsigned {
+		// Named above.
+	} else if env := read(ProvenanceFile); env != nil {
 		payload, err := OpenEnvelope(env, pub, InTotoPayloadType)
 		if err != nil {
 			fail(ProvenanceFile, "%v", err)
@@ -401,6 +411,11 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) error {
 		return verr
 	}
 	return nil
+}
+
+func missing(path string) bool {
+	_, err := os.Stat(path)
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 func checkSubjects(st *Statement, listed map[string]string, haveSums bool, fail func(string, string, ...any)) {

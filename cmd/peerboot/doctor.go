@@ -148,7 +148,7 @@ installs). --json prints the check as JSON (README, "Machine-readable output").`
 					j.Missing = append(j.Missing, n.pkg)
 				}
 			}
-			j.Missing = uniqueSorted(j.Missing)
+			j.Missing = append([]string{}, uniqueSorted(j.Missing)...)
 			j.OK = len(j.Missing) == 0
 			if !j.OK {
 				j.Install = "apt-get install -y --no-install-recommends " + strings.Join(j.Missing, " ")

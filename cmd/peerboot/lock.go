@@ -15,8 +15,30 @@ import (
 	"github.com/peerboot/peerboot/recipe"
 )
 
+// lockJSON is `peerboot lock --json`. State: "written", "unchanged", or with
+// --check "up-to-date" or "differs" (Diff holds the line diff; exit 4).
+type lockJSON struct {
+	Path     string    `json:"path"`
+	Recipe   string    `json:"recipe"`
+	State    string    `json:"state"`
+	Packages int       `json:"packages"`
+	Bytes    int64     `json:"bytes"`
+	Debs     []debJSON `json:"debs"`
+	Diff     string    `json:"diff,omitempty"`
+}
+
+type debJSON struct {
+	Package      string `json:"package"`
+	Version      string `json:"version"`
+	Architecture string `json:"architecture"`
+	Role         string `json:"role"`
+	Repo         string `json:"repo"`
+	SHA256       string `json:"sha256"`
+	Size         int64  `json:"size"`
+}
+
 func lockCmd(g *globals) *cobra.Command {
-	var check bool
+	var check, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "lock [RECIPE]",
 		Short: "Resolve the recipe's Debian packages into pins (RECIPE.lock)",
@@ -24,7 +46,8 @@ func lockCmd(g *globals) *cobra.Command {
 the recipe's keyring, checks the Packages indexes against InRelease's hashes, and pins
 every package the recipe needs (sources, EFI stub, and the userspace closure) into the
 lock file beside the recipe. With --check it writes nothing and, if the lock file
-differs from a fresh resolve, prints the difference and fails (exit 4).`,
+differs from a fresh resolve, prints the difference and fails (exit 4). --json prints
+the result and every pin as JSON (README, "Machine-readable output").`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := validRecipe(recipeArg(args))
@@ -46,30 +69,46 @@ differs from a fresh resolve, prints the difference and fails (exit 4).`,
 			}
 			path := lock.PathFor(r.Path)
 			old, _ := os.ReadFile(path)
-			if check {
-				if !bytes.Equal(old, f.Encode()) {
-					fmt.Fprintf(cmd.OutOrStdout(), "--- %s (committed)\n+++ fresh resolve\n%s", path, lineDiff(string(old), string(f.Encode())))
-					return exitcode.Tag(exitcode.Stale, fmt.Errorf("%s differs from a fresh resolve (diff above): run `peerboot lock %s`", path, r.Path))
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s is up to date (%d packages)\n", path, len(f.Debs))
-				return nil
+			j := lockJSON{Path: path, Recipe: r.Path, Packages: len(f.Debs), Debs: []debJSON{}}
+			for _, d := range f.Debs {
+				j.Bytes += d.Size
+				j.Debs = append(j.Debs, debJSON{Package: d.Package, Version: d.Version, Architecture: d.Architecture, Role: d.Role, Repo: d.Repo, SHA256: d.SHA256, Size: d.Size})
 			}
-			if err := lock.Write(path, f); err != nil {
+			w := cmd.OutOrStdout()
+			changed := !bytes.Equal(old, f.Encode())
+			switch {
+			case check && changed:
+				j.State, j.Diff = "differs", lineDiff(string(old), string(f.Encode()))
+				err = exitcode.Tag(exitcode.Stale, fmt.Errorf("%s differs from a fresh resolve (diff above): run `peerboot lock %s`", path, r.Path))
+			case check:
+				j.State = "up-to-date"
+			case changed:
+				if err := lock.Write(path, f); err != nil {
+					return err
+				}
+				j.State = "written"
+			default:
+				j.State = "unchanged"
+			}
+			if asJSON {
+				if werr := writeJSON(w, j); werr != nil {
+					return werr
+				}
 				return err
 			}
-			var size int64
-			for _, d := range f.Debs {
-				size += d.Size
+			switch j.State {
+			case "differs":
+				fmt.Fprintf(w, "--- %s (committed)\n+++ fresh resolve\n%s", path, j.Diff)
+			case "up-to-date":
+				fmt.Fprintf(w, "%s is up to date (%d packages)\n", path, j.Packages)
+			default:
+				fmt.Fprintf(w, "%s %s: %d packages, %.1f MiB\n", path, j.State, j.Packages, float64(j.Bytes)/(1<<20))
 			}
-			state := "unchanged"
-			if !bytes.Equal(old, f.Encode()) {
-				state = "written"
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %d packages, %.1f MiB\n", path, state, len(f.Debs), float64(size)/(1<<20))
-			return nil
+			return err
 		},
 	}
 	cmd.Flags().BoolVar(&check, "check", false, "fail if the lock file differs from a fresh resolve; write nothing")
+	addJSONFlag(cmd, &asJSON)
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -25,7 +26,7 @@ func reportCmd() *cobra.Command {
 image's report partition write, or a console log holding a PEERBOOT-REPORT line (the
 last one wins).`,
 	}
-	cmd.AddCommand(reportShowCmd(), reportDiffCmd())
+	cmd.AddCommand(reportShowCmd(), reportDiffCmd(), reportListCmd())
 	return cmd
 }
 
@@ -120,7 +121,13 @@ changed (either way) or a fail finding was added; 2 when a file holds no report.
 // readReport loads a report from a JSON file or from a console log that carries a
 // PEERBOOT-REPORT line. Problems are usage errors (exit 2): the file is the argument.
 func readReport(path string) (*selftest.Report, error) {
-	b, err := os.ReadFile(path)
+	var b []byte
+	var err error
+	if path == "-" { // standard input, as a pipe from p2pcheck --json or curl
+		b, err = io.ReadAll(os.Stdin)
+	} else {
+		b, err = os.ReadFile(path)
+	}
 	if err != nil {
 		return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("reading the report: %w", err))
 	}

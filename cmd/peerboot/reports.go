@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -15,33 +16,83 @@ import (
 	"github.com/peerboot/peerboot/selftest"
 )
 
+// reportsJSON is `peerboot report list --json`: every report file found, oldest
+// first (Error set for a file that is not a readable report), and the newest verdict.
+type reportsJSON struct {
+	Source  string            `json:"source"`
+	Reports []reportEntryJSON `json:"reports"`
+	Newest  string            `json:"newest_verdict"` // "" when there is none
+}
+
+type reportEntryJSON struct {
+	Path      string `json:"path"`
+	Size      int64  `json:"size"`
+	Verdict   string `json:"verdict,omitempty"`
+	StartedAt string `json:"started_at,omitempty"`
+	Recipe    string `json:"recipe,omitempty"`
+	Kernel    string `json:"kernel,omitempty"`
+	Error     string `json:"error,omitempty"`
+}
+
+// reportsCmd is `peerboot reports`, kept as the short name of `report list`.
 func reportsCmd() *cobra.Command {
+	c := reportListCmd()
+	c.Use = "reports " + strings.TrimPrefix(c.Use, "list ")
+	c.Short += " (= report list)"
+	return c
+}
+
+func reportListCmd() *cobra.Command {
 	var save string
-	var brief bool
+	var brief, asJSON bool
 	cmd := &cobra.Command{
-		Use:   "reports DEVICE|IMAGE [--save DIR] [--brief]",
+		Use:   "list DEVICE|IMAGE|OUTDIR [--save DIR] [--brief] [--json]",
 		Short: "List and show the self-test reports on a stick or disk image",
-		Long: `reports reads the PEERBOOT partition of a flashed stick (or a disk image, or a
-FAT volume labelled PEERBOOT without a partition table) and lists the self-test
+		Long: `list (also ` + "`peerboot reports`" + `) reads the PEERBOOT partition of a flashed stick (or a
+disk image, a build output directory holding disk.img as flash takes it, or a FAT
+volume labelled PEERBOOT without a partition table) and lists the self-test
 reports the boots left there (*.json in its root and in reports/), oldest first,
 then renders each one in full (--brief: the list only). --save DIR copies the
 JSON files out. It only reads the device, so a mounted stick is fine.
 
 Exit codes: 0 when the newest report's verdict is pass; 9 (selftest) when it is
 not, or no report is there; 10 (device) when the device holds no readable
-PEERBOOT partition; 2 bad command line.`,
+PEERBOOT partition; 2 bad command line. --json prints the list as JSON.`,
 		Args: nArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := os.Stat(args[0]); err != nil {
+			src := args[0]
+			if st, err := os.Stat(src); err != nil {
 				return exitcode.Tag(exitcode.Usage, err)
+			} else if st.IsDir() {
+				src = filepath.Join(src, "disk.img")
 			}
-			found, err := flash.ReadReports(args[0])
+			found, err := flash.ReadReports(src)
 			if err != nil {
 				return exitcode.Tag(exitcode.Device, err)
 			}
 			w := cmd.OutOrStdout()
+			if asJSON {
+				j := reportsJSON{Source: src, Reports: []reportEntryJSON{}}
+				for _, f := range found {
+					e := reportEntryJSON{Path: f.Path, Size: f.Size}
+					if f.Err != nil {
+						e.Error = f.Err.Error()
+					} else {
+						e.Verdict, e.StartedAt, e.Recipe, e.Kernel = string(f.Report.Verdict), f.Report.StartedAt, f.Report.Recipe.Name, f.Report.Kernel.Release
+					}
+					j.Reports = append(j.Reports, e)
+				}
+				if n := len(found); n > 0 && found[n-1].Report != nil {
+					j.Newest = string(found[n-1].Report.Verdict)
+				}
+				if err := writeJSON(w, j); err != nil {
+					return err
+				}
+				brief = true // the JSON is the whole output
+				w = io.Discard
+			}
 			if len(found) == 0 {
-				return exitcode.Tag(exitcode.Selftest, fmt.Errorf("%s: no reports on the %s partition (has the stick been booted?)", args[0], image.ReportsLabel))
+				return exitcode.Tag(exitcode.Selftest, fmt.Errorf("%s: no reports on the %s partition (has the stick been booted?)", src, image.ReportsLabel))
 			}
 			for _, f := range found {
 				if f.Err != nil {
@@ -82,6 +133,7 @@ PEERBOOT partition; 2 bad command line.`,
 	}
 	cmd.Flags().StringVar(&save, "save", "", "copy the JSON reports into this directory")
 	cmd.Flags().BoolVar(&brief, "brief", false, "list the reports without their summaries")
+	addJSONFlag(cmd, &asJSON)
 	return cmd
 }
 

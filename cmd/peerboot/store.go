@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -12,9 +13,40 @@ import (
 	"github.com/peerboot/peerboot/store"
 )
 
+// The store commands' --json shapes (README, "Machine-readable output").
+type storeVerifyJSON struct {
+	Root     string             `json:"root"`
+	OK       bool               `json:"ok"`
+	Problems []storeProblemJSON `json:"problems"`
+}
+
+type storeProblemJSON struct {
+	Path string `json:"path"`
+	What string `json:"what"`
+}
+
+type storeGCJSON struct {
+	Root    string `json:"root"`
+	Removed int    `json:"removed"`
+	Bytes   int64  `json:"bytes"`
+	InUse   int    `json:"in_use"`
+}
+
+type storeImportJSON struct {
+	Recipe   string              `json:"recipe"`
+	Imported []storeImportedJSON `json:"imported"`
+}
+
+type storeImportedJSON struct {
+	File   string `json:"file"`
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"`
+}
+
 func storeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "store", Short: "Inspect and fill the content-addressed store"}
-	cmd.AddCommand(&cobra.Command{
+	var verifyJSON, gcJSON, importJSON bool
+	ver := &cobra.Command{
 		Use:   "verify",
 		Short: "Re-hash every store entry and name the corrupt ones",
 		Args:  exactArgs(0),
@@ -36,16 +68,32 @@ func storeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var bad error
+			if len(problems) > 0 {
+				bad = exitcode.Tag(exitcode.Integrity, fmt.Errorf("%d bad store entries in %s", len(problems), st.Root))
+			}
+			if verifyJSON {
+				j := storeVerifyJSON{Root: st.Root, OK: len(problems) == 0, Problems: []storeProblemJSON{}}
+				for _, p := range problems {
+					j.Problems = append(j.Problems, storeProblemJSON{Path: p.Path, What: p.Msg})
+				}
+				if err := writeJSON(cmd.OutOrStdout(), j); err != nil {
+					return err
+				}
+				return bad
+			}
 			for _, p := range problems {
 				fmt.Fprintln(cmd.OutOrStdout(), p)
 			}
-			if len(problems) > 0 {
-				return exitcode.Tag(exitcode.Integrity, fmt.Errorf("%d bad store entries in %s", len(problems), st.Root))
+			if bad != nil {
+				return bad
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "store %s: all entries intact\n", st.Root)
 			return nil
 		},
-	})
+	}
+	addJSONFlag(ver, &verifyJSON)
+	cmd.AddCommand(ver)
 	var maxAge time.Duration
 	gc := &cobra.Command{
 		Use:   "gc",
@@ -60,17 +108,28 @@ func storeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if gcJSON {
+				return writeJSON(cmd.OutOrStdout(), storeGCJSON{Root: st.Root, Removed: stats.Removed, Bytes: stats.Bytes, InUse: stats.InUse})
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "removed %d leftovers (%s) from %s\n", stats.Removed, progress.Bytes(stats.Bytes), st.Root)
 			return nil
 		},
 	}
+	addJSONFlag(gc, &gcJSON)
 	gc.Flags().DurationVar(&maxAge, "older-than", 6*time.Hour, "keep leftovers younger than this (a running build's scratch, a resumable download)")
 	cmd.AddCommand(gc)
 	var recipePath string
 	imp := &cobra.Command{
-		Use:   "import FILE...",
+		Use:   "import [RECIPE.toml] FILE...",
 		Short: "Add local files that match a pin of the recipe (air-gapped builds)",
+		Long: `import adds local files (downloaded elsewhere) to the store, each only if its sha256
+matches a pin of the recipe. RECIPE comes first, as for every other command: a first
+argument ending in .toml is the recipe (default recipes/default.toml; -r RECIPE works
+too). --json prints what was imported as JSON.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("recipe") && len(args) > 0 && strings.HasSuffix(args[0], ".toml") {
+				recipePath, args = args[0], args[1:]
+			}
 			if len(args) == 0 {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("store import: name at least one file"))
 			}
@@ -78,6 +137,7 @@ func storeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			imported := []storeImportedJSON{}
 			pins := map[string]string{}
 			for _, in := range ins {
 				if in.SHA256 != "" {
@@ -96,11 +156,18 @@ func storeCmd(g *globals) *cobra.Command {
 				if err := st.Import(cmd.Context(), f, sum); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "imported %s as %s\n", filepath.Base(f), name)
+				imported = append(imported, storeImportedJSON{File: f, Name: name, SHA256: sum})
+				if !importJSON {
+					fmt.Fprintf(cmd.OutOrStdout(), "imported %s as %s\n", filepath.Base(f), name)
+				}
+			}
+			if importJSON {
+				return writeJSON(cmd.OutOrStdout(), storeImportJSON{Recipe: r.Path, Imported: imported})
 			}
 			return nil
 		},
 	}
+	addJSONFlag(imp, &importJSON)
 	imp.Flags().StringVarP(&recipePath, "recipe", "r", defaultRecipe, "recipe whose pins the files must match")
 	cmd.AddCommand(imp)
 	return cmd

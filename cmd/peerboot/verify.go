@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -10,10 +12,25 @@ import (
 	"github.com/peerboot/peerboot/sign"
 )
 
+// verifyJSON is `peerboot verify --json`: Checks are the checks that passed
+// ("SHA256SUMS: signature OK (ECDSA P-256)"), Problems every one that failed.
+type verifyJSON struct {
+	Dir      string        `json:"dir"`
+	OK       bool          `json:"ok"`
+	Checks   []string      `json:"checks"`
+	Problems []problemJSON `json:"problems"`
+}
+
+type problemJSON struct {
+	File string `json:"file"`
+	What string `json:"what"`
+}
+
 var errArtifactKey = errors.New("--artifact-key is required")
 
 func verifyCmd() *cobra.Command {
 	var opt sign.VerifyOptions
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "verify OUTDIR --key PUB [--db-cert CERT] [--module-cert CERT]",
 		Short: "Verify a signed build output",
@@ -26,25 +43,52 @@ with --db-cert every listed .efi's Authenticode signature (sbverify --cert), and
 and each UKI's .initrd section), as the kernel checks it with module.sig_enforce=1.
 
 Every problem is printed as "FILE: what was wrong". Exit 0 when all checks pass, 6
-(integrity) when any fails, 2 for a bad command line or unreadable key.`,
-		Args: cobra.ExactArgs(1),
+(integrity) when any fails, 2 for a bad command line or unreadable key. An output
+never signed is one problem: "not signed: run ` + "`peerboot sign`" + `". --json prints the
+checks and problems as JSON (README, "Machine-readable output").`,
+		Args: nArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opt.Key == "" {
 				return exitcode.Tag(exitcode.Usage, errors.New("--key is required"))
 			}
+			var log bytes.Buffer
 			opt.Log = cmd.OutOrStdout()
+			if asJSON {
+				opt.Log = &log
+			}
 			err := sign.Verify(cmd.Context(), args[0], opt)
 			var verr *sign.VerifyError
 			switch {
 			case errors.As(err, &verr):
-				return exitcode.Tag(exitcode.Integrity, err)
+				err = exitcode.Tag(exitcode.Integrity, err)
 			case err != nil:
 				return exitcode.Tag(exitcode.Usage, err)
+			}
+			if asJSON {
+				j := verifyJSON{Dir: args[0], OK: verr == nil, Checks: []string{}, Problems: []problemJSON{}}
+				for _, l := range strings.Split(strings.TrimSpace(log.String()), "\n") {
+					if l = strings.TrimPrefix(l, "verify: "); l != "" {
+						j.Checks = append(j.Checks, l)
+					}
+				}
+				if verr != nil {
+					for _, p := range verr.Problems {
+						j.Problems = append(j.Problems, problemJSON{File: p.File, What: p.What})
+					}
+				}
+				if werr := writeJSON(cmd.OutOrStdout(), j); werr != nil {
+					return werr
+				}
+				return err
+			}
+			if err != nil {
+				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: OK\n", args[0])
 			return nil
 		},
 	}
+	addJSONFlag(cmd, &asJSON)
 	cmd.Flags().StringVar(&opt.Key, "key", "", "artifact public key (PEM), e.g. cosign.pub")
 	cmd.Flags().StringVar(&opt.DBCert, "db-cert", "", "Secure Boot db certificate to check the UKI's Authenticode signature against")
 	cmd.Flags().StringVar(&opt.ModuleCert, "module-cert", "", "module-signing certificate to check every module in the initramfs against")

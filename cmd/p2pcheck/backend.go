@@ -9,7 +9,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/peerboot/peerboot/node/assemble"
+	"github.com/peerboot/peerboot/node/assemble/phases"
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/cuda"
 	"github.com/peerboot/peerboot/selftest/gpufake"
@@ -25,7 +25,7 @@ import (
 // tests point --root at a generated sysfs tree instead.
 type backend interface {
 	precheck(ctx context.Context, in *phaseInput) (*pcie.Result, error)
-	nvml(ctx context.Context, in *phaseInput) (*assemble.NVMLOutput, error)
+	nvml(ctx context.Context, in *phaseInput) (*phases.NVML, error)
 	cuda(ctx context.Context, in *phaseInput) (*cuda.Result, error)
 	nccl(ctx context.Context, in *phaseInput) (*selftest.NCCL, error)
 }
@@ -36,7 +36,7 @@ func (realBackend) precheck(_ context.Context, in *phaseInput) (*pcie.Result, er
 	return pcie.Scan(in.Root)
 }
 
-func (b realBackend) nvml(ctx context.Context, in *phaseInput) (*assemble.NVMLOutput, error) {
+func (b realBackend) nvml(ctx context.Context, in *phaseInput) (*phases.NVML, error) {
 	out, err := b.nvmlWith(ctx, in, nil)
 	if out != nil {
 		out.NVML.LibraryFile = selftest.LibraryFile(in.Root, in.NVMLLib)
@@ -45,7 +45,7 @@ func (b realBackend) nvml(ctx context.Context, in *phaseInput) (*assemble.NVMLOu
 }
 
 // nvmlWith is the NVML probe over lib (nil: dlopen in.NVMLLib).
-func (realBackend) nvmlWith(ctx context.Context, in *phaseInput, lib nvml.Library) (*assemble.NVMLOutput, error) {
+func (realBackend) nvmlWith(ctx context.Context, in *phaseInput, lib nvml.Library) (*phases.NVML, error) {
 	var res *nvml.Result
 	var err error
 	if lib != nil {
@@ -56,9 +56,9 @@ func (realBackend) nvmlWith(ctx context.Context, in *phaseInput, lib nvml.Librar
 	if res == nil {
 		return nil, err
 	}
-	out := &assemble.NVMLOutput{NVML: res.NVML, GPUs: res.GPUs}
+	out := &phases.NVML{NVML: res.NVML, GPUs: res.GPUs}
 	for k, p := range res.Pairs {
-		out.Pairs = append(out.Pairs, assemble.NVMLPair{A: k[0], B: k[1], Topology: p.Topology, Read: p.Read, Write: p.Write, NVLink: p.NVLink})
+		out.Pairs = append(out.Pairs, phases.Pair{A: k[0], B: k[1], Topology: p.Topology, Read: p.Read, Write: p.Write, NVLink: p.NVLink})
 	}
 	sort.Slice(out.Pairs, func(i, j int) bool {
 		if out.Pairs[i].A != out.Pairs[j].A {
@@ -178,7 +178,7 @@ func (f *fakeBackend) precheck(ctx context.Context, in *phaseInput) (*pcie.Resul
 }
 
 // nvml runs the real NVML probe over the FAKE libnvidia-ml.
-func (f *fakeBackend) nvml(ctx context.Context, in *phaseInput) (*assemble.NVMLOutput, error) {
+func (f *fakeBackend) nvml(ctx context.Context, in *phaseInput) (*phases.NVML, error) {
 	if len(f.s.Kmsg) > 0 && in.KmsgPath != "" {
 		if err := appendLines(in.KmsgPath, f.s.Kmsg); err != nil {
 			return nil, err

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/node/assemble"
+	"github.com/peerboot/peerboot/node/assemble/phases"
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/kmsg"
@@ -176,7 +177,7 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 		if res.out.Precheck != nil {
 			pre = res.out.Precheck
 		}
-		assemble.Merge(r, res.out)
+		phases.Merge(r, res.out)
 		if res.out.Precheck != nil {
 			markBootVGA(o.root, r)
 		}
@@ -232,7 +233,7 @@ func finish(r *selftest.Report, rc *recipe.Recipe, watch *kmsg.Watch) *selftest.
 // phaseError files a phase's error where the verdict looks for it: in the library's
 // own section when the phase answered one (the rules there know what a missing
 // libcuda or an NVML init failure means), else as a finding of its own.
-func phaseError(r *selftest.Report, phase string, out *assemble.PhaseOutput) {
+func phaseError(r *selftest.Report, phase string, out *phases.Output) {
 	if out.Error == "" {
 		return
 	}

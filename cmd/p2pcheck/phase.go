@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/peerboot/peerboot/node/assemble"
+	"github.com/peerboot/peerboot/node/assemble/phases"
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/cuda"
 )
@@ -54,7 +54,7 @@ type phaseInput struct {
 
 // phaseRun is how one child ended.
 type phaseRun struct {
-	out     *assemble.PhaseOutput
+	out     *phases.Output
 	stalled bool
 	took    time.Duration
 	err     error // the child crashed or printed no answer
@@ -85,7 +85,7 @@ func runPhase(ctx context.Context, self string, in *phaseInput, limit time.Durat
 	select {
 	case werr := <-done:
 		run := phaseRun{took: time.Since(start)}
-		var out assemble.PhaseOutput
+		var out phases.Output
 		if derr := json.Unmarshal(stdout.Bytes(), &out); derr != nil {
 			if werr == nil {
 				werr = derr
@@ -133,8 +133,8 @@ func childMain(phase string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return exitPass
 }
 
-func runBackend(ctx context.Context, b backend, in *phaseInput) *assemble.PhaseOutput {
-	out := &assemble.PhaseOutput{}
+func runBackend(ctx context.Context, b backend, in *phaseInput) *phases.Output {
+	out := &phases.Output{}
 	var err error
 	switch in.Phase {
 	case selftest.PhasePrecheck:

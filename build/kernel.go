@@ -2,6 +2,8 @@ package build
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -72,9 +74,9 @@ func kernelStage() *stage {
 			}
 			cert, _ := sr.Datum(moduleCertDatum)
 			base := sr.Recipe.Kernel.Base
-			// The step count of the last compile makes the ETA; it never changes the output.
-			hintFile := filepath.Join(sr.Store.Root, "hints", "kernel-steps-"+base)
-			hint, _ := readInt(hintFile)
+			// The step count of the last compile of this config makes the total and
+			// the ETA of the progress lines; it never changes the output.
+			hint := kernelStepsHint(sr.Store.Root, base, frags)
 			res, err := kernel.Build(ctx, kernel.Options{
 				Source: src, Base: base, Fragments: frags, Patches: patches, ModuleSigCert: cert, Epoch: sr.Epoch,
 				Jobs: sr.Jobs, Log: sr.Log, LogFile: filepath.Join(sr.Scratch, "kernel.log"), ObjectsHint: hint,
@@ -82,11 +84,51 @@ func kernelStage() *stage {
 			if err != nil {
 				return err
 			}
-			os.MkdirAll(filepath.Dir(hintFile), 0o755)
-			os.WriteFile(hintFile, []byte(strconv.FormatInt(res.Steps, 10)), 0o644)
+			saveKernelSteps(sr.Store.Root, base, frags, res.Steps)
 			fmt.Fprintf(sr.Log, "kernel: release %s\n", res.Release)
 			return nil
 		},
+	}
+}
+
+// kernelStepsFiles are where the store remembers a kernel compile's step count:
+// by the config (base and fragments: what decides which objects are built),
+// then by the base alone, for a config never compiled in this store.
+func kernelStepsFiles(root, base string, frags []kernel.Fragment) []string {
+	h := sha256.New()
+	fmt.Fprintf(h, "base %s\n", base)
+	for _, f := range frags {
+		fmt.Fprintf(h, "fragment %s %d\n", f.Name, len(f.Data))
+		h.Write(f.Data)
+	}
+	dir := filepath.Join(root, "hints")
+	return []string{
+		filepath.Join(dir, "kernel-steps-"+base+"-"+hex.EncodeToString(h.Sum(nil))[:16]),
+		filepath.Join(dir, "kernel-steps-"+base),
+	}
+}
+
+// kernelStepsHint is the step count of the last compile of this config (else
+// of this base), 0 when the store has none.
+func kernelStepsHint(root, base string, frags []kernel.Fragment) int64 {
+	for _, f := range kernelStepsFiles(root, base, frags) {
+		if n, err := readInt(f); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 0
+}
+
+func saveKernelSteps(root, base string, frags []kernel.Fragment, steps int64) {
+	if steps <= 0 {
+		return
+	}
+	for _, f := range kernelStepsFiles(root, base, frags) {
+		os.MkdirAll(filepath.Dir(f), 0o755)
+		tmp := f + ".tmp"
+		if os.WriteFile(tmp, []byte(strconv.FormatInt(steps, 10)+"\n"), 0o644) == nil {
+			os.Rename(tmp, f) // a concurrent build of another recipe may read it
+		}
 	}
 }
 

@@ -107,6 +107,21 @@ func newFakeBox(t *testing.T, cmdline string, loader kmod.Loader) *fakeBox {
 
 func (b *fakeBox) p(path string) string { return filepath.Join(b.root, path) }
 
+// onlyReport is the boot's report, from its one PEERBOOT-REPORT line: a second line,
+// or none, fails the test.
+func (b *fakeBox) onlyReport(t *testing.T) *selftest.Report {
+	t.Helper()
+	lines := b.reportLines()
+	if len(lines) != 1 {
+		t.Fatalf("%d report lines, want 1:\n%s", len(lines), b.console.String())
+	}
+	r, err := selftest.DecodeLine(lines[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // reportLines returns every PEERBOOT-REPORT line on the console.
 func (b *fakeBox) reportLines() []string {
 	var out []string
@@ -125,14 +140,7 @@ func TestBootSequence(t *testing.T) {
 	b := newFakeBox(t, "console=ttyS0 peerboot.on_fail=poweroff peerboot.report_url=http://10.0.2.2:9/r peerboot.token=0123456789abcdef.t0k", &kmodtest.Loader{Errs: map[string]error{"nvidia": unix.ENODEV}})
 	b.m.run(&bootState{})
 
-	lines := b.reportLines()
-	if len(lines) != 1 {
-		t.Fatalf("%d report lines, want 1:\n%s", len(lines), b.console.String())
-	}
-	r, err := selftest.DecodeLine(lines[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.onlyReport(t)
 	if r.Verdict != selftest.Fail || r.Recipe.Name != "default" || r.Kernel.Release != release {
 		t.Errorf("report header: %s %+v %+v", r.Verdict, r.Recipe, r.Kernel)
 	}
@@ -193,14 +201,7 @@ func TestBootBadRecipe(t *testing.T) {
 	b := newFakeBox(t, "console=ttyS0", &kmodtest.Loader{Errs: map[string]error{"nvidia": unix.ENODEV}})
 	testfs.Write(t, b.p(recipePath), "name = 3\n")
 	b.m.run(&bootState{})
-	lines := b.reportLines()
-	if len(lines) != 1 {
-		t.Fatalf("%d report lines", len(lines))
-	}
-	r, err := selftest.DecodeLine(lines[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.onlyReport(t)
 	if r.Verdict != selftest.Fail || r.Findings[0].ID != "recipe" || len(r.Modules) != 5 {
 		t.Errorf("report %+v", r)
 	}
@@ -217,14 +218,7 @@ func TestBootNoNetwork(t *testing.T) {
 	b := newFakeBox(t, "peerboot.report_url=http://10.0.2.2:9/r", &kmodtest.Loader{Errs: map[string]error{"nvidia": unix.ENODEV}})
 	b.lease, b.netErr = nil, errors.New("eth0: no DHCP offer: no answer within 10s")
 	b.m.run(&bootState{})
-	lines := b.reportLines()
-	if len(lines) != 1 {
-		t.Fatalf("%d report lines", len(lines))
-	}
-	r, err := selftest.DecodeLine(lines[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.onlyReport(t)
 	f := findingWith(r, "init.network")
 	if f == nil || f.Status != selftest.SevWarn || f.Message != "no network for the report POST: eth0: no DHCP offer: no answer within 10s" || !strings.Contains(f.Hint, "DHCP server") {
 		t.Errorf("finding %+v", f)
@@ -239,10 +233,7 @@ func TestBootNetworkPanic(t *testing.T) {
 	b := newFakeBox(t, "peerboot.report_url=http://10.0.2.2:9/r", &kmodtest.Loader{Errs: map[string]error{"nvidia": unix.ENODEV}})
 	b.m.netUp = func() (*dhcp.Lease, error) { panic("netlink exploded") }
 	b.m.run(&bootState{})
-	r, err := selftest.DecodeLine(b.reportLines()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.onlyReport(t)
 	if f := findingWith(r, "init.network"); f == nil || !strings.Contains(f.Message, "panicked: netlink exploded") {
 		t.Errorf("finding %+v", f)
 	}
@@ -266,14 +257,7 @@ func (panicLoader) Load(string, string) error { panic("loader exploded") }
 func TestBootPanic(t *testing.T) {
 	b := newFakeBox(t, "peerboot.on_fail=halt", panicLoader{})
 	b.m.run(&bootState{})
-	lines := b.reportLines()
-	if len(lines) != 1 {
-		t.Fatalf("%d report lines:\n%s", len(lines), b.console.String())
-	}
-	r, err := selftest.DecodeLine(lines[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.onlyReport(t)
 	if r.Verdict != selftest.Fail || r.Findings[len(r.Findings)-1].ID != "init.panic" || r.Recipe.Name != "default" {
 		t.Errorf("report %+v", r)
 	}

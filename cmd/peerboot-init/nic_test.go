@@ -113,14 +113,7 @@ func TestBootLoadsNICDriver(t *testing.T) {
 		}
 	}
 
-	lines := b.reportLines()
-	if len(lines) != 1 {
-		t.Fatalf("%d report lines:\n%s", len(lines), b.console.String())
-	}
-	r, err := selftest.DecodeLine(lines[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.onlyReport(t)
 	want := []string{"libphy:loaded<ixgbe", "mdio_devres:loaded<ixgbe", "mdio:loaded<ixgbe (already loaded)", "ixgbe:loaded", "nvidia:ENODEV (no such device)"}
 	if got := kmodtest.Summarize(r.Modules); len(got) < 5 || !reflect.DeepEqual(got[:5], want) {
 		t.Errorf("modules %q, want %q first", got, want)
@@ -170,10 +163,7 @@ func TestBootNoReportURLNoNICDriver(t *testing.T) {
 	if strings.Contains(b.console.String(), "peerboot: NIC") {
 		t.Errorf("console:\n%s", b.console.String())
 	}
-	r, err := selftest.DecodeLine(b.reportLines()[0])
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := b.onlyReport(t)
 	if findingWith(r, "init.nic") != nil || len(r.Modules) != 5 {
 		t.Errorf("findings %+v modules %q", r.Findings, kmodtest.Summarize(r.Modules))
 	}

@@ -43,17 +43,6 @@ func Merge(r *selftest.Report, out *Output) {
 	for i, g := range r.GPUs {
 		byBDF[strings.ToLower(g.BDF)] = i
 	}
-	pairOf := func(a, b int) *selftest.Pair {
-		if a > b {
-			a, b = b, a
-		}
-		for i := range r.Pairs {
-			if r.Pairs[i].A == a && r.Pairs[i].B == b {
-				return &r.Pairs[i]
-			}
-		}
-		return nil
-	}
 	switch {
 	case out.Precheck != nil:
 		r.GPUs = out.Precheck.GPUs
@@ -79,7 +68,7 @@ func Merge(r *selftest.Report, out *Output) {
 		for _, np := range out.NVML.Pairs {
 			a, oka := byBDF[strings.ToLower(np.A)]
 			b, okb := byBDF[strings.ToLower(np.B)]
-			if p := pairOf(a, b); oka && okb && p != nil {
+			if p := r.PairOf(a, b); oka && okb && p != nil {
 				p.NVMLTopology, p.P2PRead, p.P2PWrite, p.P2PNVLink = np.Topology, np.Read, np.Write, np.NVLink
 			}
 		}
@@ -104,7 +93,7 @@ func Merge(r *selftest.Report, out *Output) {
 				}
 				ga, oka := ordinalGPU[a]
 				gb, okb := ordinalGPU[b]
-				if p := pairOf(ga, gb); oka && okb && p != nil {
+				if p := r.PairOf(ga, gb); oka && okb && p != nil {
 					both := c.CanAccess[a][b] && c.CanAccess[b][a]
 					p.CanAccessPeer = &both
 				}

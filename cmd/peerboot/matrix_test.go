@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"path/filepath"
+	"testing"
+)
 
 func TestDriverFlavour(t *testing.T) {
 	cases := []struct {
@@ -17,5 +20,22 @@ func TestDriverFlavour(t *testing.T) {
 		if got := driverFlavour(c.files, c.version, c.deb); got != c.want {
 			t.Errorf("driverFlavour(%v) = %q, want %q", c.files, got, c.want)
 		}
+	}
+}
+
+// Every driver flavour in recipes/drivers/ is picked by a platform recipe, so the
+// workflow (which builds the matrix) builds, reproduces and publishes each one.
+func TestEveryDriverFlavourIsInTheMatrix(t *testing.T) {
+	paths, _ := filepath.Glob("../../recipes/*.toml")
+	m, err := buildMatrix(paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing, err := unbuiltFlavours("../../recipes/drivers", m)
+	if err != nil || len(missing) > 0 {
+		t.Fatalf("flavours no recipe builds: %v (%v)", missing, err)
+	}
+	if m, _ := unbuiltFlavours("../../recipes/drivers", m[:0]); len(m) < 2 {
+		t.Fatalf("the check sees only %v in recipes/drivers", m)
 	}
 }

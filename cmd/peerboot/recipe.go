@@ -4,10 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/peerboot/peerboot/exitcode"
 )
 
 func recipeCmd() *cobra.Command {
@@ -32,7 +35,9 @@ func recipeCmd() *cobra.Command {
 (default: every recipes/*.toml), the form a GitHub Actions strategy.matrix takes
 through fromJSON. A recipe's driver flavour is the name of the recipes/drivers/ file
 it includes (e.g. 550.163.01-p2p), else its driver.version with "-debian" when the
-driver comes from a Debian package (e.g. 535.261.03-debian).`,
+driver comes from a Debian package (e.g. 535.261.03-debian). Without arguments it
+fails when a recipes/drivers/*.toml flavour is built by no recipe: every flavour CI
+publishes is one some platform recipe picks.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			paths := args
 			if len(paths) == 0 {
@@ -41,23 +46,20 @@ driver comes from a Debian package (e.g. 535.261.03-debian).`,
 					return err
 				}
 			}
-			type entry struct {
-				Recipe string `json:"recipe"`
-				Path   string `json:"path"`
-				Driver string `json:"driver"`
+			m, err := buildMatrix(paths)
+			if err != nil {
+				return err
 			}
-			m := struct {
-				Include []entry `json:"include"`
-			}{Include: []entry{}}
-			for _, p := range paths {
-				r, err := loadRecipe(p)
-				if err != nil {
+			if len(args) == 0 {
+				if missing, err := unbuiltFlavours("recipes/drivers", m); err != nil {
 					return err
+				} else if len(missing) > 0 {
+					return exitcode.Tag(exitcode.Recipe, fmt.Errorf("recipe matrix: driver flavour %s is built by no recipes/*.toml: add a platform recipe that includes it", strings.Join(missing, ", ")))
 				}
-				m.Include = append(m.Include, entry{Recipe: r.Name, Path: p, Driver: driverFlavour(r.Files, r.Driver.Version, r.Driver.Source.Deb != "")})
 			}
-			sort.Slice(m.Include, func(i, j int) bool { return m.Include[i].Recipe < m.Include[j].Recipe })
-			b, err := json.Marshal(m)
+			b, err := json.Marshal(struct {
+				Include []matrixEntry `json:"include"`
+			}{m})
 			if err != nil {
 				return err
 			}
@@ -66,6 +68,42 @@ driver comes from a Debian package (e.g. 535.261.03-debian).`,
 		},
 	})
 	return cmd
+}
+
+type matrixEntry struct {
+	Recipe string `json:"recipe"`
+	Path   string `json:"path"`
+	Driver string `json:"driver"`
+}
+
+// buildMatrix loads each recipe and names its driver flavour, sorted by recipe.
+func buildMatrix(paths []string) ([]matrixEntry, error) {
+	m := []matrixEntry{}
+	for _, p := range paths {
+		r, err := loadRecipe(p)
+		if err != nil {
+			return nil, err
+		}
+		m = append(m, matrixEntry{Recipe: r.Name, Path: p, Driver: driverFlavour(r.Files, r.Driver.Version, r.Driver.Source.Deb != "")})
+	}
+	sort.Slice(m, func(i, j int) bool { return m[i].Recipe < m[j].Recipe })
+	return m, nil
+}
+
+// unbuiltFlavours lists the driver files in dir no matrix entry builds.
+func unbuiltFlavours(dir string, m []matrixEntry) ([]string, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.toml"))
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, f := range files {
+		flavour := strings.TrimSuffix(filepath.Base(f), ".toml")
+		if !slices.ContainsFunc(m, func(e matrixEntry) bool { return e.Driver == flavour }) {
+			missing = append(missing, flavour)
+		}
+	}
+	return missing, nil
 }
 
 // driverFlavour names a recipe's driver: the drivers/ file it includes, else

@@ -80,7 +80,25 @@ func rootCmd() *cobra.Command {
 			c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
 		}
 	}
+	usageArgs(root)
 	return root
+}
+
+// usageArgs makes every argument-count error a usage error (exit 2), whichever
+// cobra.PositionalArgs a command uses.
+func usageArgs(c *cobra.Command) {
+	if check := c.Args; check != nil {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			err := check(cmd, args)
+			if err != nil && exitcode.Of(err) == int(exitcode.Internal) {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: %w (usage: %s)", commandName(cmd), err, cmd.UseLine()))
+			}
+			return err
+		}
+	}
+	for _, sub := range c.Commands() {
+		usageArgs(sub)
+	}
 }
 
 // unknownCommand refuses arguments to a command that only has subcommands.

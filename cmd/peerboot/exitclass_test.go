@@ -145,6 +145,7 @@ func TestExitCodeClasses(t *testing.T) {
 		{"unknown flag", []string{"plan", "--no-such-flag"}, 2, `unknown flag: --no-such-flag`},
 		{"missing argument", []string{"keys", "init"}, 2, `^peerboot: keys init: accepts 1 arg\(s\), received 0 \(usage: peerboot keys init DIR`},
 		{"too many arguments", []string{"run", "a", "b"}, 2, `^peerboot: run: accepts between 0 and 1 arg\(s\), received 2`},
+		{"bad flag value", []string{"run", "--accel", "bogus", dir}, 2, `^peerboot: --accel: want kvm or tcg, got "bogus"`},
 		{"extra argument", []string{"version", "extra"}, 2, `^peerboot: version: want at most 0 argument\(s\), got 1`},
 		{"three wrong types", []string{"plan", badType}, 3, `(?s)t.toml:2: platform.gpus: wrong type.*t.toml:3: platform.sockets: wrong type.*t.toml:5: selftest.verify: wrong type`},
 		{"missing patch: plan", []string{"plan", missingPatch}, 3, `^\S*patch/t.toml:9: driver.patches\[1\]: no file \S*0002-gone.patch\n$`},

@@ -48,6 +48,9 @@ around it; OUTDIR may then be left out (the console log goes beside FILE).`,
 			if iso && efiFile != "" {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--efi boots a UKI from a disk, not --iso"))
 			}
+			if accel != "" && accel != "kvm" && accel != "tcg" {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--accel: want kvm or tcg, got %q", accel))
+			}
 			if len(args) == 0 && efiFile == "" {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("run: want OUTDIR (or --efi FILE)"))
 			}

@@ -80,8 +80,12 @@ func (m *Meter) Done() {
 func (m *Meter) print(final bool) {
 	elapsed := m.now().Sub(m.start)
 	line := fmt.Sprintf("%s: %s", m.label, m.amount(m.done))
-	if m.total > 0 {
+	switch {
+	case m.total > 0 && m.done <= m.total:
 		line += fmt.Sprintf(" / %s (%d%%)", m.amount(m.total), m.done*100/m.total)
+	case m.total > 0 && !final:
+		// The total was an estimate (the last build's count) and this one does more.
+		line += fmt.Sprintf(" (past the estimated %s)", m.amount(m.total))
 	}
 	if secs := elapsed.Seconds(); secs > 0.5 {
 		rate := float64(m.done) / secs

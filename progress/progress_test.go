@@ -39,3 +39,30 @@ func TestBytes(t *testing.T) {
 		}
 	}
 }
+
+// A compile's total is the last build's step count: lines show it with an ETA,
+// and a build that does more says it is past the estimate instead of 104%.
+func TestStepsPastEstimate(t *testing.T) {
+	var buf bytes.Buffer
+	m := New(&buf, "kernel compile", "steps", 2500)
+	clock := m.start
+	m.now = func() time.Time { return clock }
+	clock = clock.Add(10 * time.Second)
+	m.Add(1000)
+	clock = clock.Add(10 * time.Second)
+	m.Add(1600)
+	m.Done()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("lines %q", lines)
+	}
+	if want := "kernel compile: 1000 steps / 2500 steps (40%), 100 steps/s, ETA 15s"; lines[0] != want {
+		t.Errorf("first line %q, want %q", lines[0], want)
+	}
+	if want := "kernel compile: 2600 steps (past the estimated 2500 steps), 130 steps/s"; lines[1] != want {
+		t.Errorf("second line %q, want %q", lines[1], want)
+	}
+	if strings.Contains(lines[2], "%") || strings.Contains(lines[2], "ETA") {
+		t.Errorf("final line %q", lines[2])
+	}
+}

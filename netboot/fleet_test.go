@@ -33,7 +33,7 @@ func TestFleetPage(t *testing.T) {
 		`data-node="02:00:00:00:04:01" data-verdict="pass"`,
 		`<a href="/nodes/02:00:00:00:08:01">`,
 		`demo-xeon-8gpu`,
-		`<div class="sev-fail" title="GPU5 → GPU6 copy-engine write corrupted 1024 words at offset 0x3ffff000">copy.mismatch</div>`,
+		`<div class="sev-fail" title="GPU5-&gt;GPU6 ce write corrupted data: 1024 word(s) differ, first at byte 0xffff000 (want 0x5a5a0000, got 0x00000000)">copy.corrupt</div>`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("fleet page lacks %q", want)
@@ -68,7 +68,7 @@ func TestNodePage(t *testing.T) {
 		`data-topo="PIX"`, `data-topo="NODE"`, `data-topo="SYS"`,
 		`<svg class="curve"`, `data-bytes="1073741824"`,
 		`<tr class="change worse"><td>verdict</td><td>pass</td><td>fail</td></tr>`,
-		`<td>finding copy.mismatch</td>`,
+		`<td>finding copy.corrupt</td>`,
 		`id="history"`,
 	} {
 		if !strings.Contains(body, want) {

@@ -418,7 +418,7 @@ func TestFleetPageReadsNoBodies(t *testing.T) {
 	size := fillFleet(t, e.store, 20, bigReport(t, 4<<20))
 	alloc, took, page := fleetCost(t, e.http.URL+"/")
 	t.Logf("GET / over 20 nodes with %.1f MiB reports: %.2f MiB allocated, %v", float64(size)/(1<<20), float64(alloc)/(1<<20), took)
-	if strings.Count(page, `<tr class="node"`) != 20 || !strings.Contains(page, "copy.mismatch") {
+	if strings.Count(page, `<tr class="node"`) != 20 || !strings.Contains(page, "copy.corrupt") {
 		t.Errorf("the page lacks the nodes or their findings")
 	}
 	if alloc > 4<<20 {

@@ -159,7 +159,7 @@ func TestStoreUpgrade(t *testing.T) {
 	if err != nil || n.Latest == nil {
 		t.Fatalf("after the upgrade: %+v %v", n, err)
 	}
-	if n.Latest.GPUs != 8 || n.Latest.Size != int64(len(body)) || n.Latest.BusBWAtMax == 0 || len(n.Latest.Failing) == 0 || n.Latest.Failing[0].ID != "copy.mismatch" {
+	if n.Latest.GPUs != 8 || n.Latest.Size != int64(len(body)) || n.Latest.BusBWAtMax == 0 || len(n.Latest.Failing) == 0 || n.Latest.Failing[0].ID != "copy.corrupt" {
 		t.Errorf("summary after the upgrade: %+v", n.Latest)
 	}
 	if got := mustBody(t, s, n.Latest.ID); got != string(body) {

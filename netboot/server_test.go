@@ -281,7 +281,7 @@ func TestCollector(t *testing.T) {
 		{"not a report", "/reports?node=52:54:00:00:00:03", tok("52:54:00:00:00:03"), []byte(`[1,2]`), 422, "want a JSON object"},
 		{"old schema", "/reports?node=52:54:00:00:00:04", tok("52:54:00:00:00:04"), v1, 422, "schema 1"},
 		{"wrong recipe", "/reports?node=52:54:00:00:00:04", tok("52:54:00:00:00:04"), foreign, 422, "token is for"},
-		{"bad verdict", "/reports?node=52:54:00:00:00:04", tok("52:54:00:00:00:04"), badVerdict, 422, "want pass or fail"},
+		{"bad verdict", "/reports?node=52:54:00:00:00:04", tok("52:54:00:00:00:04"), badVerdict, 422, `want \"pass\" or \"fail\"`},
 		{"bad node", "/reports?node=a%20b", n1, other, 400, "node:"},
 		{"second good", "/reports?node=52-54-00-00-00-01", n1, append(append([]byte{}, other...), " \n\t"...), 201, "report stored"},
 	}

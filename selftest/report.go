@@ -36,27 +36,28 @@ const (
 // Report is what one boot's self-test found. Everything but StartedAt and the
 // durations is a function of the box, the image and the kernel's answers.
 type Report struct {
-	Schema           int        `json:"schema"`
-	Verdict          string     `json:"verdict"`
-	Findings         []Finding  `json:"findings"`
-	Recipe           RecipeRef  `json:"recipe"`
-	Kernel           Kernel     `json:"kernel"`
-	Modules          []Module   `json:"modules"`
-	GPUs             []GPU      `json:"gpus"`
-	CUDA             CUDA       `json:"cuda"`
-	NVML             NVML       `json:"nvml"`
-	Pairs            []Pair     `json:"pairs"` // every unordered GPU pair, A < B
-	IOMMU            IOMMU      `json:"iommu"`
-	Copies           []Copy     `json:"copies"`        // timed, verified copies (local and peer)
-	HighMem          []HighMem  `json:"high_mem"`      // probes above BAR1, one per GPU where BAR1 < VRAM
-	Latencies        []Latency  `json:"latencies"`     // small-write latency, local and per ordered pair with peer access
-	NCCL             *NCCL      `json:"nccl"`          // nil: the phase did not run
-	KernelEvents     []KEvent   `json:"kernel_events"` // Xid, IOMMU faults, firmware failures seen during the run
-	Durations        []Duration `json:"durations"`
-	StartedAt        string     `json:"started_at"`        // RFC 3339, UTC
-	DeadlineExceeded string     `json:"deadline_exceeded"` // the phase that stalled, or ""
-	Stall            *Stall     `json:"stall"`             // details of that stall
-	Tool             string     `json:"tool"`              // p2pcheck version
+	Schema           int         `json:"schema"`
+	Verdict          string      `json:"verdict"`
+	Findings         []Finding   `json:"findings"`
+	Recipe           RecipeRef   `json:"recipe"`
+	Kernel           Kernel      `json:"kernel"`
+	Modules          []Module    `json:"modules"`
+	GPUs             []GPU       `json:"gpus"`
+	CUDA             CUDA        `json:"cuda"`
+	NVML             NVML        `json:"nvml"`
+	Pairs            []Pair      `json:"pairs"` // every unordered GPU pair, A < B
+	IOMMU            IOMMU       `json:"iommu"`
+	Copies           []Copy      `json:"copies"`        // timed, verified copies (local and peer)
+	HighMem          []HighMem   `json:"high_mem"`      // probes above BAR1, one per GPU where BAR1 < VRAM
+	Latencies        []Latency   `json:"latencies"`     // small-write latency, local and per ordered pair with peer access
+	BAR1             []BAR1Usage `json:"bar1"`          // NVML's BAR1 used/total per GPU, before and after the copies
+	NCCL             *NCCL       `json:"nccl"`          // nil: the phase did not run
+	KernelEvents     []KEvent    `json:"kernel_events"` // Xid, IOMMU faults, firmware failures seen during the run
+	Durations        []Duration  `json:"durations"`
+	StartedAt        string      `json:"started_at"`        // RFC 3339, UTC
+	DeadlineExceeded string      `json:"deadline_exceeded"` // the phase that stalled, or ""
+	Stall            *Stall      `json:"stall"`             // details of that stall
+	Tool             string      `json:"tool"`              // p2pcheck version
 }
 
 // Finding is one observation; any "fail" finding makes the verdict fail. IDs are
@@ -180,6 +181,7 @@ func New() *Report {
 		Copies:       []Copy{},
 		HighMem:      []HighMem{},
 		Latencies:    []Latency{},
+		BAR1:         []BAR1Usage{},
 		KernelEvents: []KEvent{},
 		Durations:    []Duration{},
 	}
@@ -210,13 +212,20 @@ func Encode(r *Report) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// Decode parses a report and refuses other schema versions, so a collector never
-// silently misreads a report from a newer image.
+// Decode parses a report, refuses other schema versions (so a collector never silently
+// misreads a report from a newer image) and checks its content with Validate: what
+// Decode accepts, every reader (report show, serve, flash reports) can show
+// truthfully. Errors name the line, column and key; bad JSON wraps ErrNotJSON.
 func Decode(b []byte) (*Report, error) {
 	d := json.NewDecoder(bytes.NewReader(b))
 	r := &Report{}
 	if err := d.Decode(r); err != nil {
-		return nil, fmt.Errorf("decoding report: %w", err)
+		return nil, fmt.Errorf("decoding report: %w", jsonError(b, err))
+	}
+	if tail := bytes.TrimSpace(b[d.InputOffset():]); len(tail) > 0 {
+		// What follows the value would be stored and served back.
+		line, col := lineCol(b, d.InputOffset())
+		return nil, fmt.Errorf("decoding report: %d:%d: %w: bytes follow the report", line, col, ErrNotJSON)
 	}
 	if r.Schema != Schema {
 		return nil, fmt.Errorf("decoding report: schema %d, want %d", r.Schema, Schema)
@@ -248,6 +257,12 @@ func Decode(b []byte) (*Report, error) {
 	}
 	if r.KernelEvents == nil {
 		r.KernelEvents = []KEvent{}
+	}
+	if r.BAR1 == nil {
+		r.BAR1 = []BAR1Usage{}
+	}
+	if err := Validate(r); err != nil {
+		return nil, fmt.Errorf("decoding report: %w", err)
 	}
 	return r, nil
 }

@@ -111,6 +111,17 @@ type CUDADevice struct {
 	MemBytes int64  `json:"mem_bytes"`
 }
 
+// BAR1Usage is one GPU's BAR1 budget as NVML counts it (nvmlDeviceGetBAR1MemoryInfo),
+// read before the copies (the nvml phase, no CUDA context open) and again after the
+// cuda and nccl phases' processes exited. With every context gone, the used figure
+// should be back where it started; what stays is BAR1 the driver did not give back.
+type BAR1Usage struct {
+	GPU        int    `json:"gpu"`   // index into Report.GPUs
+	Total      int64  `json:"total"` // bytes
+	UsedBefore int64  `json:"used_before"`
+	UsedAfter  *int64 `json:"used_after"` // nil: not read (NVML failed, or the run stopped early)
+}
+
 // Copy methods and directions.
 const (
 	MethodCE = "ce" // copy engine: cuMemcpyAsync
@@ -134,8 +145,8 @@ type Copy struct {
 	// LinkGBps is the theoretical per-direction rate of the narrowest link on the path
 	// (0: unknown, or a local copy). A measurement above 1.05x of it is a fault.
 	LinkGBps float64   `json:"link_gbps"`
-	Verified bool      `json:"verified"`           // the destination was checked on the GPU
-	Mismatch *Mismatch `json:"mismatch,omitempty"` // the first bad word, if any
+	Verified bool      `json:"verified"`           // the destination was checked on the GPU and every word matched
+	Mismatch *Mismatch `json:"mismatch,omitempty"` // the check found these words wrong (then Verified is false)
 	Error    string    `json:"error,omitempty"`    // a CUDA call failed; the copy has no figure
 }
 
@@ -156,7 +167,7 @@ type HighMem struct {
 	VRAMBytes  int64     `json:"vram_bytes"`
 	BallastMiB int64     `json:"ballast_mib"` // allocated below the buffer, freed before peer access
 	BufferVA   string    `json:"buffer_va"`   // the buffer's device address, hex (a hint, not a physical offset)
-	Verified   bool      `json:"verified"`    // both directions checked
+	Verified   bool      `json:"verified"`    // both directions checked and intact
 	Error      string    `json:"error,omitempty"`
 	Guarantee  string    `json:"guarantee"` // what the placement does and does not prove
 	Mismatch   *Mismatch `json:"mismatch,omitempty"`
@@ -175,7 +186,7 @@ type Latency struct {
 	Writes    int       `json:"writes"`    // per sample
 	US        float64   `json:"us"`        // median of Samples, microseconds per write
 	Samples   []float64 `json:"samples"`
-	Verified  bool      `json:"verified"`           // the last write's bytes were read back
+	Verified  bool      `json:"verified"`           // the last write's bytes were read back and matched
 	Mismatch  *Mismatch `json:"mismatch,omitempty"` // they were not what was written
 	Error     string    `json:"error,omitempty"`
 }

@@ -263,7 +263,8 @@ func (e *engine) measure(c *selftest.Copy, legs []leg) error {
 			}
 		}
 	}
-	c.Verified = true
+	// Verified means checked and intact; a mismatch is the check's other answer.
+	c.Verified = c.Mismatch == nil
 	return nil
 }
 

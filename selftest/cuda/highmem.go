@@ -39,7 +39,7 @@ func (e *engine) highMem(t HighMemTarget) selftest.HighMem {
 	if err != nil {
 		h.Error = err.Error()
 	}
-	h.Verified = v
+	h.Verified = v && h.Mismatch == nil
 	return h
 }
 

@@ -48,7 +48,7 @@ func TestLatencyOverFake(t *testing.T) {
 					continue
 				}
 				delete(want, key)
-				if l.Direction != dir || l.Bytes != cuda.LatencyBytes || l.Writes != 100 || len(l.Samples) != 9 || l.Error != "" || !l.Verified {
+				if l.Direction != dir || l.Bytes != cuda.LatencyBytes || l.Writes != 100 || len(l.Samples) != 9 || l.Error != "" || l.Verified != (l.Mismatch == nil) {
 					t.Errorf("latency %s: %+v", key, l)
 				}
 				if l.US <= 0 || l.US != cuda.Median(l.Samples) {

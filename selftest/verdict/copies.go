@@ -50,7 +50,7 @@ func (j *judge) copies() {
 			name = fmt.Sprintf("GPU%d local %s copy", a, c.Method)
 		}
 		if c.Error != "" {
-			j.add(selftest.SevFail, "copy.error", subject, fmt.Sprintf("%s failed: %s", name, c.Error), c.Error, copyErrorHint(c.Error))
+			j.add(selftest.SevFail, "copy.error", subject, fmt.Sprintf("%s failed: %s", name, c.Error), c.Error, j.copyErrorHint(c.Error))
 			continue
 		}
 		if m := c.Mismatch; m != nil {
@@ -129,9 +129,9 @@ func (j *judge) corruptHint(c *selftest.Copy) string {
 	case c.Src == c.Dst || c.Direction == selftest.DirLocal:
 		return "a copy within one GPU corrupted data, with no peer path involved: suspect the GPU's memory or the driver (check kernel.xid for ECC / MMU errors, and the card's temperature and clocks)"
 	case c.Method == selftest.MethodSM:
-		return "the GPU's own loads and stores through the peer mapping (the path NCCL uses) landed in the wrong place: on cards whose BAR1 is smaller than VRAM use driver.p2p = \"dynamic-bar1\"; check kernel.iommu_fault and kernel.xid"
+		return "the GPU's own loads and stores through the peer mapping (the path NCCL uses) landed in the wrong place: " + j.mappingAdvice()
 	}
-	return "peer data landed in the wrong place: on cards whose BAR1 is smaller than VRAM an address outside the BAR1 window does this (use driver.p2p = \"dynamic-bar1\"); check kernel.iommu_fault and kernel.xid"
+	return "peer data landed in the wrong place: " + j.mappingAdvice()
 }
 
 // injected fails a run where --inject-corruption broke a word and no verification
@@ -171,10 +171,20 @@ func (j *judge) copyThreshold(c *selftest.Copy, a, b int, subject, name string) 
 		"check pcie.link for a narrow or slow link and the slot wiring (chipset lanes, x4 slots); far below means the copy was staged through host memory")
 }
 
-func copyErrorHint(msg string) string {
+// mappingAdvice is the next step for a peer mapping that put data in the wrong place
+// or failed: the dynamic-BAR1 driver, unless the image already runs it, when the
+// mapping itself is at fault.
+func (j *judge) mappingAdvice() string {
+	if j.p2pMode() == P2PDynamicBAR1 {
+		return "the image already runs the dynamic-BAR1 driver (driver.p2p = \"dynamic-bar1\"), so its peer mapping of this window is wrong: check kernel.iommu_fault and kernel.xid around the copy, and report it with this JSON against the patch series"
+	}
+	return "on cards whose BAR1 is smaller than VRAM an address outside the BAR1 window does this (use driver.p2p = \"dynamic-bar1\"); check kernel.iommu_fault and kernel.xid"
+}
+
+func (j *judge) copyErrorHint(msg string) string {
 	switch {
 	case strings.Contains(msg, "MAP_FAILED") || strings.Contains(msg, "(205)"):
-		return "mapping of buffer object failed is the broken-P2P-mapping error: on cards whose BAR1 is smaller than VRAM use driver.p2p = \"dynamic-bar1\""
+		return "mapping of buffer object failed is the broken-P2P-mapping error: " + j.mappingAdvice()
 	case strings.Contains(msg, "PEER_ACCESS_UNSUPPORTED") || strings.Contains(msg, "(217)"):
 		return "the driver refused peer access between these GPUs: see p2p.status"
 	case strings.Contains(msg, "TOO_MANY_PEERS") || strings.Contains(msg, "(711)"):
@@ -188,7 +198,10 @@ func copyErrorHint(msg string) string {
 // highMem checks the probe that places a buffer above the BAR1 size: on 48 GB cards
 // with 32 GiB BAR1 that is where a static mapping silently corrupts data.
 func (j *judge) highMem() {
-	const hint = "peer copies to memory above the BAR1 size need per-allocation BAR1 windows: use the dynamic-BAR1 driver (driver.p2p = \"dynamic-bar1\")"
+	hint := "peer copies to memory above the BAR1 size need per-allocation BAR1 windows: use the dynamic-BAR1 driver (driver.p2p = \"dynamic-bar1\")"
+	if j.p2pMode() == P2PDynamicBAR1 {
+		hint = "peer copies above the BAR1 size failed under the dynamic-BAR1 driver (driver.p2p = \"dynamic-bar1\"): its per-allocation windows are not working; check kernel_log for BAR1 exhaustion and the patch series"
+	}
 	for _, h := range j.r.HighMem {
 		gi := j.r.GPUIndex(h.GPU)
 		subject := fmt.Sprintf("GPU%d", gi)
@@ -227,7 +240,7 @@ func (j *judge) latencies() {
 			name = fmt.Sprintf("GPU%d local %d-byte write", a, l.Bytes)
 		}
 		if l.Error != "" {
-			j.add(selftest.SevFail, "latency.error", subject, fmt.Sprintf("timing the %s failed: %s", name, l.Error), l.Error, copyErrorHint(l.Error))
+			j.add(selftest.SevFail, "latency.error", subject, fmt.Sprintf("timing the %s failed: %s", name, l.Error), l.Error, j.copyErrorHint(l.Error))
 			continue
 		}
 		if m := l.Mismatch; m != nil {

@@ -61,7 +61,8 @@ func init() {
 		}, id: "latency.slow", status: selftest.SevWarn, msg: "GPU0->GPU1 16-byte write takes 13.90 µs, above the", hint: "staged through host memory about 14 µs"},
 		{name: "latency write landed elsewhere", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
 			withLatencies(r)
-			latencyOf(r, 2, 3).Mismatch = &selftest.Mismatch{Offset: 4, Want: 0x1234abcd, Got: 0xedcb5432, Words: 1}
+			l := latencyOf(r, 2, 3)
+			l.Verified, l.Mismatch = false, &selftest.Mismatch{Offset: 4, Want: 0x1234abcd, Got: 0xedcb5432, Words: 1}
 		}, id: "latency.corrupt", status: selftest.SevFail, msg: "GPU2->GPU3 16-byte write did not arrive: 1 word(s) differ, first at byte 0x4", hint: "peer write landed elsewhere"},
 		{name: "latency write failed", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 			withLatencies(r)
@@ -100,7 +101,8 @@ func TestRenderLatency(t *testing.T) {
 	e := FromRecipe(healthyRecipe(4))
 	boundLatency(e, 5)
 	latencyOf(r, 0, 3).US = 14.2
-	latencyOf(r, 2, 1).Mismatch = &selftest.Mismatch{Offset: 0, Want: 1, Got: 2, Words: 1}
+	bad := latencyOf(r, 2, 1)
+	bad.Verified, bad.Mismatch = false, &selftest.Mismatch{Offset: 0, Want: 1, Got: 2, Words: 1}
 	r.Latencies = r.Latencies[:len(r.Latencies)-2] // GPU3->GPU2 and GPU3's local: not measured
 	Judge(r, e)
 	out := selftest.Render(r)

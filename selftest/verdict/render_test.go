@@ -34,7 +34,7 @@ func golden(t *testing.T, name, got string) {
 func faultyReport() (*selftest.Report, *Expect) {
 	r := healthyReport(4)
 	e := FromRecipe(healthyRecipe(4))
-	findCopy(r, 0, 3, selftest.MethodCE, selftest.DirWrite).Mismatch = &selftest.Mismatch{Offset: 0x80000000, Want: 0x9e3779b1, Got: 0, Words: 4096}
+	corrupt(findCopy(r, 0, 3, selftest.MethodCE, selftest.DirWrite), 0x0ff00000, 4096)
 	findCopy(r, 2, 0, selftest.MethodSM, selftest.DirWrite).GBps = 6.6
 	findCopy(r, 1, 2, selftest.MethodCE, selftest.DirRead).GBps = 128.4
 	findCopy(r, 2, 3, selftest.MethodCE, selftest.DirBidir).Error = "cuMemcpyAsync: CUDA_ERROR_ILLEGAL_ADDRESS (700)"

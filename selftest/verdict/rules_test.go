@@ -108,10 +108,16 @@ var faultRows = []struct {
 	}, id: "nccl.transport", status: selftest.SevWarn, msg: "via NET/Socket/0"},
 	// copy.*
 	{name: "corrupted peer write", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
-		findCopy(r, 0, 3, selftest.MethodCE, selftest.DirWrite).Mismatch = &selftest.Mismatch{Offset: 0x80000000, Want: 0x9e3779b1, Got: 0, Words: 4096}
-	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU0->GPU3 ce write corrupted data: 4096 word(s) differ, first at byte 0x80000000 (want 0x9e3779b1, got 0x00000000)", hint: "dynamic-bar1"},
+		corrupt(findCopy(r, 0, 3, selftest.MethodCE, selftest.DirWrite), 0x0ff00000, 4096)
+	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU0->GPU3 ce write corrupted data: 4096 word(s) differ, first at byte 0xff00000 (want 0x9e3779b1, got 0x00000000)", hint: "already runs the dynamic-BAR1 driver"},
+	// On a static-BAR1 image the same corruption asks for the dynamic-BAR1 driver; on
+	// the dynamic-BAR1 image (the row above) it must not ask for what it has.
+	{name: "corrupted peer write, static BAR1", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		e.P2P = P2PStaticBAR1
+		corrupt(findCopy(r, 0, 1, selftest.MethodCE, selftest.DirWrite), 0x1000, 1)
+	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU0->GPU1 ce write corrupted data", hint: "use driver.p2p = \"dynamic-bar1\""},
 	{name: "corrupted SM read", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
-		findCopy(r, 1, 0, selftest.MethodCE, selftest.DirRead).Mismatch = &selftest.Mismatch{Offset: 64, Want: 1, Got: 2, Words: 1}
+		corrupt(findCopy(r, 1, 0, selftest.MethodCE, selftest.DirRead), 64, 1)
 	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU1->GPU0 ce read"},
 	{name: "copy faster than the link", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		findCopy(r, 0, 1, selftest.MethodCE, selftest.DirWrite).GBps = 128
@@ -128,11 +134,12 @@ var faultRows = []struct {
 	},
 		id: "copy.bandwidth", status: selftest.SevFail, msg: "below the PHB threshold of 32.0 GB/s"},
 	{name: "corrupted local copy", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
-		findCopy(r, 1, 1, selftest.MethodCE, selftest.DirLocal).Mismatch = &selftest.Mismatch{Offset: 8192, Want: 5, Got: 6, Words: 2}
+		corrupt(findCopy(r, 1, 1, selftest.MethodCE, selftest.DirLocal), 8192, 2)
 	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU1 local ce copy corrupted data", hint: "no peer path involved"},
 	{name: "corrupted injected on purpose", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.Add(selftest.SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): CorruptOnce test hook: after the ce write copy GPU 0 -> GPU 1, the word at byte offset 100 ...", "")
-		findCopy(r, 0, 1, selftest.MethodCE, selftest.DirWrite).Mismatch = &selftest.Mismatch{Offset: 100, Want: 5, Got: ^uint32(5), Words: 1}
+		c := findCopy(r, 0, 1, selftest.MethodCE, selftest.DirWrite)
+		c.Verified, c.Mismatch = false, &selftest.Mismatch{Offset: 100, Want: 5, Got: ^uint32(5), Words: 1}
 	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU0->GPU1 ce write", hint: "--inject-corruption inverted on purpose"},
 	{name: "injected corruption not detected", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.Add(selftest.SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): CorruptOnce test hook: after the ce write copy GPU 0 -> GPU 1, the word at byte offset 100 ...", "")
@@ -279,6 +286,10 @@ func TestFaultCatalogue(t *testing.T) {
 				tt.mutate(r, e)
 			}
 			Judge(r, e)
+			// Every row is a report p2pcheck could write: what report show and serve accept.
+			if err := selftest.Validate(r); err != nil {
+				t.Errorf("the fixture is no valid report: %v", err)
+			}
 			var hit *selftest.Finding
 			for k := range r.Findings {
 				f := &r.Findings[k]
@@ -371,6 +382,12 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// corrupt marks copy c the way p2pcheck reports a failed data check.
+func corrupt(c *selftest.Copy, offset, words int64) {
+	c.Verified = false
+	c.Mismatch = &selftest.Mismatch{Offset: offset, Want: 0x9e3779b1, Got: 0, Words: words}
 }
 
 func setP2P(r *selftest.Report, letter string) {

@@ -19,7 +19,7 @@ func LatencySubject(r *Report, l *Latency) string {
 
 // renderLatencies prints the latency matrix: row the writing GPU, column the GPU
 // written to, the diagonal local.
-func renderLatencies(b *strings.Builder, r *Report) {
+func renderLatencies(b *strings.Builder, r *Report, width int) {
 	if len(r.Latencies) == 0 {
 		return
 	}
@@ -59,17 +59,13 @@ func renderLatencies(b *strings.Builder, r *Report) {
 		grid[a][d] = s
 	}
 	section(b, fmt.Sprintf("Latency of %d-byte writes, µs (row: writer, column: written to; median)", bytes))
-	tw := newTab(b)
-	header(tw, n)
-	for a := 0; a < n; a++ {
-		fmt.Fprintf(tw, "  GPU%d", a)
-		for d := 0; d < n; d++ {
-			fmt.Fprintf(tw, "\t%s", orDefault(grid[a][d], "-"))
+	for a := range grid {
+		for d := range grid[a] {
+			grid[a][d] = orDefault(grid[a][d], "-")
 		}
-		fmt.Fprintf(tw, "\n")
 	}
-	tw.Flush()
-	b.WriteString("  legend: diagonal = local write; \"!\" = the measurement has a fail or warn finding; - = not measured (no peer access)\n")
+	writeMatrix(b, width, grid)
+	wrap(b, width, "  legend: ", 10, "diagonal = local write; \"!\" = the measurement has a fail or warn finding; - = not measured (no peer access)")
 }
 
 // LatencyChange compares one latency (GPU indexes) across two reports.

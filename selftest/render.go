@@ -10,31 +10,39 @@ import (
 // Render is the full console view of a report (peerboot report show): the verdict,
 // the versions of every layer, the GPUs, the pair topology, one bandwidth matrix per
 // copy method and direction, the NCCL sizes and transports, the above-BAR1 probe, the
-// findings (fail and warn first, info last) and the phase durations. The output is a
-// function of the report alone. Summary stays the short form for the boot console.
-func Render(r *Report) string {
+// findings (fail and warn first, info last) and the phase durations, laid out for
+// DefaultWidth columns. Summary stays the short form for the boot console.
+func Render(r *Report) string { return RenderWidth(r, DefaultWidth) }
+
+// RenderWidth is Render for a console width columns wide: matrices that do not fit
+// drop the topology from their cells, then split into column blocks; the GPU table
+// moves the upstream path under each GPU; prose wraps at word boundaries. The output
+// is a function of the report and the width alone.
+func RenderWidth(r *Report, width int) string {
+	width = max(width, minWidth)
 	var b strings.Builder
-	renderHeader(&b, r)
-	renderGPUs(&b, r)
-	renderTopology(&b, r)
-	renderCopies(&b, r)
-	renderLatencies(&b, r)
-	renderHighMem(&b, r)
-	renderNCCL(&b, r)
-	renderKernelEvents(&b, r)
-	renderFindings(&b, r)
-	renderDurations(&b, r)
+	renderHeader(&b, r, width)
+	renderGPUs(&b, r, width)
+	renderTopology(&b, r, width)
+	renderCopies(&b, r, width)
+	renderLatencies(&b, r, width)
+	renderHighMem(&b, r, width)
+	renderBAR1(&b, r, width)
+	renderNCCL(&b, r, width)
+	renderKernelEvents(&b, r, width)
+	renderFindings(&b, r, width)
+	renderDurations(&b, r, width)
 	return trimLines(b.String())
 }
 
-func renderHeader(b *strings.Builder, r *Report) {
+func renderHeader(b *strings.Builder, r *Report, width int) {
 	fmt.Fprintf(b, "peerboot self-test: %s", strings.ToUpper(orDefault(r.Verdict, "unknown")))
 	if r.Recipe.Name != "" {
 		fmt.Fprintf(b, "  recipe %s %s", r.Recipe.Name, shortDigest(r.Recipe.Digest))
 	}
 	b.WriteString("\n")
 	line := func(label, format string, args ...any) {
-		fmt.Fprintf(b, "  %-8s %s\n", label, fmt.Sprintf(format, args...))
+		wrap(b, width, fmt.Sprintf("  %-8s ", label), 11, fmt.Sprintf(format, args...))
 	}
 	if r.StartedAt != "" || r.Tool != "" {
 		line("started", "%s, tool %s", orDefault(r.StartedAt, "?"), orDefault(r.Tool, "?"))
@@ -118,19 +126,38 @@ func linkText(speed string, width int) string {
 	return s
 }
 
-func renderGPUs(b *strings.Builder, r *Report) {
+// linkNowMax is a link's current and maximum state in one cell: "16.0GT/s x16" when
+// they agree, "2.5/16.0GT/s x8/16" where they differ.
+func linkNowMax(l Link) string {
+	speed := func(s string) string {
+		return strings.TrimSuffix(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(s), " PCIe")), " GT/s")
+	}
+	cur, top := orDefault(speed(l.CurrentSpeed), "?"), orDefault(speed(l.MaxSpeed), "?")
+	out := cur + "GT/s"
+	if cur != top {
+		out = cur + "/" + top + "GT/s"
+	}
+	switch {
+	case l.CurrentWidth > 0 && l.CurrentWidth != l.MaxWidth && l.MaxWidth > 0:
+		out += fmt.Sprintf(" x%d/%d", l.CurrentWidth, l.MaxWidth)
+	case l.CurrentWidth > 0:
+		out += fmt.Sprintf(" x%d", l.CurrentWidth)
+	}
+	return out
+}
+
+func renderGPUs(b *strings.Builder, r *Report, width int) {
 	section(b, "GPUs")
 	if len(r.GPUs) == 0 {
 		b.WriteString("  none in sysfs\n")
 		return
 	}
-	tw := newTab(b)
-	fmt.Fprintf(tw, "  #\tBDF\tNAME\tNUMA\tLINK NOW\tLINK MAX\tBAR1/VRAM\tUPSTREAM\n")
+	type gpuRow struct {
+		now, maxLink, both, upstream, sizes string
+		cells                         []string
+	}
+	var rows []gpuRow
 	for i, g := range r.GPUs {
-		name := r.GPUName(i)
-		if name == "" {
-			name = strings.TrimPrefix(g.Vendor, "0x") + ":" + strings.TrimPrefix(g.Device, "0x")
-		}
 		vram, _ := r.GPUVRAM(i)
 		var up []string
 		for _, br := range g.Upstream {
@@ -140,23 +167,72 @@ func renderGPUs(b *strings.Builder, r *Report) {
 			}
 			up = append(up, s)
 		}
-		fmt.Fprintf(tw, "  %d\t%s\t%s\t%d\t%s\t%s\t%s/%s\t%s\n", i, g.BDF, name, g.NUMANode,
-			linkText(g.Link.CurrentSpeed, g.Link.CurrentWidth), linkText(g.Link.MaxSpeed, g.Link.MaxWidth),
-			HumanBytes(r.GPUBAR1(i)), HumanBytes(vram), orDefault(strings.Join(up, " > "), "-"))
+		rows = append(rows, gpuRow{
+			now:      linkText(g.Link.CurrentSpeed, g.Link.CurrentWidth),
+			maxLink:  linkText(g.Link.MaxSpeed, g.Link.MaxWidth),
+			both:     linkNowMax(g.Link),
+			upstream: orDefault(strings.Join(up, " > "), "-"),
+			sizes:    HumanBytes(r.GPUBAR1(i)) + "/" + HumanBytes(vram),
+			cells:    []string{fmt.Sprintf("  %d", i), g.BDF, r.GPUModel(i), fmt.Sprint(g.NUMANode)},
+		})
 	}
-	tw.Flush()
+	// Widest first; then the upstream path goes under each GPU, then the two link
+	// columns become one.
+	for layout := 0; ; layout++ {
+		head := []string{"  #", "BDF", "NAME", "NUMA"}
+		switch layout {
+		case 0:
+			head = append(head, "LINK NOW", "LINK MAX", "BAR1/VRAM", "UPSTREAM")
+		case 1:
+			head = append(head, "LINK NOW", "LINK MAX", "BAR1/VRAM")
+		default:
+			head = append(head, "LINK NOW/MAX", "BAR1/VRAM")
+		}
+		table := [][]string{head}
+		for _, row := range rows {
+			cells := append([]string{}, row.cells...)
+			if layout < 2 {
+				cells = append(cells, row.now, row.maxLink)
+			} else {
+				cells = append(cells, row.both)
+			}
+			cells = append(cells, row.sizes)
+			if layout == 0 {
+				cells = append(cells, row.upstream)
+			}
+			table = append(table, cells)
+		}
+		if layout < 2 && tableWidth(table) > width {
+			continue
+		}
+		if layout == 0 {
+			writeTable(b, table)
+			return
+		}
+		// The upstream path under each GPU's row.
+		var tb strings.Builder
+		writeTable(&tb, table)
+		lines := strings.Split(strings.TrimSuffix(tb.String(), "\n"), "\n")
+		b.WriteString(lines[0] + "\n")
+		for i, l := range lines[1:] {
+			b.WriteString(l + "\n")
+			if rows[i].upstream != "-" {
+				wrap(b, width, "      upstream: ", 16, rows[i].upstream)
+			}
+		}
+		return
+	}
 }
 
-func renderTopology(b *strings.Builder, r *Report) {
+func renderTopology(b *strings.Builder, r *Report, width int) {
 	n := len(r.GPUs)
 	if n < 2 || len(r.Pairs) == 0 {
 		return
 	}
-	section(b, "Topology (sysfs class; NVML P2P read/write where not OK; \"cuda-\": cuDeviceCanAccessPeer false)")
-	tw := newTab(b)
-	header(tw, n)
+	section(b, "Topology (sysfs class; NVML P2P read/write if not OK; cuda-: no peer access)")
+	cells := make([][]string, n)
 	for a := 0; a < n; a++ {
-		fmt.Fprintf(tw, "  GPU%d", a)
+		cells[a] = make([]string, n)
 		for c := 0; c < n; c++ {
 			cell := "X"
 			if a != c {
@@ -171,19 +247,10 @@ func renderTopology(b *strings.Builder, r *Report) {
 					}
 				}
 			}
-			fmt.Fprintf(tw, "\t%s", cell)
+			cells[a][c] = cell
 		}
-		fmt.Fprintf(tw, "\n")
 	}
-	tw.Flush()
-}
-
-func header(tw *tabwriter.Writer, n int) {
-	fmt.Fprintf(tw, "  ")
-	for c := 0; c < n; c++ {
-		fmt.Fprintf(tw, "\tGPU%d", c)
-	}
-	fmt.Fprintf(tw, "\n")
+	writeMatrix(b, width, cells)
 }
 
 // copyOrder lists methods and directions in the order the matrices print.
@@ -203,7 +270,7 @@ func failedSubjects(r *Report) map[string]bool {
 	return m
 }
 
-func renderCopies(b *strings.Builder, r *Report) {
+func renderCopies(b *strings.Builder, r *Report, width int) {
 	if len(r.Copies) == 0 {
 		return
 	}
@@ -215,7 +282,7 @@ func renderCopies(b *strings.Builder, r *Report) {
 	cell := func(c *Copy, topo string) string {
 		s := "error"
 		if c.Error == "" {
-			s = fmt.Sprintf("%.1f %s", c.GBps, topo)
+			s = strings.TrimSpace(fmt.Sprintf("%.1f %s", c.GBps, topo))
 		}
 		if failed[CopySubject(r, c)] {
 			s += "!"
@@ -238,35 +305,57 @@ func renderCopies(b *strings.Builder, r *Report) {
 			order = append(order, struct{ method, dir string }{c.Method, c.Direction})
 		}
 	}
-	printed := false
+	printed, compact := false, false
 	for _, o := range order {
-		grid := make([][]string, n)
-		for i := range grid {
-			grid[i] = make([]string, n)
-		}
-		any := false
-		for k := range r.Copies {
-			c := &r.Copies[k]
-			if c.Method != o.method {
-				continue
+		// grid lays out one method and direction; withTopo puts the pair's class in
+		// each cell, which an 80-column console has no room for beyond 4 GPUs.
+		grid := func(withTopo bool) ([][]string, bool) {
+			g := make([][]string, n)
+			for i := range g {
+				g[i] = make([]string, n)
 			}
-			a, d := r.GPUIndex(c.Src), r.GPUIndex(c.Dst)
-			if a < 0 || d < 0 || a >= n || d >= n {
-				continue
-			}
-			switch {
-			case a == d && (c.Direction == DirLocal || c.Direction == o.dir):
-				grid[a][a] = cell(c, "loc")
-			case a != d && c.Direction == o.dir:
-				any = true
-				grid[a][d] = cell(c, orDefault(r.PairTopology(a, d), "?"))
-				if o.dir == DirBidir && grid[d][a] == "" {
-					grid[d][a] = grid[a][d]
+			any := false
+			for k := range r.Copies {
+				c := &r.Copies[k]
+				if c.Method != o.method {
+					continue
+				}
+				a, d := r.GPUIndex(c.Src), r.GPUIndex(c.Dst)
+				if a < 0 || d < 0 || a >= n || d >= n {
+					continue
+				}
+				topo := ""
+				if withTopo {
+					topo = "loc"
+					if a != d {
+						topo = orDefault(r.PairTopology(a, d), "?")
+					}
+				}
+				switch {
+				case a == d && (c.Direction == DirLocal || c.Direction == o.dir):
+					g[a][a] = cell(c, topo)
+				case a != d && c.Direction == o.dir:
+					any = true
+					g[a][d] = cell(c, topo)
+					if o.dir == DirBidir && g[d][a] == "" {
+						g[d][a] = g[a][d]
+					}
 				}
 			}
+			for a := range g {
+				for d := range g[a] {
+					g[a][d] = orDefault(g[a][d], "-")
+				}
+			}
+			return g, any
 		}
+		cells, any := grid(true)
 		if !any {
 			continue
+		}
+		if matrixWidth(cells) > width {
+			cells, _ = grid(false)
+			compact = true
 		}
 		printed = true
 		what := "row: source, column: destination"
@@ -277,19 +366,14 @@ func renderCopies(b *strings.Builder, r *Report) {
 			what = "both directions at once, sum"
 		}
 		section(b, fmt.Sprintf("Copies %s %s, GB/s (%s)", o.method, o.dir, what))
-		tw := newTab(b)
-		header(tw, n)
-		for a := 0; a < n; a++ {
-			fmt.Fprintf(tw, "  GPU%d", a)
-			for d := 0; d < n; d++ {
-				fmt.Fprintf(tw, "\t%s", orDefault(grid[a][d], "-"))
-			}
-			fmt.Fprintf(tw, "\n")
-		}
-		tw.Flush()
+		writeMatrix(b, width, cells)
 	}
 	if printed {
-		b.WriteString("  legend: PIX/PXB/PHB/NODE/SYS = pair topology; loc = local copy on the diagonal; \"!\" = the copy has a fail finding; error = the copy failed; - = not measured\n")
+		legend := "PIX/PXB/PHB/NODE/SYS = pair topology; loc = local copy on the diagonal; \"!\" = the copy has a fail finding; error = the copy failed; - = not measured"
+		if compact {
+			legend = "the diagonal = local copies; \"!\" = the copy has a fail finding; error = the copy failed; - = not measured; each pair's class is in the Topology matrix"
+		}
+		wrap(b, width, "  legend: ", 10, legend)
 	} else {
 		section(b, "Copies")
 		for k := range r.Copies {
@@ -299,13 +383,12 @@ func renderCopies(b *strings.Builder, r *Report) {
 	}
 }
 
-func renderHighMem(b *strings.Builder, r *Report) {
+func renderHighMem(b *strings.Builder, r *Report, width int) {
 	if len(r.HighMem) == 0 {
 		return
 	}
 	section(b, "Above-BAR1 probe")
-	tw := newTab(b)
-	fmt.Fprintf(tw, "  GPU\tPEER\tBAR1/VRAM\tBALLAST\tBUFFER VA\tRESULT\n")
+	rows := [][]string{{"  GPU", "PEER", "BAR1/VRAM", "BALLAST", "BUFFER VA", "RESULT"}}
 	for _, h := range r.HighMem {
 		peer := "-"
 		if h.Peer >= 0 {
@@ -320,15 +403,16 @@ func renderHighMem(b *strings.Builder, r *Report) {
 		case h.Verified:
 			res = "verified"
 		}
-		fmt.Fprintf(tw, "  GPU%d\t%s\t%s/%s\t%dMiB\t%s\t%s\n", r.GPUIndex(h.GPU), peer, HumanBytes(h.BAR1Bytes), HumanBytes(h.VRAMBytes), h.BallastMiB, orDefault(h.BufferVA, "?"), res)
+		rows = append(rows, []string{fmt.Sprintf("  GPU%d", r.GPUIndex(h.GPU)), peer, HumanBytes(h.BAR1Bytes) + "/" + HumanBytes(h.VRAMBytes),
+			fmt.Sprintf("%dMiB", h.BallastMiB), orDefault(h.BufferVA, "?"), res})
 	}
-	tw.Flush()
+	writeTable(b, rows)
 	if g := r.HighMem[0].Guarantee; g != "" {
-		fmt.Fprintf(b, "  placement: %s\n", g)
+		wrap(b, width, "  placement: ", 13, g)
 	}
 }
 
-func renderNCCL(b *strings.Builder, r *Report) {
+func renderNCCL(b *strings.Builder, r *Report, width int) {
 	n := r.NCCL
 	if n == nil {
 		return
@@ -339,15 +423,14 @@ func renderNCCL(b *strings.Builder, r *Report) {
 	}
 	section(b, title+")")
 	if n.Error != "" {
-		fmt.Fprintf(b, "  error: %s\n", n.Error)
+		wrap(b, width, "  error: ", 9, n.Error)
 	}
 	if len(n.Sizes) > 0 {
-		tw := newTab(b)
-		fmt.Fprintf(tw, "  BYTES\tTIME\tALGBW GB/s\tBUSBW GB/s\tWRONG\n")
+		rows := [][]string{{"  BYTES", "TIME", "ALGBW GB/s", "BUSBW GB/s", "WRONG"}}
 		for _, s := range n.Sizes {
-			fmt.Fprintf(tw, "  %s\t%.1fus\t%.2f\t%.2f\t%d\n", HumanBytes(s.Bytes), s.TimeUS, s.AlgBW, s.BusBW, s.Wrong)
+			rows = append(rows, []string{"  " + HumanBytes(s.Bytes), fmt.Sprintf("%.1fus", s.TimeUS), fmt.Sprintf("%.2f", s.AlgBW), fmt.Sprintf("%.2f", s.BusBW), fmt.Sprint(s.Wrong)})
 		}
-		tw.Flush()
+		writeTable(b, rows)
 	}
 	counts := map[string]int{}
 	notP2P := 0
@@ -369,7 +452,7 @@ func renderNCCL(b *strings.Builder, r *Report) {
 	if len(n.Transports) == 0 {
 		fmt.Fprintf(b, "  transports: none logged\n")
 	} else {
-		fmt.Fprintf(b, "  transports: %d connection(s), %d not P2P: %s\n", len(n.Transports), notP2P, strings.Join(parts, ", "))
+		wrap(b, width, "  transports: ", 14, fmt.Sprintf("%d connection(s), %d not P2P: %s", len(n.Transports), notP2P, strings.Join(parts, ", ")))
 	}
 	if len(n.Env) > 0 {
 		keys := make([]string, 0, len(n.Env))
@@ -380,20 +463,20 @@ func renderNCCL(b *strings.Builder, r *Report) {
 		for i, k := range keys {
 			keys[i] = k + "=" + n.Env[k]
 		}
-		fmt.Fprintf(b, "  env: %s\n", strings.Join(keys, " "))
+		wrap(b, width, "  env: ", 7, strings.Join(keys, " "))
 	}
 	if n.LogFile != "" {
 		fmt.Fprintf(b, "  log: %s\n", n.LogFile)
 	}
 }
 
-func renderKernelEvents(b *strings.Builder, r *Report) {
+func renderKernelEvents(b *strings.Builder, r *Report, width int) {
 	if len(r.KernelEvents) == 0 {
 		return
 	}
 	section(b, fmt.Sprintf("Kernel log (%d event(s))", len(r.KernelEvents)))
 	for _, ev := range r.KernelEvents {
-		fmt.Fprintf(b, "  %-11s %s\n", ev.Kind, ev.Line)
+		wrap(b, width, fmt.Sprintf("  %-11s ", ev.Kind), 14, ev.Line)
 	}
 }
 
@@ -416,24 +499,24 @@ func sortedFindings(fs []Finding) []Finding {
 	return out
 }
 
-func renderFindings(b *strings.Builder, r *Report) {
+func renderFindings(b *strings.Builder, r *Report, width int) {
 	count := map[string]int{}
 	for _, f := range r.Findings {
 		count[f.Status]++
 	}
 	section(b, fmt.Sprintf("Findings (%d fail, %d warn, %d info)", count[SevFail], count[SevWarn], count[SevInfo]))
 	for _, f := range sortedFindings(r.Findings) {
-		fmt.Fprintf(b, "  %-4s  %s: %s\n", strings.ToUpper(f.Status), f.ID, f.Message)
+		wrap(b, width, fmt.Sprintf("  %-4s  ", strings.ToUpper(f.Status)), 8, f.ID+": "+f.Message)
 		if f.Evidence != "" && f.Status != SevInfo {
-			fmt.Fprintf(b, "        evidence: %s\n", f.Evidence)
+			wrap(b, width, "        evidence: ", 18, f.Evidence)
 		}
 		if f.Hint != "" {
-			fmt.Fprintf(b, "        hint: %s\n", f.Hint)
+			wrap(b, width, "        hint: ", 14, f.Hint)
 		}
 	}
 }
 
-func renderDurations(b *strings.Builder, r *Report) {
+func renderDurations(b *strings.Builder, r *Report, width int) {
 	if len(r.Durations) == 0 && r.Stall == nil && r.DeadlineExceeded == "" {
 		return
 	}
@@ -443,16 +526,61 @@ func renderDurations(b *strings.Builder, r *Report) {
 		parts = append(parts, d.Phase+" "+MSDuration(d.MS))
 	}
 	if len(parts) > 0 {
-		fmt.Fprintf(b, "  %s\n", strings.Join(parts, ", "))
+		wrap(b, width, "  ", 2, strings.Join(parts, ", "))
 	}
 	switch {
 	case r.Stall != nil:
-		fmt.Fprintf(b, "  stalled in %s after %s", r.Stall.Phase, MSDuration(r.Stall.AfterMS))
+		msg := fmt.Sprintf("stalled in %s after %s", r.Stall.Phase, MSDuration(r.Stall.AfterMS))
 		if r.Stall.Cause != "" {
-			fmt.Fprintf(b, ": %s", r.Stall.Cause)
+			msg += ": " + r.Stall.Cause
 		}
-		b.WriteString("\n")
+		wrap(b, width, "  ", 2, msg)
 	case r.DeadlineExceeded != "":
 		fmt.Fprintf(b, "  stalled in %s\n", r.DeadlineExceeded)
 	}
+}
+
+// renderBAR1 is NVML's BAR1 budget per GPU: used before the copies, used after them
+// (every context closed), and the total.
+func renderBAR1(b *strings.Builder, r *Report, width int) {
+	if len(r.BAR1) == 0 {
+		return
+	}
+	section(b, "BAR1 (NVML: used before the copies / after them, of the total)")
+	rows := [][]string{{"  GPU", "BEFORE", "AFTER", "TOTAL", "CHANGE"}}
+	for _, u := range r.BAR1 {
+		after, change := "-", "-"
+		if u.UsedAfter != nil {
+			after = HumanBytesAny(*u.UsedAfter)
+			change = signedBytes(*u.UsedAfter - u.UsedBefore)
+		}
+		rows = append(rows, []string{fmt.Sprintf("  GPU%d", u.GPU), HumanBytesAny(u.UsedBefore), after, HumanBytesAny(u.Total), change})
+	}
+	writeTable(b, rows)
+}
+
+// HumanBytesAny renders any byte count, 0 included, in the largest binary unit with
+// one decimal: "0B", "5.0MiB", "31.8GiB".
+func HumanBytesAny(n int64) string {
+	v := float64(n)
+	a := v
+	if a < 0 {
+		a = -a
+	}
+	switch {
+	case a >= 1<<30:
+		return fmt.Sprintf("%.1fGiB", v/(1<<30))
+	case a >= 1<<20:
+		return fmt.Sprintf("%.1fMiB", v/(1<<20))
+	case a >= 1<<10:
+		return fmt.Sprintf("%.1fKiB", v/(1<<10))
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+func signedBytes(n int64) string {
+	if n > 0 {
+		return "+" + HumanBytesAny(n)
+	}
+	return HumanBytesAny(n)
 }

@@ -288,8 +288,10 @@ func wantKind(t reflect.Type) string {
 // jsonKind names what encoding/json found ("number", "string", "number -1", ...).
 func jsonKind(v string) string {
 	switch {
-	case v == "object" || v == "array":
-		return "an " + strings.Replace(v, "array", "list", 1)
+	case v == "object":
+		return "an object"
+	case v == "array":
+		return "a list"
 	case strings.HasPrefix(v, "number "):
 		return v // "number 1.5": a number that does not fit
 	case v == "bool":

@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/selftest"
@@ -32,6 +35,7 @@ last one wins).`,
 
 func reportShowCmd() *cobra.Command {
 	var asJSON bool
+	var width int
 	cmd := &cobra.Command{
 		Use:   "show FILE",
 		Short: "Print a self-test report in full",
@@ -40,8 +44,13 @@ one bandwidth matrix per copy method and direction ("!" marks a cell with a fail
 finding), the NCCL sizes and transports, the findings with their hints, and the phase
 durations. FILE is a report JSON or a console log with a PEERBOOT-REPORT line.
 
+The view fits the console: --width columns, else $COLUMNS, else the terminal's width,
+else 80. GPUs are named by model ("RTX 4090 48GB"). A report that p2pcheck could not
+have written (a verdict other than pass or fail, a GPU index outside the report, a
+mismatch past the end of its copy) is refused, as serve refuses it.
+
 --json prints the decoded report as JSON instead. Exit 0 whatever the verdict; 2 when
-FILE holds no report.`,
+FILE holds no valid report.`,
 		Args: argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := readReport(args[0])
@@ -57,11 +66,12 @@ FILE holds no report.`,
 				_, err = out.Write(b)
 				return err
 			}
-			_, err = fmt.Fprint(out, selftest.Render(r))
+			_, err = fmt.Fprint(out, selftest.RenderWidth(r, consoleWidth(out, width, os.Getenv)))
 			return err
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report JSON")
+	cmd.Flags().IntVar(&width, "width", 0, "lay the report out for this many columns (default: $COLUMNS, the terminal's width, else 80)")
 	return cmd
 }
 
@@ -116,6 +126,23 @@ changed (either way) or a fail finding was added; 2 when a file holds no report.
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the comparison as JSON")
 	cmd.Flags().Float64Var(&minPercent, "min-change", 5, "list copies whose bandwidth changed by at least this many percent")
 	return cmd
+}
+
+// consoleWidth is the width to lay a report out for: the flag, else $COLUMNS, else
+// the terminal's width when out is one, else selftest.DefaultWidth.
+func consoleWidth(out io.Writer, flag int, getenv func(string) string) int {
+	if flag > 0 {
+		return flag
+	}
+	if n, err := strconv.Atoi(strings.TrimSpace(getenv("COLUMNS"))); err == nil && n > 0 {
+		return n
+	}
+	if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		if w, _, err := term.GetSize(int(f.Fd())); err == nil && w > 0 {
+			return w
+		}
+	}
+	return selftest.DefaultWidth
 }
 
 // readReport loads a report from a JSON file or from a console log that carries a

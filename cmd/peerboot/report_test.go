@@ -30,6 +30,7 @@ func sampleReport(corrupt bool) *selftest.Report {
 			Bytes: 256 << 20, GBps: 24.1, LinkGBps: 31.5, Verified: true})
 	}
 	if corrupt {
+		r.Copies[1].Verified = false
 		r.Copies[1].Mismatch = &selftest.Mismatch{Offset: 4096, Want: 1, Got: 0, Words: 3}
 		r.Copies[0].GBps = 20.0
 	}
@@ -54,6 +55,7 @@ func writeReport(t *testing.T, path string, r *selftest.Report) {
 }
 
 func TestReportShow(t *testing.T) {
+	t.Setenv("COLUMNS", "")
 	dir := t.TempDir()
 	good := sampleReport(false)
 	jsonFile := filepath.Join(dir, "good.json")
@@ -76,6 +78,15 @@ func TestReportShow(t *testing.T) {
 	if back, err := selftest.Decode([]byte(out)); code != 0 || err != nil || back.Verdict != selftest.Pass {
 		t.Errorf("report show --json: exit %d, %v\n%s", code, err, out)
 	}
+
+	t.Setenv("COLUMNS", "160")
+	if out, _, code := run(t, "report", "show", jsonFile); code != 0 || out != selftest.RenderWidth(good, 160) {
+		t.Errorf("report show with COLUMNS=160: exit %d, not the 160-column view:\n%s", code, out)
+	}
+	if out, _, code := run(t, "report", "show", "--width", "100", jsonFile); code != 0 || out != selftest.RenderWidth(good, 100) {
+		t.Errorf("report show --width 100: exit %d, not the 100-column view:\n%s", code, out)
+	}
+	t.Setenv("COLUMNS", "")
 
 	junk := filepath.Join(dir, "junk.log")
 	os.WriteFile(junk, []byte("no report here\n"), 0o644)
@@ -117,5 +128,59 @@ func TestReportDiff(t *testing.T) {
 	}
 	if _, _, code := run(t, "report", "diff", a); code != 2 {
 		t.Errorf("diff with one file: exit %d, want 2", code)
+	}
+}
+
+// report show refuses what serve refuses, with the key and without Go's type names
+// (issue 20: a copy from GPU 2000 printed 34 MB of dashes, verdict "maybe" exited 0).
+func TestReportShowRefusesInvalid(t *testing.T) {
+	t.Setenv("COLUMNS", "")
+	dir := t.TempDir()
+	good, err := selftest.Encode(sampleReport(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, from, to, want string
+	}{
+		{"copy from GPU 2000", `"src": 1,`, `"src": 2000,`, "copies[1].src: 2000, want 0..1 (the report has 2 GPUs)"},
+		{"verdict maybe", `"verdict": "pass"`, `"verdict": "maybe"`, `verdict: "maybe", want "pass" or "fail"`},
+		{"wrong type", `"gbps": 24.1,`, `"gbps": "fast",`, "copies.gbps: want a number, got a string"},
+		{"bytes after the report", "", "", "bytes follow the report"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := string(good) + "{}"
+			if tc.from != "" {
+				body = strings.Replace(string(good), tc.from, tc.to, 1)
+				if body == string(good) {
+					t.Fatalf("%q not in the report", tc.from)
+				}
+			}
+			f := filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "-")+".json")
+			os.WriteFile(f, []byte(body), 0o644)
+			out, errs, code := run(t, "report", "show", f)
+			if code != 2 || !strings.Contains(errs, tc.want) || out != "" {
+				t.Errorf("exit %d, want 2 with %q and no output\nstdout %d bytes\nstderr %s", code, tc.want, len(out), errs)
+			}
+			for _, goName := range []string{"Go struct", "float64", "selftest.", "json: cannot"} {
+				if strings.Contains(errs, goName) {
+					t.Errorf("error names Go internals (%q): %s", goName, errs)
+				}
+			}
+		})
+	}
+}
+
+func TestConsoleWidth(t *testing.T) {
+	env := func(v string) func(string) string { return func(string) string { return v } }
+	var buf strings.Builder
+	for _, tc := range []struct {
+		flag    int
+		columns string
+		want    int
+	}{{0, "", 80}, {0, "132", 132}, {0, "junk", 80}, {0, "-5", 80}, {100, "132", 100}} {
+		if got := consoleWidth(&buf, tc.flag, env(tc.columns)); got != tc.want {
+			t.Errorf("flag %d COLUMNS %q: %d, want %d", tc.flag, tc.columns, got, tc.want)
+		}
 	}
 }

@@ -120,7 +120,7 @@ PEERBOOT partition; 2 bad command line. --json prints the list as JSON.`,
 			if !brief {
 				for _, f := range found {
 					if f.Report != nil {
-						fmt.Fprintf(w, "\n== %s\n%s", f.Path, selftest.Render(f.Report))
+						fmt.Fprintf(w, "\n== %s\n%s", f.Path, selftest.RenderWidth(f.Report, consoleWidth(w, 0, os.Getenv)))
 					}
 				}
 			}

@@ -18,21 +18,19 @@ const (
 	testBAR1   = 32 << 30
 )
 
-var testBDFs = []string{"0000:01:00.0", "0000:02:00.0", "0000:41:00.0", "0000:42:00.0"}
-var testPorts = []string{"0000:00:01.1", "0000:00:01.2", "0000:40:01.1", "0000:40:01.2"}
+// GPUs 4-7 (for the 8-GPU layouts) hang off two more root complexes the same way.
+var testBDFs = []string{"0000:01:00.0", "0000:02:00.0", "0000:41:00.0", "0000:42:00.0", "0000:81:00.0", "0000:82:00.0", "0000:c1:00.0", "0000:c2:00.0"}
+var testPorts = []string{"0000:00:01.1", "0000:00:01.2", "0000:40:01.1", "0000:40:01.2", "0000:80:01.1", "0000:80:01.2", "0000:c0:01.1", "0000:c0:01.2"}
 
 func testRootBus(i int) string {
-	if i < 2 {
-		return "pci0000:00"
-	}
-	return "pci0000:40"
+	return []string{"pci0000:00", "pci0000:40", "pci0000:80", "pci0000:c0"}[i/2]
 }
 
 func gen4x16() selftest.Link {
 	return selftest.Link{CurrentSpeed: "16.0 GT/s PCIe", MaxSpeed: "16.0 GT/s PCIe", CurrentWidth: 16, MaxWidth: 16}
 }
 
-// healthyReport is an n-GPU (n ≤ 4) box that passes every rule.
+// healthyReport is an n-GPU (n ≤ 8) box that passes every rule.
 func healthyReport(n int) *selftest.Report {
 	r := selftest.New()
 	r.Recipe = selftest.RecipeRef{Name: "epyc-4gpu", Digest: "sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"}
@@ -54,6 +52,8 @@ func healthyReport(n int) *selftest.Report {
 			CUDA: &selftest.CUDADevice{Ordinal: i, Name: "NVIDIA GeForce RTX 4090", BDF: testBDFs[i], CC: "8.9", SMs: 128, MemBytes: testVRAM},
 		})
 		r.CUDA.Devices = append(r.CUDA.Devices, *r.GPUs[i].CUDA)
+		after := int64(2 << 20)
+		r.BAR1 = append(r.BAR1, selftest.BAR1Usage{GPU: i, Total: testBAR1, UsedBefore: 2 << 20, UsedAfter: &after})
 	}
 	yes := true
 	for a := 0; a < n; a++ {

@@ -1,10 +1,12 @@
 package verdict
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/selftest"
@@ -107,5 +109,32 @@ func TestRenderMarksFailedCells(t *testing.T) {
 	}
 	if strings.Index(out, "  INFO  ") < strings.LastIndex(out, "  WARN  ") {
 		t.Error("info findings are not listed last")
+	}
+}
+
+// RenderWidth fits the console: no line passes the width, an 8-GPU matrix splits into
+// blocks instead of wrapping mid-cell, and GPUs are named by model.
+func TestRenderWidths(t *testing.T) {
+	for _, n := range []int{1, 2, 8} {
+		for _, width := range []int{80, 160} {
+			t.Run(fmt.Sprintf("%dgpu-%d", n, width), func(t *testing.T) {
+				r := healthyReport(n)
+				if n == 8 {
+					// One failed cell, so the "!" mark shows in the compact layout too.
+					corrupt(findCopy(r, 5, 6, selftest.MethodCE, selftest.DirWrite), 0x0ffff000, 1024)
+				}
+				Judge(r, FromRecipe(healthyRecipe(n)))
+				got := selftest.RenderWidth(r, width)
+				for i, line := range strings.Split(got, "\n") {
+					if w := utf8.RuneCountInString(line); w > width {
+						t.Errorf("line %d is %d columns, more than %d: %q", i+1, w, width, line)
+					}
+				}
+				if !strings.Contains(got, "RTX 4090 48GB") || strings.Contains(got, "10de:2684") {
+					t.Errorf("GPUs are not named by model:\n%s", got)
+				}
+				golden(t, fmt.Sprintf("render-width-%dgpu-%d", n, width), got)
+			})
+		}
 	}
 }

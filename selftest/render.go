@@ -154,7 +154,7 @@ func renderGPUs(b *strings.Builder, r *Report, width int) {
 	}
 	type gpuRow struct {
 		now, maxLink, both, upstream, sizes string
-		cells                         []string
+		cells                               []string
 	}
 	var rows []gpuRow
 	for i, g := range r.GPUs {

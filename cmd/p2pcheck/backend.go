@@ -28,6 +28,8 @@ type backend interface {
 	nvml(ctx context.Context, in *phaseInput) (*phases.NVML, error)
 	cuda(ctx context.Context, in *phaseInput) (*cuda.Result, error)
 	nccl(ctx context.Context, in *phaseInput) (*selftest.NCCL, error)
+	// bar1 asks NVML again after the copies, for the BAR1 figures.
+	bar1(ctx context.Context, in *phaseInput) (*phases.NVML, error)
 }
 
 type realBackend struct{}
@@ -67,6 +69,10 @@ func (realBackend) nvmlWith(ctx context.Context, in *phaseInput, lib nvml.Librar
 		return out.Pairs[i].B < out.Pairs[j].B
 	})
 	return out, err
+}
+
+func (b realBackend) bar1(ctx context.Context, in *phaseInput) (*phases.NVML, error) {
+	return b.nvmlWith(ctx, in, nil)
 }
 
 func (b realBackend) cuda(ctx context.Context, in *phaseInput) (*cuda.Result, error) {
@@ -191,6 +197,17 @@ func (f *fakeBackend) nvml(ctx context.Context, in *phaseInput) (*phases.NVML, e
 		return nil, fmt.Errorf("FAKE scenario has no nvml answer")
 	}
 	return realBackend{}.nvmlWith(ctx, in, gpufake.NewNVML(*f.s.NVML))
+}
+
+// bar1 runs the real NVML probe over the FAKE libnvidia-ml as it answers after the copies.
+func (f *fakeBackend) bar1(ctx context.Context, in *phaseInput) (*phases.NVML, error) {
+	if err := f.gate(ctx, selftest.PhaseBAR1); err != nil {
+		return nil, err
+	}
+	if f.s.NVML == nil {
+		return nil, fmt.Errorf("FAKE scenario has no nvml answer")
+	}
+	return realBackend{}.nvmlWith(ctx, in, gpufake.NewNVML(f.s.NVML.After()))
 }
 
 // cuda runs the real copy phase over the FAKE driver.

@@ -229,7 +229,38 @@ func faultCases() []faultCase {
 			want: []string{"fail version.mismatch"},
 		},
 	}
-	for _, phase := range []string{selftest.PhasePrecheck, selftest.PhaseNVML, selftest.PhaseCUDA, selftest.PhaseNCCL} {
+	cases = append(cases, faultCase{
+		// NVML's BAR1 used grows by 2 GiB on GPU 3 over the copies and stays: a leak
+		// warns, the verdict stands, and every GPU has its before and after figures.
+		name: "bar1-leak", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", pass: true,
+		mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+			for i := range s.NVML.GPUs {
+				s.NVML.GPUs[i].BAR1Used = 5 << 20
+			}
+			leaked := uint64(5<<20 + 2<<30)
+			s.NVML.GPUs[3].BAR1UsedAfter = &leaked
+		},
+		want: []string{"warn bar1.leak"},
+		msg:  []string{"GPU3 (0000:61:00.0) holds 2.0GiB more BAR1 after the copies than before (5.0MiB -> 2.0GiB of 32.0GiB)"},
+		check: func(t *testing.T, r *selftest.Report) {
+			if len(r.BAR1) != 4 {
+				t.Fatalf("bar1 %+v, want 4 GPUs", r.BAR1)
+			}
+			for i, u := range r.BAR1 {
+				want := int64(5 << 20)
+				if i == 3 {
+					want += 2 << 30
+				}
+				if u.GPU != i || u.Total != 32<<30 || u.UsedBefore != 5<<20 || u.UsedAfter == nil || *u.UsedAfter != want {
+					t.Errorf("bar1[%d] = %+v (after %v), want GPU %d, 5MiB before, %d after", i, u, u.UsedAfter, i, want)
+				}
+			}
+			if !strings.Contains(selftest.Render(r), "BAR1 (NVML: used before the copies") {
+				t.Error("report show lacks the BAR1 table")
+			}
+		},
+	})
+	for _, phase := range []string{selftest.PhasePrecheck, selftest.PhaseNVML, selftest.PhaseCUDA, selftest.PhaseNCCL, selftest.PhaseBAR1} {
 		cases = append(cases, faultCase{
 			name: "hang-in-" + phase, layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
 			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) { s.Hang = phase },
@@ -388,7 +419,7 @@ func runFault(t *testing.T, tc faultCase) (*selftest.Report, int) {
 		"--fake", writeScenario(t, s), "--root", root, "--kmsg", kmsgPath,
 		"--modules-json", modulesFile(t, cmp.Or(tc.modResult, selftest.ModLoaded), 0),
 		// Small copies and all-reduces: the FAKE GPUs are host memory and Go loops.
-		"--copy-size", "16384", "--nccl-max", "65536",
+		"--copy-size", "16KiB", "--nccl-max", "64KiB",
 	}, tc.args...)
 	if tc.recipe != "" {
 		args = append(args, "--recipe", filepath.Join("testdata", tc.recipe))

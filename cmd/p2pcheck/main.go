@@ -47,13 +47,13 @@ type options struct {
 	root        string // prefix for /sys and /proc, for tests on a fake tree
 	kmsg        string
 	logDir      string
-	copySize    int64
+	copySize    recipe.Size // sizes as recipes write them: 256MiB, 1GiB
 	samples     int
-	ncclMax     int64
+	ncclMax     recipe.Size
 	noNCCL      bool
 	noSM        bool
 	corrupt     bool
-	highMemBAR1 int64
+	highMemBAR1 recipe.Size
 	fake        string
 	phase       string
 }
@@ -64,6 +64,23 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	var o options
+	fl := flagSet(&o, stderr)
+	if err := fl.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fl.NArg() > 0 {
+		fmt.Fprintf(stderr, "p2pcheck: unexpected arguments %v\n", fl.Args())
+		return exitUsage
+	}
+	if o.phase != "" {
+		return childMain(o.phase, os.Stdin, stdout, stderr)
+	}
+	r := check(&o, stderr)
+	return emit(&o, r, stdout, stderr)
+}
+
+// flagSet declares p2pcheck's flags over o.
+func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fl := flag.NewFlagSet("p2pcheck", flag.ContinueOnError)
 	fl.SetOutput(stderr)
 	fl.BoolVar(&o.json, "json", false, "write the report JSON to stdout instead of the rendered report")
@@ -77,27 +94,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fl.StringVar(&o.root, "root", "/", "root under which /sys and /proc are read (tests)")
 	fl.StringVar(&o.kmsg, "kmsg", "/dev/kmsg", "kernel log to watch for Xid, IOMMU faults and firmware errors during the run")
 	fl.StringVar(&o.logDir, "log-dir", "", "directory for NCCL's debug log (default: a temporary directory, removed)")
-	fl.Int64Var(&o.copySize, "copy-size", 0, "bytes per timed copy (default: the recipe's selftest.copy_size, else 256 MiB)")
+	fl.TextVar(&o.copySize, "copy-size", recipe.Size(0), "size of each timed copy, written as in recipes: 64MiB (default: the recipe's selftest.copy_size, else 256MiB)")
 	fl.IntVar(&o.samples, "samples", 3, "timed samples per copy; the median is reported")
-	fl.Int64Var(&o.ncclMax, "nccl-max", 0, "largest all-reduce in bytes (default: the recipe's selftest.nccl_max, else 1 GiB)")
+	fl.TextVar(&o.ncclMax, "nccl-max", recipe.Size(0), "largest all-reduce, written as in recipes: 256MiB (default: the recipe's selftest.nccl_max, else 1GiB)")
 	fl.BoolVar(&o.noNCCL, "no-nccl", false, "skip the NCCL phase")
 	fl.BoolVar(&o.noSM, "no-sm", false, "skip the SM-kernel copies")
 	fl.BoolVar(&o.corrupt, "inject-corruption", false, "flip one word after the first copy, to prove the verification catches it (the run must fail)")
-	fl.Int64Var(&o.highMemBAR1, "high-mem-bar1", 0, "run the above-BAR1 probe as if BAR1 were this many bytes (to exercise it on a card with a large BAR1)")
+	fl.TextVar(&o.highMemBAR1, "high-mem-bar1", recipe.Size(0), "run the above-BAR1 probe as if BAR1 were this size, e.g. 32GiB (to exercise it on a card with a large BAR1)")
 	fl.StringVar(&o.fake, "fake", "", "FAKE backend: replay the NVML/CUDA/NCCL answers of this scenario file (tests only)")
 	fl.StringVar(&o.phase, "phase", "", "internal: run one phase as a child process")
-	if err := fl.Parse(args); err != nil {
-		return exitUsage
-	}
-	if fl.NArg() > 0 {
-		fmt.Fprintf(stderr, "p2pcheck: unexpected arguments %v\n", fl.Args())
-		return exitUsage
-	}
-	if o.phase != "" {
-		return childMain(o.phase, os.Stdin, stdout, stderr)
-	}
-	r := check(&o, stderr)
-	return emit(&o, r, stdout, stderr)
+	return fl
 }
 
 // Default per-phase bounds when the recipe gives none.
@@ -182,6 +188,25 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 			markBootVGA(o.root, r)
 		}
 		phaseError(r, phase, res.out)
+	}
+	// BAR1 again now that every copy's process is gone: what is still used is BAR1 the
+	// driver did not give back (bar1.leak).
+	if r.DeadlineExceeded == "" && len(r.BAR1) > 0 && (r.CUDA.Loaded || r.NCCL != nil) {
+		in.Phase = selftest.PhaseBAR1
+		limit := min(deadlines[selftest.PhaseNVML], time.Until(start.Add(o.deadline)))
+		res := runPhase(ctx, self, in, limit, stderr)
+		r.Durations = append(r.Durations, selftest.Duration{Phase: selftest.PhaseBAR1, MS: res.took.Milliseconds()})
+		switch {
+		case res.stalled:
+			r.DeadlineExceeded = selftest.PhaseBAR1
+			r.Stall = &selftest.Stall{Phase: selftest.PhaseBAR1, AfterMS: res.took.Milliseconds(), Cause: stallCause[selftest.PhaseNVML]}
+		case res.err != nil:
+			r.Add(selftest.SevFail, "p2pcheck.bar1", res.err.Error(), "a p2pcheck crash: its stderr is on the console; report it with this JSON")
+		case res.out.Error != "":
+			r.Add(selftest.SevInfo, "bar1.read", "reading BAR1 after the copies: "+res.out.Error, "")
+		default:
+			phases.Merge(r, res.out)
+		}
 	}
 	if o.corrupt && r.CUDA.CuInit != nil && r.CUDA.CuInit.Code == selftest.CUDASuccess && !hasFinding(r, "test.injected") {
 		r.Add(selftest.SevFail, "test.injected", "--inject-corruption was given but the copy phase corrupted nothing",

@@ -232,3 +232,29 @@ func TestLinkage(t *testing.T) {
 		}
 	}
 }
+
+// Sizes are written as recipes write them (recipe.ParseSize): a bare byte count or a
+// decimal unit is a usage error naming the flag.
+func TestSizeFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--copy-size", "256MB"}, `invalid value "256MB" for flag -copy-size: want a whole number with a binary unit`},
+		{[]string{"--nccl-max", "1073741824"}, `invalid value "1073741824" for flag -nccl-max`},
+		{[]string{"--high-mem-bar1", "32 GiB"}, `invalid value "32 GiB" for flag -high-mem-bar1`},
+	} {
+		var out, errs bytes.Buffer
+		if code := run(tc.args, &out, &errs); code != exitUsage || !strings.Contains(errs.String(), tc.want) {
+			t.Errorf("p2pcheck %v: exit %d, stderr %q, want %d and %q", tc.args, code, errs.String(), exitUsage, tc.want)
+		}
+	}
+	var o options
+	fl := flagSet(&o, &bytes.Buffer{})
+	if err := fl.Parse([]string{"--copy-size", "64MiB", "--nccl-max", "1GiB", "--high-mem-bar1", "32GiB"}); err != nil {
+		t.Fatal(err)
+	}
+	if o.copySize != 64<<20 || o.ncclMax != 1<<30 || o.highMemBAR1 != 32<<30 {
+		t.Errorf("parsed %d %d %d", o.copySize, o.ncclMax, o.highMemBAR1)
+	}
+}

@@ -57,11 +57,11 @@ func baseInput(o *options, rc *recipe.Recipe) *phaseInput {
 		}
 	}
 	if o.copySize > 0 {
-		in.CopyBytes = o.copySize
+		in.CopyBytes = int64(o.copySize)
 	}
 	if o.ncclMax > 0 {
-		in.NCCLMax = o.ncclMax
-		in.NCCLMin = min(in.NCCLMin, o.ncclMax)
+		in.NCCLMax = int64(o.ncclMax)
+		in.NCCLMin = min(in.NCCLMin, int64(o.ncclMax))
 	}
 	return in
 }
@@ -107,7 +107,7 @@ func prepareCUDA(o *options, in *phaseInput, r *selftest.Report, pre *pcie.Resul
 	for i, g := range r.GPUs {
 		bar1 := g.BAR1Bytes
 		if o.highMemBAR1 > 0 {
-			bar1 = o.highMemBAR1
+			bar1 = int64(o.highMemBAR1)
 		}
 		var vram int64
 		if g.VRAMBytes != nil {
@@ -120,7 +120,7 @@ func prepareCUDA(o *options, in *phaseInput, r *selftest.Report, pre *pcie.Resul
 	// A forced probe covers every CUDA device, also when sysfs shows none (a container
 	// that passes the GPU through without its PCI tree).
 	in.HighMemFrc = o.highMemBAR1 > 0
-	in.FakeBAR1 = o.highMemBAR1
+	in.FakeBAR1 = int64(o.highMemBAR1)
 }
 
 // wantNCCL runs NCCL only where it can say something: CUDA up with devices. (Not

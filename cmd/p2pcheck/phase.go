@@ -145,6 +145,8 @@ func runBackend(ctx context.Context, b backend, in *phaseInput) *phases.Output {
 		out.CUDA, err = b.cuda(ctx, in)
 	case selftest.PhaseNCCL:
 		out.NCCL, err = b.nccl(ctx, in)
+	case selftest.PhaseBAR1:
+		out.BAR1, err = b.bar1(ctx, in)
 	default:
 		err = fmt.Errorf("unknown phase %q", in.Phase)
 	}

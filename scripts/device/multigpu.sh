@@ -25,7 +25,7 @@ rc=$?
 tail -3 "$out/p2pcheck.stderr"
 result p2pcheck-exit-0 "$([ $rc = 0 ] && echo ok || echo FAIL)" "exit $rc"
 echo "== p2pcheck --inject-corruption"
-./bin/p2pcheck --json --nccl-lib "$nccl" --no-nccl --no-sm --inject-corruption --copy-size 67108864 \
+./bin/p2pcheck --json --nccl-lib "$nccl" --no-nccl --no-sm --inject-corruption --copy-size 64MiB \
 	--out "$out/corrupt.json" >/dev/null 2>"$out/corrupt.stderr"
 rc=$?
 result corrupt-exit-9 "$([ $rc = 9 ] && echo ok || echo FAIL)" "exit $rc"

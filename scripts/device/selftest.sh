@@ -40,14 +40,14 @@ nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl._
 echo "== p2pcheck --json (NCCL: $nccl)"
 # The H200's BAR1 (256 GiB) covers its memory; --high-mem-bar1 runs the above-BAR1
 # probe as if BAR1 were 32 GiB, the 48 GB RTX 4090's size.
-./bin/p2pcheck --json --nccl-lib "$nccl" --high-mem-bar1 34359738368 --log-dir "$out" \
+./bin/p2pcheck --json --nccl-lib "$nccl" --high-mem-bar1 32GiB --log-dir "$out" \
 	--out "$out/report.json" >/dev/null 2>"$out/p2pcheck.stderr"
 rc=$?
 tail -3 "$out/p2pcheck.stderr"
 result p2pcheck-exit-0 "$([ $rc = 0 ] && echo ok || echo FAIL)" "exit $rc"
 
 echo "== p2pcheck --inject-corruption"
-./bin/p2pcheck --json --nccl-lib "$nccl" --no-nccl --inject-corruption --copy-size 67108864 \
+./bin/p2pcheck --json --nccl-lib "$nccl" --no-nccl --inject-corruption --copy-size 64MiB \
 	--out "$out/corrupt.json" >/dev/null 2>"$out/corrupt.stderr"
 rc=$?
 result corrupt-exit-9 "$([ $rc = 9 ] && echo ok || echo FAIL)" "exit $rc"

@@ -28,6 +28,9 @@ type FakeNVMLGPU struct {
 	Name        string `json:"name"`
 	BAR1Total   uint64 `json:"bar1_total"`
 	BAR1Used    uint64 `json:"bar1_used"`
+	// BAR1UsedAfter is what NVML answers once the copies are over (After); nil:
+	// the same as BAR1Used, every window given back.
+	BAR1UsedAfter *uint64 `json:"bar1_used_after,omitempty"`
 	FBTotal     uint64 `json:"fb_total"`
 	LinkGen     uint32 `json:"link_gen"`
 	LinkWidth   uint32 `json:"link_width"`
@@ -36,6 +39,20 @@ type FakeNVMLGPU struct {
 	Replay      int    `json:"replay"`       // -1: NVML_ERROR_NOT_SUPPORTED
 	DisplayMode int    `json:"display_mode"` // nvmlEnableState_t
 	Display     int    `json:"display_active"`
+}
+
+// After is the NVML a query answers after the copy phases: each GPU's BAR1 used is its
+// BAR1UsedAfter where the scenario sets one.
+func (c FakeNVML) After() FakeNVML {
+	gpus := make([]FakeNVMLGPU, len(c.GPUs))
+	for i, g := range c.GPUs {
+		if g.BAR1UsedAfter != nil {
+			g.BAR1Used = *g.BAR1UsedAfter
+		}
+		gpus[i] = g
+	}
+	c.GPUs = gpus
+	return c
 }
 
 // FakeNVMLPair is one pair's codes (order of A and B does not matter). NVLink -1

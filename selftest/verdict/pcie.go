@@ -54,6 +54,31 @@ func (j *judge) bar1() {
 	}
 }
 
+// bar1LeakSlack is how much more BAR1 may be in use after the copies than before them
+// before it counts as not given back: the driver maps a few MiB of its own (NVML shows
+// 1-5 MiB used on an idle card) and may keep a small pool; one peer window of a 256 MiB
+// copy buffer is well above it.
+const bar1LeakSlack = 64 << 20
+
+// bar1Leak compares NVML's BAR1 used before the copies with the figure after them, when
+// every CUDA context is closed: BAR1 still held then is budget the driver did not give
+// back, which the next workload's peer mappings lack. The figures alone are shown in
+// the report (report show's BAR1 table) and judged nowhere else: how much BAR1 a box
+// needs depends on the workload, not on the self-test.
+func (j *judge) bar1Leak() {
+	for _, u := range j.r.BAR1 {
+		if u.UsedAfter == nil || *u.UsedAfter-u.UsedBefore <= bar1LeakSlack {
+			continue
+		}
+		grew := *u.UsedAfter - u.UsedBefore
+		j.add(selftest.SevWarn, "bar1.leak", fmt.Sprintf("GPU%d", u.GPU),
+			fmt.Sprintf("%s holds %s more BAR1 after the copies than before (%s -> %s of %s) with every context closed", j.gpuLabel(u.GPU),
+				selftest.HumanBytesAny(grew), selftest.HumanBytesAny(u.UsedBefore), selftest.HumanBytesAny(*u.UsedAfter), selftest.HumanBytesAny(u.Total)),
+			fmt.Sprintf("nvmlDeviceGetBAR1MemoryInfo used before=%d after=%d total=%d slack=%d", u.UsedBefore, *u.UsedAfter, u.Total, int64(bar1LeakSlack)),
+			"the driver did not unmap peer windows when their allocations were freed: later peer mappings get less BAR1 (a dynamic-BAR1 series must free each window); reboot to reclaim it and check the patch series' free path")
+	}
+}
+
 // highMemVerified says whether the above-BAR1 probe on GPU index i passed.
 func (j *judge) highMemVerified(i int) bool {
 	for _, h := range j.r.HighMem {

@@ -106,6 +106,11 @@ var faultRows = []struct {
 		e.RequireP2P = false
 		setVia(r, 0, 1, "NET/Socket/0")
 	}, id: "nccl.transport", status: selftest.SevWarn, msg: "via NET/Socket/0"},
+	// bar1.*
+	{name: "BAR1 not given back", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		after := int64(2<<20 + 4<<30)
+		r.BAR1[1].UsedAfter = &after
+	}, id: "bar1.leak", status: selftest.SevWarn, msg: "GPU1 (0000:02:00.0) holds 4.0GiB more BAR1 after the copies than before (2.0MiB -> 4.0GiB of 32.0GiB)", hint: "did not unmap peer windows"},
 	// copy.*
 	{name: "corrupted peer write", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
 		corrupt(findCopy(r, 0, 3, selftest.MethodCE, selftest.DirWrite), 0x0ff00000, 4096)
@@ -411,3 +416,20 @@ func setVia(r *selftest.Report, a, b int, via string) {
 		}
 	}
 }
+
+// BAR1 that comes back, or grows by no more than the slack, is no finding; nor is a
+// figure that was not read after the copies.
+func TestBAR1WithinSlack(t *testing.T) {
+	for _, after := range []*int64{nil, ptr(int64(2 << 20)), ptr(int64(2<<20 + bar1LeakSlack)), ptr(int64(1 << 20))} {
+		r := healthyReport(2)
+		r.BAR1[0].UsedAfter = after
+		Judge(r, FromRecipe(healthyRecipe(2)))
+		for _, f := range r.Findings {
+			if f.ID == "bar1.leak" {
+				t.Errorf("used after %v: %s", after, f.Message)
+			}
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -82,6 +82,7 @@ func Rules(r *selftest.Report, e *Expect) []selftest.Finding {
 	j.versions(want > 0)
 	j.gpuIdentity()
 	j.bar1()
+	j.bar1Leak()
 	j.display()
 	j.replays()
 	j.iommu()

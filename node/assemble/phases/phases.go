@@ -33,6 +33,7 @@ type Output struct {
 	NVML     *NVML          `json:"nvml,omitempty"`
 	CUDA     *cuda.Result   `json:"cuda,omitempty"`
 	NCCL     *selftest.NCCL `json:"nccl,omitempty"`
+	BAR1     *NVML          `json:"bar1,omitempty"` // NVML again after the copies, for BAR1
 	Error    string         `json:"error,omitempty"`
 }
 
@@ -65,11 +66,30 @@ func Merge(r *selftest.Report, out *Output) {
 				}
 			}
 		}
+		// The BAR1 budget before any CUDA context opens, in GPU order.
+		r.BAR1 = []selftest.BAR1Usage{}
+		for i, g := range r.GPUs {
+			if n := g.NVML; n != nil && n.BAR1Total > 0 {
+				r.BAR1 = append(r.BAR1, selftest.BAR1Usage{GPU: i, Total: n.BAR1Total, UsedBefore: n.BAR1Used})
+			}
+		}
 		for _, np := range out.NVML.Pairs {
 			a, oka := byBDF[strings.ToLower(np.A)]
 			b, okb := byBDF[strings.ToLower(np.B)]
 			if p := r.PairOf(a, b); oka && okb && p != nil {
 				p.NVMLTopology, p.P2PRead, p.P2PWrite, p.P2PNVLink = np.Topology, np.Read, np.Write, np.NVLink
+			}
+		}
+	case out.BAR1 != nil:
+		// After the copies: each GPU's used figure beside the one from before.
+		for k := range r.BAR1 {
+			u := &r.BAR1[k]
+			bdf := strings.ToLower(r.GPUs[u.GPU].BDF)
+			for b, g := range out.BAR1.GPUs {
+				if strings.ToLower(b) == bdf && g != nil && g.BAR1Total > 0 {
+					used := g.BAR1Used
+					u.UsedAfter = &used
+				}
 			}
 		}
 	case out.CUDA != nil:

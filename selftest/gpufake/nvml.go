@@ -24,21 +24,21 @@ type FakeNVML struct {
 
 // FakeNVMLGPU is one device's answers.
 type FakeNVMLGPU struct {
-	BDF         string `json:"bdf"` // 0000:01:00.0; NVML prints 00000000:01:00.0
-	Name        string `json:"name"`
-	BAR1Total   uint64 `json:"bar1_total"`
-	BAR1Used    uint64 `json:"bar1_used"`
+	BDF       string `json:"bdf"` // 0000:01:00.0; NVML prints 00000000:01:00.0
+	Name      string `json:"name"`
+	BAR1Total uint64 `json:"bar1_total"`
+	BAR1Used  uint64 `json:"bar1_used"`
 	// BAR1UsedAfter is what NVML answers once the copies are over (After); nil:
 	// the same as BAR1Used, every window given back.
 	BAR1UsedAfter *uint64 `json:"bar1_used_after,omitempty"`
-	FBTotal     uint64 `json:"fb_total"`
-	LinkGen     uint32 `json:"link_gen"`
-	LinkWidth   uint32 `json:"link_width"`
-	MaxGen      uint32 `json:"max_gen"`
-	MaxWidth    uint32 `json:"max_width"`
-	Replay      int    `json:"replay"`       // -1: NVML_ERROR_NOT_SUPPORTED
-	DisplayMode int    `json:"display_mode"` // nvmlEnableState_t
-	Display     int    `json:"display_active"`
+	FBTotal       uint64  `json:"fb_total"`
+	LinkGen       uint32  `json:"link_gen"`
+	LinkWidth     uint32  `json:"link_width"`
+	MaxGen        uint32  `json:"max_gen"`
+	MaxWidth      uint32  `json:"max_width"`
+	Replay        int     `json:"replay"`       // -1: NVML_ERROR_NOT_SUPPORTED
+	DisplayMode   int     `json:"display_mode"` // nvmlEnableState_t
+	Display       int     `json:"display_active"`
 }
 
 // After is the NVML a query answers after the copy phases: each GPU's BAR1 used is its

@@ -138,7 +138,7 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 			}
 			how := fmt.Sprintf("run `peerboot fetch %s`", p.Recipe.Path)
 			if in.Role == lock.RoleInstaller {
-				how += fmt.Sprintf(", or on a machine that cannot reach NVIDIA bring the file with `peerboot store import %s -r %s` (checked against its sha256 pin)", in.Name, p.Recipe.Path)
+				how += fmt.Sprintf(", or on a machine that cannot reach NVIDIA bring the file with `peerboot store import %s %s` (checked against its sha256 pin)", p.Recipe.Path, in.Name)
 			}
 			return nil, exitcode.Tag(exitcode.Stale, fmt.Errorf("stage %s: input %s is not in the store: %s", s.Name, in.Name, how))
 		}

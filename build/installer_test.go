@@ -58,7 +58,7 @@ installer = { url = "https://example.invalid/NVIDIA-Linux-x86_64-535.261.03.run"
 	}
 	_, err = Run(context.Background(), p, Options{Store: st, Inputs: ins, Until: "userspace", Log: io.Discard})
 	if err == nil || !strings.Contains(err.Error(), "stage userspace: input NVIDIA-Linux-x86_64-535.261.03.run is not in the store") ||
-		!strings.Contains(err.Error(), "peerboot store import NVIDIA-Linux-x86_64-535.261.03.run -r "+r.Path) {
+		!strings.Contains(err.Error(), "peerboot store import "+r.Path+" NVIDIA-Linux-x86_64-535.261.03.run") {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -156,12 +156,12 @@ func (e *InstallerError) Unwrap() error { return e.Err }
 func installerHint(in lock.Input, recipe string, err error) error {
 	r := ""
 	if recipe != "" {
-		r = " -r " + recipe
+		r = recipe + " "
 	}
 	return &InstallerError{Name: in.Name, Err: err, Hint: fmt.Sprintf(
 		"NVIDIA's installer could not be downloaded from this machine. Download %s where it is reachable, then bring it into the store with\n"+
 			"    peerboot store import %s%s\n"+
-			"which accepts it only if its sha256 is %s (the recipe's pin). Every other input was fetched.", in.URL, in.Name, r, in.SHA256)}
+			"which accepts it only if its sha256 is %s (the recipe's pin). Every other input was fetched.", in.URL, r, in.Name, in.SHA256)}
 }
 
 func fetchOne(ctx context.Context, st *store.Store, in lock.Input, opt Options, meter *progress.Meter) (int64, error) {

@@ -312,7 +312,7 @@ func TestUnreachableInstallerSaysHowToImportIt(t *testing.T) {
 	if !errors.As(err, &ie) {
 		t.Fatalf("got %v, want an InstallerError", err)
 	}
-	for _, want := range []string{"HTTP 403", "peerboot store import NVIDIA-Linux-x86_64-580.142.run -r recipes/rtx5090-4gpu.toml", runSum} {
+	for _, want := range []string{"HTTP 403", "peerboot store import recipes/rtx5090-4gpu.toml NVIDIA-Linux-x86_64-580.142.run", runSum} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}

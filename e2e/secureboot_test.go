@@ -13,7 +13,7 @@ import (
 // refused by the firmware ("Access Denied"), and run says so with exit 6.
 func TestSecureBootDefault(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds (a store hit after TestBuildAndBootDefault) and boots QEMU three times; runs in `make test`")
+		t.Skip("builds (a store hit after TestBuildAndBootDefault) and boots QEMU four times; runs in `make test`")
 	}
 	const snakeoilKey, snakeoilCert = "/usr/share/ovmf/PkKek-1-snakeoil.key", "/usr/share/ovmf/PkKek-1-snakeoil.pem"
 	for _, f := range []string{snakeoilKey, snakeoilCert} {
@@ -46,6 +46,9 @@ func TestSecureBootDefault(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("sign: exit %d", code)
 	}
+	if !strings.Contains(out, "peerboot.iso: rewritten around the signed UKI") {
+		t.Error("sign did not rebuild peerboot.iso around the signed UKI")
+	}
 	out, code = peerboot(t, "verify", dir, "--key", filepath.Join(keys, "cosign.pub"), "--db-cert", snakeoilCert)
 	t.Logf("verify:\n%s", out)
 	if code != 0 {
@@ -59,6 +62,18 @@ func TestSecureBootDefault(t *testing.T) {
 			t.Fatalf("signed disk under Secure Boot: exit %d, want a PASS verdict", code)
 		}
 		console, _ := os.ReadFile(filepath.Join(dir, "console-uefi.log"))
+		if !strings.Contains(string(console), "secureboot: Secure boot enabled") {
+			t.Error("the kernel did not report Secure Boot enabled: the firmware did not enforce it")
+		}
+	})
+	// The ISO as a BMC would mount it, signed UKI inside, same firmware.
+	t.Run("signed ISO", func(t *testing.T) {
+		out, code := peerboot(t, "run", "--secure-boot", "--iso", dir)
+		t.Logf("run --secure-boot --iso:\n%s", out)
+		if code != 0 || !strings.Contains(out, "self-test: PASS") {
+			t.Fatalf("signed ISO under Secure Boot: exit %d, want a PASS verdict", code)
+		}
+		console, _ := os.ReadFile(filepath.Join(dir, "console-iso.log"))
 		if !strings.Contains(string(console), "secureboot: Secure boot enabled") {
 			t.Error("the kernel did not report Secure Boot enabled: the firmware did not enforce it")
 		}

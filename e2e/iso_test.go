@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	diskfs "github.com/diskfs/go-diskfs"
 
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/internal/testguard"
@@ -82,6 +85,14 @@ func TestISOBootsFromCDROM(t *testing.T) {
 		t.Errorf("the ISO's ESP does not hold peerboot.efi (%v)", err)
 	}
 
+	// go-diskfs, independently of our readers, finds the same UKI in the
+	// published disk's ESP and in the ISO's.
+	for _, img := range []struct{ path, esp string }{{filepath.Join(dir, "disk.img"), ""}, {isoPath, image.ISOImageName}} {
+		if got := diskfsUKI(t, img.path, img.esp); !bytes.Equal(got, uki) {
+			t.Errorf("go-diskfs reads a %d-byte %s from %s, not peerboot.efi", len(got), image.UKIPath, filepath.Base(img.path))
+		}
+	}
+
 	// A second build of the image stage, from empty, in another time zone and
 	// at a later second, must give the same ISO bytes as the store holds.
 	t.Setenv("TZ", "Asia/Shanghai")
@@ -116,4 +127,61 @@ func TestISOBootsFromCDROM(t *testing.T) {
 func tailLines(s string, n int) string {
 	l := strings.Split(s, "\n")
 	return strings.Join(l[max(0, len(l)-n):], "\n")
+}
+
+// diskfsUKI reads the UKI with go-diskfs: from the GPT disk's first
+// partition, or (espFile set) from that file of the ISO, opened as FAT.
+func diskfsUKI(t *testing.T, path, espFile string) []byte {
+	t.Helper()
+	opts := []diskfs.OpenOpt{diskfs.WithOpenMode(diskfs.ReadOnly)}
+	if espFile != "" {
+		opts = append(opts, diskfs.WithSectorSize(2048))
+	}
+	d, err := diskfs.Open(path, opts...)
+	if err != nil {
+		t.Fatalf("go-diskfs: %s: %v", path, err)
+	}
+	defer d.Close()
+	part := 1
+	if espFile != "" {
+		part = 0
+	}
+	fsys, err := d.GetFilesystem(part)
+	if err != nil {
+		t.Fatalf("go-diskfs: %s: %v", path, err)
+	}
+	if espFile != "" {
+		esp, err := fs.ReadFile(fsys, espFile)
+		if err != nil {
+			t.Fatalf("go-diskfs: %s: %v", espFile, err)
+		}
+		p := filepath.Join(t.TempDir(), "esp.img")
+		if err := os.WriteFile(p, esp, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return diskfsUKIFromFAT(t, p)
+	}
+	b, err := fs.ReadFile(fsys, image.UKIPath)
+	if err != nil {
+		t.Fatalf("go-diskfs: %s: %v", image.UKIPath, err)
+	}
+	return b
+}
+
+func diskfsUKIFromFAT(t *testing.T, path string) []byte {
+	t.Helper()
+	d, err := diskfs.Open(path, diskfs.WithOpenMode(diskfs.ReadOnly))
+	if err != nil {
+		t.Fatalf("go-diskfs: %v", err)
+	}
+	defer d.Close()
+	fsys, err := d.GetFilesystem(0)
+	if err != nil {
+		t.Fatalf("go-diskfs: the ISO's ESP: %v", err)
+	}
+	b, err := fs.ReadFile(fsys, image.UKIPath)
+	if err != nil {
+		t.Fatalf("go-diskfs: the ISO's ESP: %v", err)
+	}
+	return b
 }

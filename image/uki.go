@@ -1,6 +1,6 @@
 // Package image turns a kernel, an initrd and an EFI stub into peerboot's
-// boot artefacts: a Unified Kernel Image, a GPT raw disk holding it, and a
-// PXE bundle. Everything is deterministic: the same inputs give the same
+// boot artefacts: a Unified Kernel Image, a GPT raw disk holding it, an ISO
+// holding it for BMC virtual media, and a PXE bundle. Everything is deterministic: the same inputs give the same
 // bytes, so images can be rebuilt and compared by digest.
 package image
 

@@ -412,6 +412,11 @@ func (r *Resolved) locate(errs Errors) Errors {
 		}
 		e.File = file
 		e.Line = r.lines[file].line(e.Key)
+		if e.Line == 0 && file != defaultsFile {
+			// A key no layer sets, in no table the file has: the top of the file, so
+			// the message still starts with file:line for editors.
+			e.Line = 1
+		}
 	}
 	sortErrors(errs)
 	return errs

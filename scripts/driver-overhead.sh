@@ -9,7 +9,7 @@ recipe=${2:-recipes/default.toml}
 top=$(cd "$(dirname "$0")/.." && pwd)
 bin="$top/bin/peerboot"
 cd "$top"
-key() { "$bin" --cache "$cache" plan "$recipe" | awk -v s="$1" '$1 ~ /^[0-9]+[.]$/ && $2 == s {print $NF}'; }
+key() { "$bin" --cache "$cache" plan --json "$recipe" | jq -r --arg s "$1" '.stages[] | select(.name == $s) | .key'; }
 kout="$cache/out/$(key kernel)"
 dout="$cache/out/$(key driver)"
 [ -f "$kout/MANIFEST" ] || { echo "kernel stage not built in $cache" >&2; exit 1; }

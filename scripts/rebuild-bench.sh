@@ -38,7 +38,7 @@ echo "# bench $(date +%s)" >>overlay/etc/hosts
 make -s >/dev/null
 t_overlay=$(timed)
 built=$(awk '$2 == "built" {printf "%s%s", sep, $1; sep=","}' "$work/build.log")
-config=$("$pb" plan "$recipe" | awk '$1 ~ /^[0-9]+[.]$/ && $2 == "config" {print $NF}')
+config=$("$pb" plan --json "$recipe" | jq -r '.stages[] | select(.name == "config") | .key')
 tree="${PEERBOOT_CACHE:-$HOME/.cache/peerboot}/out/$config/root"
 # Which 1 MiB blocks of each output changed (found untimed), as dd commands.
 python3 - "$work" >"$work/dd.sh" <<'PY'

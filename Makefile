@@ -4,7 +4,7 @@ BIN     := bin/peerboot
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 RECIPE  ?= recipes/default.toml
 
-.PHONY: all deps test-deps image test e2e repro fuzz clean FORCE
+.PHONY: all deps test-deps sign-deps image test e2e repro fuzz clean FORCE
 
 all: $(BIN)
 
@@ -24,6 +24,10 @@ deps: $(BIN)
 # PostgreSQL, Chromium.
 test-deps: $(BIN)
 	scripts/deps.sh "$$($(BIN) doctor --packages --all)"
+
+# Building's packages plus signing's (sbsigntool), for `make sign`.
+sign-deps: $(BIN)
+	scripts/deps.sh "$$($(BIN) doctor --packages --for build,sign)"
 
 # The main job: fetch every pinned input (verified), then build the images into out/.
 image: deps
@@ -88,7 +92,7 @@ short-digest:
 	@sha256sum $(OUTDIR)/SHA256SUMS | cut -c1-12
 
 # Sign OUTDIR (keys are references: file:PATH or env:VAR; DB_KEY/DB_CERT add Secure Boot).
-sign: test-deps
+sign: sign-deps
 	$(BIN) sign $(OUTDIR) --artifact-key $(ARTIFACT_KEY) $(if $(DB_KEY),--db-key $(DB_KEY) --db-cert $(DB_CERT))
 
 verify: $(BIN)

@@ -119,6 +119,7 @@ type needJSON struct {
 
 func doctorCmd() *cobra.Command {
 	var packages, all, asJSON bool
+	var forUses []string
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check the host tools every stage needs and print the apt-get line for what is missing",
@@ -127,15 +128,22 @@ what is missing (exit 7). Tools only signing, ` + "`peerboot run`" + ` (QEMU) an
 listed as "absent" and never fail it.
 
 --packages prints the Debian packages building needs, on one line (what ` + "`make image`" + `
-installs); with --all, also those of signing, QEMU and the tests (what ` + "`make test`" + `
-installs). --json prints the check as JSON (README, "Machine-readable output").`,
+installs); --for build,sign adds signing's (` + "`make sign`" + `); --all, those of signing, QEMU
+and the tests too (what ` + "`make test`" + ` installs). --json prints the check as JSON (README, "Machine-readable output").`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
-			if packages { // for scripts (`make deps`, `make test-deps`)
-				uses := []use{useBuild}
+			if packages { // for scripts (`make deps`, `make sign-deps`, `make test-deps`)
+				uses := []use{}
+				for _, f := range forUses {
+					u := use(f)
+					if u != useBuild && u != useSign && u != useRun && u != useTest {
+						return exitcode.Tag(exitcode.Usage, fmt.Errorf("--for: want build, sign, run or test, got %q", f))
+					}
+					uses = append(uses, u)
+				}
 				if all {
-					uses = append(uses, useSign, useRun, useTest)
+					uses = []use{useBuild, useSign, useRun, useTest}
 				}
 				fmt.Fprintln(out, strings.Join(packagesFor(uses...), " "))
 				return nil
@@ -184,6 +192,7 @@ installs). --json prints the check as JSON (README, "Machine-readable output").`
 	}
 	cmd.Flags().BoolVar(&packages, "packages", false, "print the Debian packages building needs, on one line")
 	cmd.Flags().BoolVar(&all, "all", false, "with --packages: also those signing, peerboot run and the tests need")
+	cmd.Flags().StringSliceVar(&forUses, "for", []string{"build"}, "with --packages: whose packages (build, sign, run, test)")
 	addJSONFlag(cmd, &asJSON)
 	return cmd
 }

@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"io/fs"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -143,4 +144,28 @@ func looksUp(body ast.Node) bool {
 		return !found
 	})
 	return found
+}
+
+// `make image` installs only what building needs: the packages only the tests,
+// QEMU or signing use are not in `doctor --packages`, and are in `--all`.
+func TestDoctorBuildPackagesOnly(t *testing.T) {
+	out, _, code := run(t, "doctor", "--packages")
+	all, _, _ := run(t, "doctor", "--packages", "--all")
+	build := strings.Fields(out)
+	if code != 0 || len(build) == 0 {
+		t.Fatalf("doctor --packages: exit %d, %q", code, out)
+	}
+	for _, pkg := range []string{"chromium", "postgresql", "docker-registry", "qemu-system-x86", "ovmf", "sbsigntool"} {
+		if slices.Contains(build, pkg) {
+			t.Errorf("doctor --packages (make image) lists %s, which building does not need", pkg)
+		}
+		if !slices.Contains(strings.Fields(all), pkg) {
+			t.Errorf("doctor --packages --all (make test) lacks %s", pkg)
+		}
+	}
+	for _, pkg := range []string{"build-essential", "libelf-dev", "zstd", "git", "debian-archive-keyring"} {
+		if !slices.Contains(build, pkg) {
+			t.Errorf("doctor --packages lacks %s, which building needs", pkg)
+		}
+	}
 }

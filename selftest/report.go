@@ -220,12 +220,12 @@ func Decode(b []byte) (*Report, error) {
 	d := json.NewDecoder(bytes.NewReader(b))
 	r := &Report{}
 	if err := d.Decode(r); err != nil {
-		return nil, fmt.Errorf("decoding report: %w", jsonError(b, err))
+		return nil, jsonError(b, err)
 	}
 	if tail := bytes.TrimSpace(b[d.InputOffset():]); len(tail) > 0 {
 		// What follows the value would be stored and served back.
 		line, col := lineCol(b, d.InputOffset())
-		return nil, fmt.Errorf("decoding report: %d:%d: %w: bytes follow the report", line, col, ErrNotJSON)
+		return nil, &PosError{line, col, fmt.Errorf("%w: bytes follow the report", ErrNotJSON)}
 	}
 	if r.Schema != Schema {
 		return nil, fmt.Errorf("decoding report: schema %d, want %d", r.Schema, Schema)

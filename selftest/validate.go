@@ -15,6 +15,17 @@ import (
 // (serve answers 400 for it, 422 for a JSON value that is no valid report).
 var ErrNotJSON = errors.New("not JSON")
 
+// PosError is a decoding error at a place in the input: Line and Col are 1-based.
+// Its text starts "line:col: ", so a caller that knows the file name prefixes it the
+// way editors jump to ("report.json:19:2: ...").
+type PosError struct {
+	Line, Col int
+	Err       error
+}
+
+func (e *PosError) Error() string { return fmt.Sprintf("%d:%d: %v", e.Line, e.Col, e.Err) }
+func (e *PosError) Unwrap() error { return e.Err }
+
 // Bounds a report must keep: no box has more GPUs, no link or GPU moves more GB/s.
 const (
 	MaxGPUs = 64
@@ -245,18 +256,18 @@ func jsonError(b []byte, err error) error {
 	case errors.As(err, &syntax):
 		line, col := lineCol(b, syntax.Offset)
 		msg := strings.TrimPrefix(syntax.Error(), "json: ")
-		return fmt.Errorf("%d:%d: %w: %s", line, col, ErrNotJSON, msg)
+		return &PosError{line, col, fmt.Errorf("%w: %s", ErrNotJSON, msg)}
 	case errors.Is(err, io.EOF):
 		return fmt.Errorf("%w: empty input", ErrNotJSON)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		line, col := lineCol(b, int64(len(b)))
-		return fmt.Errorf("%d:%d: %w: the input ends inside a value", line, col, ErrNotJSON)
+		return &PosError{line, col, fmt.Errorf("%w: the input ends inside a value", ErrNotJSON)}
 	case errors.As(err, &typ):
 		line, col := lineCol(b, typ.Offset)
 		if typ.Field == "" {
-			return fmt.Errorf("%d:%d: not a self-test report: want a JSON object, got %s", line, col, jsonKind(typ.Value))
+			return &PosError{line, col, fmt.Errorf("not a self-test report: want a JSON object, got %s", jsonKind(typ.Value))}
 		}
-		return fmt.Errorf("%d:%d: %s: want %s, got %s", line, col, typ.Field, wantKind(typ.Type), jsonKind(typ.Value))
+		return &PosError{line, col, fmt.Errorf("%s: want %s, got %s", typ.Field, wantKind(typ.Type), jsonKind(typ.Value))}
 	}
 	return err
 }

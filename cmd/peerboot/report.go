@@ -160,8 +160,13 @@ func readReport(path string) (*selftest.Report, error) {
 	}
 	trimmed := bytes.TrimSpace(b)
 	if len(trimmed) > 0 && trimmed[0] == '{' {
-		r, err := selftest.Decode(trimmed)
-		if err != nil {
+		r, err := selftest.Decode(b)
+		var pe *selftest.PosError
+		switch {
+		case errors.As(err, &pe):
+			// path:line:col:, the form editors jump to.
+			return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("%s:%d:%d: %w", path, pe.Line, pe.Col, pe.Err))
+		case err != nil:
 			return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: %w", path, err))
 		}
 		return r, nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -161,6 +162,9 @@ func TestReportShowRefusesInvalid(t *testing.T) {
 			out, errs, code := run(t, "report", "show", f)
 			if code != 2 || !strings.Contains(errs, tc.want) || out != "" {
 				t.Errorf("exit %d, want 2 with %q and no output\nstdout %d bytes\nstderr %s", code, tc.want, len(out), errs)
+			}
+			if tc.from != "" && !regexp.MustCompile(regexp.QuoteMeta(f)+`:\d+:\d+: `).MatchString(errs) && tc.name == "wrong type" {
+				t.Errorf("a JSON error does not start with FILE:LINE:COL: %s", errs)
 			}
 			for _, goName := range []string{"Go struct", "float64", "selftest.", "json: cannot"} {
 				if strings.Contains(errs, goName) {

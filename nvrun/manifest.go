@@ -3,6 +3,7 @@ package nvrun
 import (
 	"fmt"
 	"io/fs"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -32,7 +33,10 @@ type Entry struct {
 	Path         string // for types with a path
 	InheritDepth int    // for types that inherit their path: leading directories dropped
 	Target       string // for symlinks
+	Unknown      bool   // a type this package does not know: only File, Mode and Type are read
 }
+
+var typeRe = regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
 
 // ManifestHeaderLines is how many lines precede the file entries.
 const ManifestHeaderLines = 8
@@ -40,9 +44,10 @@ const ManifestHeaderLines = 8
 // typeCaps is what a manifest line of a type carries after MODE and TYPE.
 type typeCaps struct{ arch, path, symlink, inherit bool }
 
-// fileTypes are nvidia-installer's file types (manifest.c's table) with the fields
-// their lines carry. A type not here is an error: a line we cannot split is a line
-// we might misread.
+// fileTypes are nvidia-installer's file types (manifest.c's table, unchanged from
+// 580.119.02 to 590.48.01) with the fields their lines carry. A type not here is
+// kept unread (Entry.Unknown): harmless for files the image does not take, an
+// error for one it does.
 var fileTypes = func() map[string]typeCaps {
 	const (
 		A = 1 << iota // has an arch field
@@ -144,7 +149,13 @@ func parseEntry(line int, text string) (Entry, error) {
 	e.Mode = fs.FileMode(mode).Perm()
 	caps, ok := fileTypes[e.Type]
 	if !ok {
-		return bad("unknown file type %q", clip(e.Type))
+		// A type newer than this table: its fields cannot be split, so the entry
+		// is kept unread; take() refuses it only if it names a file the image takes.
+		if !typeRe.MatchString(e.Type) {
+			return bad("file type: want an upper-case name like CUDA_LIB, got %q", clip(e.Type))
+		}
+		e.Unknown = true
+		return e, nil
 	}
 	w = w[3:]
 	next := func(what string) (string, bool) {

@@ -301,8 +301,13 @@ func take(m *Manifest, staged map[string]staged, version string) ([]File, error)
 	if m.Version != version {
 		return nil, fmt.Errorf("%w: .manifest line 2 says %s, driver.version is %s: the userspace must match the kernel driver exactly", ErrVersion, m.Version, version)
 	}
+	for _, e := range m.Entries {
+		if e.Unknown && (libRe.MatchString(e.File) || sonameRe.MatchString(e.File) || slices.Contains(Binaries, e.File) || firmwareRe.MatchString(e.File)) {
+			return nil, fmt.Errorf(".manifest line %d: %s has file type %s, which this peerboot does not know: it cannot tell that line's fields apart", e.Line, e.File, e.Type)
+		}
+	}
 	var out []File
-	native := func(e Entry) bool { return e.Arch != "COMPAT32" && !strings.Contains(e.File, "/") }
+	native := func(e Entry) bool { return !e.Unknown && e.Arch != "COMPAT32" && !strings.Contains(e.File, "/") }
 	libs := map[string]Entry{} // by file name
 	for _, e := range m.Entries {
 		if !native(e) {
@@ -357,7 +362,7 @@ func take(m *Manifest, staged map[string]staged, version string) ([]File, error)
 	}
 	nfw := 0
 	for _, e := range m.Entries {
-		if e.Type != "FIRMWARE" || !firmwareRe.MatchString(e.File) {
+		if e.Unknown || e.Type != "FIRMWARE" || !firmwareRe.MatchString(e.File) {
 			continue
 		}
 		s, ok := staged[e.File]

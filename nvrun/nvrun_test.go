@@ -209,12 +209,25 @@ func TestParseManifest(t *testing.T) {
 	if e.File != "libcuda.so.1" || e.Type != "CUDA_SYMLINK" || e.Arch != "NATIVE" || e.Path != "/" || e.Target != "libcuda.so."+v || e.Line != 13 {
 		t.Errorf("entry %+v", e)
 	}
+	// A type newer than the table is kept unread, and refused only for a file
+	// the image takes.
+	um, err := ParseManifest([]byte(nvruntest.Manifest(v) + "libnvidia-future.so." + v + " 0755 FUTURE_LIB NATIVE whatever MODULE:x\n"))
+	if err != nil || !um.Entries[len(um.Entries)-1].Unknown {
+		t.Fatalf("unknown type: %v", err)
+	}
+	if _, err := take(um, nil, v); err == nil || strings.Contains(err.Error(), "FUTURE_LIB") {
+		t.Fatalf("an unknown type for a file the image does not take was refused: %v", err)
+	}
+	um, _ = ParseManifest([]byte(strings.Replace(nvruntest.Manifest(v), "nvidia-smi 0755 UTILITY_BINARY", "nvidia-smi 0755 UTILITY_BINARY_V2 NATIVE", 1)))
+	if _, err := take(um, nil, v); err == nil || !strings.Contains(err.Error(), "nvidia-smi has file type UTILITY_BINARY_V2, which this peerboot does not know") {
+		t.Fatalf("an unknown type for nvidia-smi: %v", err)
+	}
 	fw := m.Entries[15]
 	if fw.InstallPath() != "gsp_ga10x.bin" || fw.Mode != 0o644 {
 		t.Errorf("firmware %+v -> %s", fw, fw.InstallPath())
 	}
 	for name, c := range map[string]struct{ line, msg string }{
-		"unknown type":  {"x 0755 SURPRISE", "unknown file type"},
+		"bad type":      {"x 0755 surprise!", "file type: want an upper-case name"},
 		"bad mode":      {"x 9 UTILITY_BINARY", "mode: want octal"},
 		"no arch":       {"libx.so.1 0755 CUDA_LIB", "want NATIVE or COMPAT32"},
 		"no target":     {"libx.so.1 0000 UTILITY_LIB_SYMLINK NATIVE", "missing its symlink target"},

@@ -19,6 +19,10 @@ const (
 	Build     Class = 8  // a stage failed (compile, patch, image)
 	Selftest  Class = 9  // the self-test ran and its verdict is FAIL
 	Device    Class = 10 // a target device was refused or could not be read or written
+
+	// Interrupted is Ctrl-C (SIGINT), the shell's 128 + 2; main exits 128 + the
+	// signal's number (143 for SIGTERM). No error is tagged with it.
+	Interrupted Class = 130
 )
 
 // Names lists the classes for documentation (README, `peerboot help exit-codes`).
@@ -38,6 +42,7 @@ var Names = []struct {
 	{Build, "build", "a build stage failed"},
 	{Selftest, "selftest", "the self-test verdict is FAIL"},
 	{Device, "device", "the target device was refused (mounted, system disk, partition, too small, not removable without --force, not confirmed) or could not be read or written"},
+	{Interrupted, "interrupted", "Ctrl-C (128 + the signal's number: 130 for SIGINT, 143 for SIGTERM)"},
 }
 
 type tagged struct {

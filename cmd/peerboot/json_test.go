@@ -84,6 +84,13 @@ func TestJSONOutputs(t *testing.T) {
 			t.Errorf("--version printed %q", flagOut)
 		}
 	})
+	t.Run("exit-codes", func(t *testing.T) {
+		out, errs, code := run(t, "exit-codes", "--json")
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		checkJSONGolden(t, "exit-codes", out)
+	})
 	t.Run("lock", func(t *testing.T) {
 		out, errs, code := runEnv(t, env, "--cache", cache, "lock", "--json", locked)
 		if code != 0 {

@@ -41,7 +41,7 @@ func main() {
 	code := exitcode.Of(err)
 	if err != nil && ctx.Err() != nil {
 		// Interrupted: the shell's convention, 128 + the signal's number.
-		code = 130
+		code = int(exitcode.Interrupted)
 		if s, ok := caught.(syscall.Signal); ok {
 			code = 128 + int(s)
 		}

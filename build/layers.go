@@ -42,7 +42,7 @@ func userspaceStage() *stage {
 			opt := rootfs.UserspaceOptions{DriverVersion: sr.Recipe.Driver.Version, Scratch: sr.Scratch}
 			for _, in := range sr.Inputs {
 				if in.Role == lock.RoleInstaller {
-					opt.Installer = sr.Store.BlobPath(in.SHA256)
+					opt.Installer, opt.InstallerSHA256 = sr.Store.BlobPath(in.SHA256), in.SHA256
 					continue
 				}
 				opt.Debs = append(opt.Debs, sr.Store.BlobPath(in.SHA256))

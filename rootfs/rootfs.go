@@ -49,8 +49,9 @@ type UserspaceOptions struct {
 	// Installer is NVIDIA's .run installer (a store blob, already checked against
 	// its pin); "" = none. Its files are laid after the packages; a path both
 	// provide is an error.
-	Installer string
-	Scratch   string // where the installer's files are staged; "" = the system's temporary directory
+	Installer       string
+	InstallerSHA256 string // its pin, checked again as it is read ("" = not checked)
+	Scratch         string // where the installer's files are staged; "" = the system's temporary directory
 }
 
 // Userspace lays out the base directories and usr-merge links, the packages (no
@@ -109,7 +110,7 @@ func Userspace(ctx context.Context, opt UserspaceOptions, root string) error {
 // /usr/bin, the GSP firmware in /lib/firmware/nvidia/<version>/. Every
 // destination is checked free before the first is written.
 func layInstaller(ctx context.Context, opt UserspaceOptions, root string) error {
-	u, err := nvrun.Unpack(ctx, opt.Installer, nvrun.Options{Version: opt.DriverVersion, Scratch: opt.Scratch})
+	u, err := nvrun.Unpack(ctx, opt.Installer, nvrun.Options{SHA256: opt.InstallerSHA256, Version: opt.DriverVersion, Scratch: opt.Scratch})
 	if err != nil {
 		return err
 	}

@@ -48,8 +48,8 @@ func ModulesFor(aliases []Alias, modalias string) []string {
 // Match is path.Match, which over the aliases modpost writes ("*", "?", upper-case
 // hex, no "/") matched 200,000 random alias globs exactly like the hand-written
 // matcher it replaced (FuzzMatchAlias keeps that one as the reference). Like
-// modprobe's fnmatch, "[...]" is a class. A pattern path.Match calls malformed
-// matches nothing.
+// modprobe's fnmatch, "[...]" is a class; unlike it, "*" does not cross "/", which no
+// bus's modalias holds. A pattern path.Match calls malformed matches nothing.
 func Match(pattern, modalias string) bool {
 	ok, err := path.Match(pattern, modalias)
 	return err == nil && ok

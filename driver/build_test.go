@@ -243,7 +243,7 @@ func TestBuildFakeFullTree(t *testing.T) {
 	}
 	writeFile(t, filepath.Join(full, "src", "nvidia", "Makefile"), "\n")
 	writeFile(t, filepath.Join(full, "Makefile"),
-		"modules:\n\t@echo '$(WHOAMI)|$(HOSTNAME)|$(DATE)' > id-args\n\t$(MAKE) -C kernel-open modules\n")
+		"modules:\n\t@echo '$(WHOAMI)|$(HOSTNAME)|$(NV_BUILD_USER)@$(NV_BUILD_HOST)|$(DATE)' > id-args\n\t$(MAKE) -C kernel-open modules\n")
 	o.Source = full
 	out := t.TempDir()
 	res, err := Build(context.Background(), o, out)
@@ -257,7 +257,7 @@ func TestBuildFakeFullTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.TrimSpace(string(id)), "echo peerboot|peerboot|date -u -d @1700000000"; got != want {
+	if got, want := strings.TrimSpace(string(id)), "echo peerboot|peerboot|peerboot@peerboot|date -u -d @1700000000"; got != want {
 		t.Errorf("id string inputs = %q, want %q", got, want)
 	}
 }

@@ -17,7 +17,7 @@ import (
 )
 
 // Version is the driver stage's version: bump it when this code changes its output.
-const Version = 2 // 2: KBUILD_BUILD_TIMESTAMP format (see compile.Env)
+const Version = 3 // 3: NV_BUILD_USER/NV_BUILD_HOST (580+ id string); 2: KBUILD_BUILD_TIMESTAMP format (see compile.Env)
 
 // Patch is one format-patch of the series, applied at the driver tree's root
 // (paths like a/conftest.sh, a/nvidia/nv-pci.c).
@@ -171,8 +171,12 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 		// same kbuild in kernel-open/ (command-line variables reach the
 		// sub-makes). The core embeds "(user@host) date" in its id string
 		// (/proc/driver/nvidia/version); pin all three to the build clock.
+		// utils.mk reads WHOAMI and HOSTNAME up to 570 and NV_BUILD_USER and
+		// NV_BUILD_HOST from 580 on (595.45.04 built with only the old names
+		// read "(root@<build host>)"); pass both sets.
 		args = append(args,
 			"WHOAMI=echo peerboot", "HOSTNAME=peerboot",
+			"NV_BUILD_USER=peerboot", "NV_BUILD_HOST=peerboot",
 			"DATE=date -u -d @"+strconv.FormatInt(opt.Epoch, 10))
 	}
 	if err := r.Run(ctx, "compile", "make", args...); err != nil {

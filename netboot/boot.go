@@ -175,24 +175,7 @@ func (s *Server) serveBuildFile(w http.ResponseWriter, r *http.Request, b *Build
 // /uefi/NAME.efi a named recipe's. The UKI's command line is baked in (and signed),
 // so such a node reports to its recipe's boot.report_url with a static token.
 func (s *Server) uefi(w http.ResponseWriter, r *http.Request) {
-	name, ok := strings.CutSuffix(r.PathValue("name"), ".efi")
-	if !ok {
-		s.fail(w, r, http.StatusNotFound, "file refused", errors.New("want /uefi/boot.efi or /uefi/RECIPE.efi"))
-		return
-	}
-	if name == "boot" {
-		name = s.opt.Inventory.Default
-	}
-	b, err := s.opt.Builds.Get(name)
-	if err != nil {
-		s.fail(w, r, http.StatusNotFound, "file refused", err)
-		return
-	}
-	if !b.HasUKI() {
-		s.fail(w, r, http.StatusNotFound, "file refused", fmt.Errorf("the build of %s has no UKI", b.Recipe))
-		return
-	}
-	s.serveBuildFile(w, r, b, "peerboot.efi")
+	s.serveNamedBuildFile(w, r, "uefi", ".efi", "peerboot.efi", "has no UKI")
 }
 
 // iso serves a build's ISO as a download for BMC virtual media: /iso/boot.iso
@@ -200,9 +183,15 @@ func (s *Server) uefi(w http.ResponseWriter, r *http.Request) {
 // .iso because BMCs (Redfish VirtualMedia.InsertMedia) often insist on it, and
 // ServeContent answers the Range requests they read the image with.
 func (s *Server) iso(w http.ResponseWriter, r *http.Request) {
-	name, ok := strings.CutSuffix(r.PathValue("name"), ".iso")
+	s.serveNamedBuildFile(w, r, "iso", ".iso", "peerboot.iso", `has no ISO (outputs.formats lacks "iso")`)
+}
+
+// serveNamedBuildFile serves file of the build that /route/NAME.ext names, "boot"
+// standing for the default recipe; lacking says why a build without the file is refused.
+func (s *Server) serveNamedBuildFile(w http.ResponseWriter, r *http.Request, route, ext, file, lacking string) {
+	name, ok := strings.CutSuffix(r.PathValue("name"), ext)
 	if !ok {
-		s.fail(w, r, http.StatusNotFound, "file refused", errors.New("want /iso/boot.iso or /iso/RECIPE.iso"))
+		s.fail(w, r, http.StatusNotFound, "file refused", fmt.Errorf("want /%s/boot%s or /%s/RECIPE%s", route, ext, route, ext))
 		return
 	}
 	if name == "boot" {
@@ -213,9 +202,9 @@ func (s *Server) iso(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, "file refused", err)
 		return
 	}
-	if !b.HasISO() {
-		s.fail(w, r, http.StatusNotFound, "file refused", fmt.Errorf("the build of %s has no ISO (outputs.formats lacks \"iso\")", b.Recipe))
+	if b.Files[file] == "" {
+		s.fail(w, r, http.StatusNotFound, "file refused", fmt.Errorf("the build of %s %s", b.Recipe, lacking))
 		return
 	}
-	s.serveBuildFile(w, r, b, "peerboot.iso")
+	s.serveBuildFile(w, r, b, file)
 }

@@ -64,14 +64,7 @@ func TestBuildAndBootDefault(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("run %s: exit %d", mode, code)
 			}
-			b, err := os.ReadFile(report)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := selftest.Decode(b)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r := readReport(t, report)
 			if r.Verdict != selftest.Pass {
 				t.Errorf("verdict %s, findings %+v", r.Verdict, r.Findings)
 			}

@@ -111,14 +111,7 @@ func TestISOBootsFromCDROM(t *testing.T) {
 	if !regexp.MustCompile(`BdsDxe: loading Boot[0-9A-F]{4} "UEFI QEMU DVD-ROM`).Match(console) {
 		t.Errorf("the console does not show OVMF booting the DVD-ROM:\n%s", tailLines(string(console), 40))
 	}
-	b, err := os.ReadFile(report)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := selftest.Decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := readReport(t, report)
 	if r.Verdict != selftest.Pass {
 		t.Errorf("verdict %s, findings %+v", r.Verdict, r.Findings)
 	}

@@ -20,8 +20,10 @@ import (
 // postReport stores one self-test report. In order: the client address's rate (429),
 // the token (401 missing), the node (400), the token against the node (403), the
 // node's rate (429), the size (413), the body's arrival (408), the JSON (400), the
-// schema and content (422), a replay of a stored report (409). 201 means the report
-// is committed to the database.
+// schema and content (422), a replay of another node's stored report (409). 201 means
+// the report is committed to the database; 200 that this node's same report already
+// was (a retry whose answer was lost, perhaps sent to another replica): the POST is
+// idempotent.
 func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 	start := s.opt.Now()
 	remote := remoteIP(r)
@@ -95,6 +97,9 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 	summarize(sr, rep)
 	id, err := s.opt.Store.AddReport(r.Context(), sr)
 	switch {
+	case errors.Is(err, ErrDuplicate) && id > 0:
+		s.duplicate(w, node, id, rep.Verdict, sr.SHA256)
+		return
 	case errors.Is(err, ErrDuplicate):
 		s.fail(w, r, http.StatusConflict, "report refused", fmt.Errorf("replayed: report sha256 %s was already received", sr.SHA256[:16]), "node", node)
 		return

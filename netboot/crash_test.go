@@ -186,7 +186,8 @@ func TestKillDuringPosts(t *testing.T) {
 		t.Fatalf("%d stored < %d acknowledged", total, ackN.Load())
 	}
 
-	// The restarted server has them: a replay of an acknowledged report is a 409.
+	// The restarted server has them: the same node sending an acknowledged report again
+	// (a retry) is told it is stored, by a 200 naming it a duplicate.
 	cmd, base = startHelper(t, out, db)
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	node := "52:54:00:00:01:00"
@@ -203,9 +204,14 @@ func TestKillDuringPosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var dup struct {
+		ID        int64 `json:"id"`
+		Duplicate bool  `json:"duplicate"`
+	}
+	json.NewDecoder(resp.Body).Decode(&dup)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusConflict {
-		t.Errorf("replay to the restarted server: %d, want 409", resp.StatusCode)
+	if resp.StatusCode != http.StatusOK || !dup.Duplicate || dup.ID == 0 {
+		t.Errorf("retry to the restarted server: %d %+v, want 200 naming the stored report a duplicate", resp.StatusCode, dup)
 	}
 }
 

@@ -262,7 +262,9 @@ func TestCollector(t *testing.T) {
 		log               string
 	}{
 		{"good", "/reports?node=52:54:00:00:00:01", n1, good, 201, "report stored"},
-		{"replay", "/reports?node=52:54:00:00:00:01", n1, good, 409, "replayed"},
+		// Idempotent: a node retrying (its answer lost, or sent to another replica) is
+		// told its report is in; another node replaying the body is refused.
+		{"retry", "/reports?node=52:54:00:00:00:01", n1, good, 200, `report already stored (a retry)" id=1`},
 		{"replay from another node", "/reports?node=52:54:00:00:00:02", tok("52:54:00:00:00:02"), good, 409, "replayed"},
 		{"no token", "/reports?node=52:54:00:00:00:01", "", other, 401, "no token"},
 		{"wrong token", "/reports?node=52:54:00:00:00:01", wrong, other, 403, "not one this server issued"},

@@ -215,7 +215,18 @@ func (s *sqlStore) migrate(ctx context.Context) error {
 
 // migrateTo applies list (migrations, or the first of them in the upgrade tests).
 func (s *sqlStore) migrateTo(ctx context.Context, migrations []string) error {
-	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)`); err != nil {
+	// Under the migration lock too: two replicas starting on an empty PostgreSQL would
+	// otherwise both create it, and one fails (CREATE ... IF NOT EXISTS is not atomic).
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		if s.d.lockTx != "" {
+			if _, err := tx.ExecContext(ctx, s.d.lockTx); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, applied_at BIGINT NOT NULL)`)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("creating schema_migrations: %w", err)
 	}
 	for i, m := range migrations {
@@ -348,7 +359,7 @@ func (s *sqlStore) AddReport(ctx context.Context, r *StoredReport) (int64, error
 	}
 	err := <-req.done
 	if errors.Is(err, ErrDuplicate) {
-		return 0, ErrDuplicate
+		return r.ID, ErrDuplicate
 	}
 	if err != nil {
 		return 0, fmt.Errorf("storing report: %w", err)
@@ -422,6 +433,12 @@ ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen`, r.NodeID, at); e
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1) ON CONFLICT (sha256) DO NOTHING RETURNING id`,
 		r.NodeID, at, r.Recipe, r.Build, r.Verdict, r.SHA256, r.Remote, int64(len(r.Body)), r.GPUs, r.BusBWAtMax, string(failing)).Scan(&r.ID)
 	if errors.Is(err, sql.ErrNoRows) {
+		// The same node's report again: a retry whose answer was lost (or that went to
+		// another replica). r.ID names the stored one; 0 for another node's (a replay).
+		r.ID = 0
+		if err := tx.QueryRowContext(ctx, `SELECT id FROM reports WHERE sha256 = $1 AND node_id = $2`, r.SHA256, r.NodeID).Scan(&r.ID); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
 		return ErrDuplicate
 	}
 	if err != nil {

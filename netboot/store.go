@@ -19,7 +19,8 @@ var ErrNotFound = errors.New("not found")
 // PostgreSQL implement it with the same schema and migrations; both pass storetest.
 type Store interface {
 	// AddReport stores one report atomically: it is durable when AddReport returns nil.
-	// A report whose SHA256 is already stored gives ErrDuplicate and changes nothing.
+	// A report whose SHA256 is already stored gives ErrDuplicate and changes nothing;
+	// the id is then the stored report's when it is the same node's (a retry), else 0.
 	AddReport(ctx context.Context, r *StoredReport) (int64, error)
 	// RecordBoot notes that a node fetched its boot script, updating its MAC, hostname
 	// and serial when given.

@@ -268,7 +268,7 @@ func httpPost(url, token string, body []byte) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("HTTP %s", resp.Status)
+		return &statusError{resp.StatusCode, resp.Status}
 	}
 	return nil
 }

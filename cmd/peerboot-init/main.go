@@ -37,7 +37,7 @@ func main() {
 		mknod:   unix.Mknod,
 		now:     time.Now,
 		sleep:   time.Sleep,
-		post:    httpPost,
+		post:    retryPost(httpPost, time.Sleep),
 		netUp: func() (*dhcp.Lease, error) {
 			return netup.Real("/sys/class/net").BringUp(context.Background(), netup.DefaultLimits())
 		},

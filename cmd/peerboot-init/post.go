@@ -1,0 +1,44 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// statusError is a report POST the server answered with other than 2xx.
+type statusError struct {
+	code   int
+	status string
+}
+
+func (e *statusError) Error() string { return "HTTP " + e.status }
+
+// postWaits are the pauses between report POST attempts: four tries in about 7 s.
+var postWaits = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}
+
+// retryPost makes post try again when the server did not answer (a replica killed
+// mid-request: the next attempt dials afresh, and a report URL whose name resolves to
+// several replicas reaches another) or answered 5xx, 408 or 429. The same bytes go
+// each time, and serve answers a report it already stored with 200, so a retry whose
+// first answer was lost stores nothing twice. Other refusals (401, 403, 409, 413, 422)
+// are final.
+func retryPost(post func(url, token string, body []byte) error, sleep func(time.Duration)) func(url, token string, body []byte) error {
+	return func(url, token string, body []byte) error {
+		var errs []error
+		for i := 0; ; i++ {
+			err := post(url, token, body)
+			if err == nil {
+				return nil
+			}
+			errs = append(errs, fmt.Errorf("attempt %d: %w", i+1, err))
+			var se *statusError
+			final := errors.As(err, &se) && se.code < 500 && se.code != http.StatusRequestTimeout && se.code != http.StatusTooManyRequests
+			if final || i == len(postWaits) {
+				return errors.Join(errs...)
+			}
+			sleep(postWaits[i])
+		}
+	}
+}

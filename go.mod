@@ -6,8 +6,10 @@ require (
 	github.com/BurntSushi/toml v1.6.0
 	github.com/ProtonMail/go-crypto v1.5.2
 	github.com/bluekeyes/go-gitdiff v0.9.0
+	github.com/cavaliergopher/cpio v1.0.1
 	github.com/diskfs/go-diskfs v1.9.4
 	github.com/ebitengine/purego v0.11.3
+	github.com/google/go-tpm v0.9.8
 	github.com/insomniacslk/dhcp v0.0.0-20260901064844-234b97448fae
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/klauspost/compress v1.20.4
@@ -25,7 +27,6 @@ require (
 
 require (
 	github.com/anchore/go-lzo v0.1.0 // indirect
-	github.com/cavaliergopher/cpio v1.0.1 // indirect
 	github.com/cloudflare/circl v1.6.3 // indirect
 	github.com/djherbis/times v1.6.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/google/go-tpm/tpm2"
 )
 
 func sampleEvidence() *Evidence {
@@ -138,6 +140,52 @@ func FuzzDecode(f *testing.F) {
 		}
 		if !bytes.Equal(mustJSON(ev), mustJSON(ev2)) {
 			t.Fatal("re-encoding changed the evidence")
+		}
+	})
+}
+
+func TestCheckSelection(t *testing.T) {
+	sel := func(h tpm2.TPMAlgID, bits ...byte) tpm2.TPMLPCRSelection {
+		return tpm2.TPMLPCRSelection{PCRSelections: []tpm2.TPMSPCRSelection{{Hash: h, PCRSelect: bits}}}
+	}
+	for _, tc := range []struct {
+		name string
+		sel  tpm2.TPMLPCRSelection
+		want string
+	}{
+		{"4 7 11", sel(tpm2.TPMAlgSHA256, 0x90, 0x08, 0x00), ""},
+		{"4 7 11 in four bytes", sel(tpm2.TPMAlgSHA256, 0x90, 0x08, 0x00, 0x00), ""},
+		{"sha1 bank", sel(tpm2.TPMAlgSHA1, 0x90, 0x08, 0x00), "bank"},
+		{"no 11", sel(tpm2.TPMAlgSHA256, 0x90, 0x00, 0x00), "bitmap"},
+		{"and 0", sel(tpm2.TPMAlgSHA256, 0x91, 0x08, 0x00), "bitmap"},
+		{"and 23", sel(tpm2.TPMAlgSHA256, 0x90, 0x08, 0x80), "bitmap"},
+		{"two banks", tpm2.TPMLPCRSelection{PCRSelections: []tpm2.TPMSPCRSelection{{Hash: tpm2.TPMAlgSHA256, PCRSelect: []byte{0x90, 8, 0}}, {Hash: tpm2.TPMAlgSHA1, PCRSelect: []byte{0, 0, 0}}}}, "2 banks"},
+	} {
+		err := checkSelection(tc.sel)
+		if (err == nil) != (tc.want == "") || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// FuzzVerifyParsers: the TPM structures in the evidence are outside bytes;
+// whatever they hold, Verify refuses them with a reason and never panics.
+func FuzzVerifyParsers(f *testing.F) {
+	f.Add([]byte{0xff, 'T', 'C', 'G', 0x80, 0x18}, []byte{0, 0x18, 0, 0x0b, 0, 1, 1, 0, 1, 2}, []byte{0, 0x23, 0, 0x0b, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{}, []byte{0, 0x14, 0, 0x0b, 0xff, 0xff}, []byte{0, 1, 0, 0x0b, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, quote, sig, pub []byte) {
+		ev := sampleEvidence()
+		body := []byte("{}")
+		s := sha256.Sum256(body)
+		ev.ReportSHA256 = hex.EncodeToString(s[:])
+		ev.Quote, ev.Signature, ev.AKPublic, ev.EKPublic = quote, sig, pub, pub
+		if len(quote) == 0 || len(sig) == 0 || len(pub) == 0 {
+			return
+		}
+		if _, err := Verify(ev, body, Expect{Nonce: ev.Nonce}); err == nil {
+			t.Fatal("random TPM structures verified")
+		} else if !IsRefusal(err) {
+			t.Fatalf("not a refusal: %v", err)
 		}
 	})
 }

@@ -74,6 +74,7 @@ var hostNeeds = []hostNeed{
 	{what: "ip (netns)", stage: "DHCP, TFTP, ProxyDHCP tests", pkg: "iproute2", command: "ip", use: useTest},
 	{what: "docker-registry", stage: "OCI publish tests", pkg: "docker-registry", command: "docker-registry", use: useTest},
 	{what: "PostgreSQL 15", stage: "report store tests", pkg: "postgresql", files: []string{"/usr/lib/postgresql/15/bin/postgres"}, use: useTest},
+	{what: "swtpm", stage: "attested-report tests (genuine TPM2 quotes)", pkg: "swtpm", command: "swtpm", use: useTest},
 	{what: "chromium", stage: "fleet page test", pkg: "chromium", command: "chromium", use: useTest},
 }
 

@@ -1,0 +1,170 @@
+// Package swtpmtest starts swtpm (Debian's software TPM 2.0) for tests and
+// makes genuine TPM2 quotes with it over go-tpm's unix-socket transport. It is
+// a test helper: the node's own quoting lives in the init.
+package swtpmtest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-tpm/tpm2"
+	"github.com/google/go-tpm/tpm2/transport"
+	"github.com/google/go-tpm/tpm2/transport/linuxudstpm"
+
+	"github.com/peerboot/peerboot/attest"
+	"github.com/peerboot/peerboot/internal/testguard"
+)
+
+// TPM is one running swtpm with a fresh state directory.
+type TPM struct {
+	T   transport.TPMCloser
+	Dir string
+}
+
+// Start runs swtpm for tb and stops it at cleanup. No swtpm is a skip away
+// from CI and a failure under CI (make test-deps installs swtpm).
+func Start(tb testing.TB) *TPM {
+	tb.Helper()
+	bin, err := exec.LookPath("swtpm")
+	if err != nil {
+		testguard.Skip(tb, "swtpm not installed (Debian package swtpm; make test-deps)")
+		return nil
+	}
+	// Unix socket paths are short (108 bytes): a directory of our own under /tmp.
+	dir, err := os.MkdirTemp("", "swtpm")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		tb.Fatal(err)
+	}
+	sock, ctrl := filepath.Join(dir, "tpm.sock"), filepath.Join(dir, "ctrl.sock")
+	cmd := exec.Command(bin, "socket", "--tpm2",
+		"--server", "type=unixio,path="+sock,
+		"--ctrl", "type=unixio,path="+ctrl,
+		"--flags", "not-need-init,startup-clear",
+		"--tpmstate", "dir="+state)
+	out, _ := os.Create(filepath.Join(dir, "swtpm.log"))
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		tb.Fatalf("starting swtpm: %v", err)
+	}
+	tb.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(out.Name())
+			tb.Fatalf("swtpm made no socket in 10s: %s", log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t, err := linuxudstpm.Open(sock)
+	if err != nil {
+		tb.Fatalf("opening swtpm's socket: %v", err)
+	}
+	tb.Cleanup(func() { t.Close() })
+	return &TPM{T: t, Dir: dir}
+}
+
+// Extend extends PCR pcr of the sha256 bank by sha256(data), as the stub does
+// with a section's bytes.
+func (tp *TPM) Extend(pcr int, data []byte) error {
+	d := sha256.Sum256(data)
+	_, err := tpm2.PCRExtend{
+		PCRHandle: tpm2.AuthHandle{Handle: tpm2.TPMHandle(pcr), Auth: tpm2.PasswordAuth(nil)},
+		Digests:   tpm2.TPMLDigestValues{Digests: []tpm2.TPMTHA{{HashAlg: tpm2.TPMAlgSHA256, Digest: d[:]}}},
+	}.Execute(tp.T)
+	if err != nil {
+		return fmt.Errorf("extending PCR %d: %w", pcr, err)
+	}
+	return nil
+}
+
+// Selection is the sha256 bank's PCRs 4, 7 and 11.
+func Selection() tpm2.TPMLPCRSelection {
+	return tpm2.TPMLPCRSelection{PCRSelections: []tpm2.TPMSPCRSelection{{
+		Hash: tpm2.TPMAlgSHA256, PCRSelect: tpm2.PCClientCompatible.PCRs(4, 7, 11)}}}
+}
+
+// AKTemplate is a restricted ECDSA P-256 signing key: TPM2_Quote with it signs
+// only TPM-made structures.
+var AKTemplate = tpm2.TPMTPublic{
+	Type:    tpm2.TPMAlgECC,
+	NameAlg: tpm2.TPMAlgSHA256,
+	ObjectAttributes: tpm2.TPMAObject{
+		FixedTPM: true, FixedParent: true, SensitiveDataOrigin: true, UserWithAuth: true,
+		Restricted: true, SignEncrypt: true, NoDA: true,
+	},
+	Parameters: tpm2.NewTPMUPublicParms(tpm2.TPMAlgECC, &tpm2.TPMSECCParms{
+		Scheme: tpm2.TPMTECCScheme{Scheme: tpm2.TPMAlgECDSA,
+			Details: tpm2.NewTPMUAsymScheme(tpm2.TPMAlgECDSA, &tpm2.TPMSSigSchemeECDSA{HashAlg: tpm2.TPMAlgSHA256})},
+		CurveID: tpm2.TPMECCNistP256,
+	}),
+}
+
+// Quote makes the evidence a node would send with body: an EK and an AK
+// (primaries under the endorsement hierarchy, so the same TPM gives the same
+// keys), the PCR values, and a quote bound to nonce and body. akTemplate nil
+// is AKTemplate.
+func (tp *TPM) Quote(nonce string, body []byte, phase string, akTemplate *tpm2.TPMTPublic) (*attest.Evidence, error) {
+	if akTemplate == nil {
+		akTemplate = &AKTemplate
+	}
+	primary := func(tmpl tpm2.TPMTPublic) (*tpm2.CreatePrimaryResponse, error) {
+		return tpm2.CreatePrimary{
+			PrimaryHandle: tpm2.AuthHandle{Handle: tpm2.TPMRHEndorsement, Auth: tpm2.PasswordAuth(nil)},
+			InPublic:      tpm2.New2B(tmpl),
+		}.Execute(tp.T)
+	}
+	ek, err := primary(tpm2.RSAEKTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("creating the EK: %w", err)
+	}
+	defer tpm2.FlushContext{FlushHandle: ek.ObjectHandle}.Execute(tp.T)
+	ak, err := primary(*akTemplate)
+	if err != nil {
+		return nil, fmt.Errorf("creating the AK: %w", err)
+	}
+	defer tpm2.FlushContext{FlushHandle: ak.ObjectHandle}.Execute(tp.T)
+	rd, err := tpm2.PCRRead{PCRSelectionIn: Selection()}.Execute(tp.T)
+	if err != nil {
+		return nil, fmt.Errorf("reading PCRs: %w", err)
+	}
+	if len(rd.PCRValues.Digests) != len(attest.QuotedPCRs) {
+		return nil, fmt.Errorf("PCR read gave %d values, want %d", len(rd.PCRValues.Digests), len(attest.QuotedPCRs))
+	}
+	pcrs := map[string]string{}
+	for i, n := range attest.QuotedPCRs {
+		pcrs[strconv.Itoa(n)] = hex.EncodeToString(rd.PCRValues.Digests[i].Buffer)
+	}
+	sum := sha256.Sum256(body)
+	q, err := tpm2.Quote{
+		SignHandle:     tpm2.AuthHandle{Handle: ak.ObjectHandle, Name: ak.Name, Auth: tpm2.PasswordAuth(nil)},
+		QualifyingData: tpm2.TPM2BData{Buffer: attest.QualifyingData(nonce, sum)},
+		InScheme:       tpm2.TPMTSigScheme{Scheme: tpm2.TPMAlgNull},
+		PCRSelect:      Selection(),
+	}.Execute(tp.T)
+	if err != nil {
+		return nil, fmt.Errorf("quoting: %w", err)
+	}
+	return &attest.Evidence{
+		Version: attest.Version, Nonce: nonce, ReportSHA256: hex.EncodeToString(sum[:]), Phase: phase, PCRs: pcrs,
+		Quote: q.Quoted.Bytes(), Signature: tpm2.Marshal(q.Signature),
+		AKPublic: ak.OutPublic.Bytes(), EKPublic: ek.OutPublic.Bytes(),
+	}, nil
+}

@@ -1,7 +1,8 @@
 // Package qemu boots peerboot's outputs in QEMU (q35) the ways nodes boot them:
 // UEFI from the GPT disk (OVMF), UEFI from the ISO as a CD-ROM (OVMF, as a BMC's
 // virtual media) and PXE (iPXE over user-mode networking with QEMU's built-in
-// TFTP), streams the serial console, and hands back the console text.
+// TFTP, under SeaBIOS, or UEFIPXE: iPXE's EFI ROM under OVMF), optionally with
+// a TPM 2.0 (swtpm), streams the serial console, and hands back the console text.
 package qemu
 
 import (
@@ -28,6 +29,13 @@ const (
 	// ISO boots OVMF from the ISO attached as a read-only CD-ROM (AHCI):
 	// the firmware finds its El Torito UEFI entry.
 	ISO Mode = "iso"
+	// UEFIPXE network-boots OVMF: the firmware runs the virtio NIC's iPXE EFI
+	// option ROM (Debian's ipxe-qemu efi-virtio.rom), slirp's DHCP names
+	// boot.ipxe and its TFTP serves PXEDir. An iPXE "chain URL ARGS" of a UKI
+	// starts systemd-stub with ARGS as its load options, which the stub uses
+	// as the kernel command line when Secure Boot is off (and measures into
+	// PCR 12); its sections go into PCR 11 as on a disk boot.
+	UEFIPXE Mode = "uefi-pxe"
 )
 
 // Firmware files from Debian's ovmf and ipxe-qemu packages.
@@ -69,6 +77,17 @@ type Options struct {
 	// a private copy of SecureBootVars. A boot the firmware refuses ends at once
 	// with Result.Refused set.
 	SecureBoot bool
+	// TPM gives the VM a TPM 2.0 (swtpm, attached as tpm-crb): OVMF measures
+	// the boot into it and systemd-stub extends PCR 11. swtpm runs for this
+	// boot only and is stopped after it, also on a timeout or an error.
+	TPM bool
+	// TPMStateDir keeps the TPM's state (its endorsement seed: the same EK and
+	// AK at every boot, as one node's chip). "" gives a fresh TPM in WorkDir.
+	TPMStateDir string
+	// Net (UEFI, ISO) gives the guest user-mode networking: a virtio NIC whose
+	// DHCP is slirp's, the host at 10.0.2.2. The NIC has no option ROM, so
+	// the firmware still boots the disk or CD. PXE and UEFIPXE always have it.
+	Net bool
 }
 
 // Result is what a boot produced.
@@ -129,6 +148,19 @@ func boot(ctx context.Context, opt Options) (*Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, opt.Timeout)
 	defer cancel()
+	if opt.TPM {
+		state := opt.TPMStateDir
+		if state == "" {
+			state = filepath.Join(opt.WorkDir, "tpm")
+		}
+		tpm, err := startTPM(ctx, state, opt.WorkDir)
+		if err != nil {
+			return nil, err
+		}
+		// Deferred before cmd.Wait runs: QEMU is gone (or killed by ctx) first.
+		defer tpm.Stop()
+		args = append(args, tpm.qemuArgs()...)
+	}
 	cmd := exec.CommandContext(ctx, "qemu-system-x86_64", args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -203,7 +235,7 @@ func commandLine(opt Options) ([]string, string, error) {
 	}
 	diskCopy := ""
 	switch opt.Mode {
-	case UEFI, ISO:
+	case UEFI, ISO, UEFIPXE:
 		code := firstExisting(OVMFCode)
 		if code == "" {
 			return nil, "", fmt.Errorf("OVMF firmware not found (%s): apt-get install ovmf", strings.Join(OVMFCode, ", "))
@@ -225,8 +257,21 @@ func commandLine(opt Options) ([]string, string, error) {
 		}
 		args = append(args,
 			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+code,
-			"-drive", "if=pflash,format=raw,unit=1,file="+vars,
-			"-nic", "none")
+			"-drive", "if=pflash,format=raw,unit=1,file="+vars)
+		switch {
+		case opt.Mode == UEFIPXE:
+			if _, err := os.Stat(filepath.Join(opt.PXEDir, "boot.ipxe")); err != nil {
+				return nil, "", fmt.Errorf("no boot.ipxe in %s", opt.PXEDir)
+			}
+			return append(args, "-boot", "n",
+				"-nic", "user,model=virtio-net-pci,tftp="+opt.PXEDir+",bootfile=boot.ipxe"), "", nil
+		case opt.Net:
+			// romfile= (empty): no iPXE ROM, so OVMF offers no network boot
+			// entry ahead of the disk.
+			args = append(args, "-netdev", "user,id=net0", "-device", "virtio-net-pci,netdev=net0,romfile=")
+		default:
+			args = append(args, "-nic", "none")
+		}
 		if opt.Mode == ISO {
 			if _, err := os.Stat(opt.ISO); err != nil {
 				return nil, "", fmt.Errorf("ISO: %w", err)
@@ -251,7 +296,7 @@ func commandLine(opt Options) ([]string, string, error) {
 		args = append(args, "-boot", "n",
 			"-nic", "user,model=virtio-net-pci,tftp="+opt.PXEDir+",bootfile=boot.ipxe")
 	default:
-		return nil, "", fmt.Errorf("unknown boot mode %q (want uefi, iso or pxe)", opt.Mode)
+		return nil, "", fmt.Errorf("unknown boot mode %q (want uefi, iso, pxe or uefi-pxe)", opt.Mode)
 	}
 	return args, diskCopy, nil
 }

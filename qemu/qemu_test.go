@@ -49,6 +49,35 @@ func TestCommandLine(t *testing.T) {
 			t.Error("a missing ISO accepted")
 		}
 	}
+	if firstExisting(OVMFCode) != "" {
+		args, _, err := commandLine(Options{Mode: UEFI, Disk: disk, WorkDir: work, Accel: "tcg", Net: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := strings.Join(args, " ")
+		if !strings.Contains(line, "-netdev user,id=net0 -device virtio-net-pci,netdev=net0,romfile=") || strings.Contains(line, "-nic none") {
+			t.Errorf("UEFI --net command line: %s", line)
+		}
+		args, copyPath, err := commandLine(Options{Mode: UEFIPXE, PXEDir: pxe, WorkDir: work, Accel: "tcg"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		line = strings.Join(args, " ")
+		for _, want := range []string{"if=pflash,format=raw,unit=0,readonly=on", "-boot n", "user,model=virtio-net-pci,tftp=" + pxe + ",bootfile=boot.ipxe"} {
+			if !strings.Contains(line, want) {
+				t.Errorf("UEFI PXE command line lacks %q:\n%s", want, line)
+			}
+		}
+		if copyPath != "" || strings.Contains(line, "if=virtio") || strings.Contains(line, "-nic none") {
+			t.Errorf("UEFI PXE attaches a disk or no NIC: %s", line)
+		}
+		if _, _, err := commandLine(Options{Mode: UEFIPXE, PXEDir: t.TempDir(), WorkDir: work}); err == nil || !strings.Contains(err.Error(), "no boot.ipxe") {
+			t.Errorf("UEFI PXE without boot.ipxe: %v", err)
+		}
+		if _, _, err := commandLine(Options{Mode: UEFIPXE, PXEDir: pxe, WorkDir: work, SecureBoot: true}); err == nil {
+			t.Error("Secure Boot of the unsigned iPXE ROM accepted")
+		}
+	}
 	args, _, err := commandLine(Options{Mode: PXE, PXEDir: pxe, Accel: "kvm"})
 	if err != nil {
 		t.Fatal(err)

@@ -18,11 +18,11 @@ import (
 )
 
 func runCmd(g *globals) *cobra.Command {
-	var uefi, pxe, iso, verbose, secureBoot bool
-	var reportFile, logFile, accel, efiFile string
+	var uefi, pxe, uefiPXE, iso, verbose, secureBoot, tpm, netOn bool
+	var reportFile, logFile, accel, efiFile, tpmState, pxeDir string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "run [--uefi|--iso|--pxe] [--secure-boot] [--efi FILE] OUTDIR",
+		Use:   "run [--uefi|--iso|--pxe|--uefi-pxe] [--secure-boot] [--tpm] [--net] [--efi FILE] OUTDIR",
 		Short: "Boot a build output in QEMU and return its self-test verdict",
 		Long: `run boots OUTDIR (as written by peerboot build, e.g. out/default) in QEMU q35: --uefi
 (the default) boots disk.img with OVMF, --iso boots peerboot.iso with OVMF as a
@@ -36,14 +36,34 @@ Debian's OVMF_VARS_4M.snakeoil.fd (the snakeoil test key in PK, KEK and db; sign
 /usr/share/ovmf/PkKek-1-snakeoil.key, passphrase "snakeoil"). An image the firmware
 refuses ("Access Denied") ends the run at once with exit 6 (integrity).
 --efi FILE boots that UKI instead of OUTDIR's disk, from a temporary GPT disk built
-around it; OUTDIR may then be left out (the console log goes beside FILE).`,
+around it; OUTDIR may then be left out (the console log goes beside FILE).
+
+--uefi-pxe network-boots OVMF: it runs the virtio NIC's iPXE EFI ROM, whose DHCP
+(QEMU's) names boot.ipxe from OUTDIR/pxe (or --pxe-dir DIR) over TFTP; the host is
+10.0.2.2, so a boot.ipxe may chain "http://10.0.2.2:PORT/boot.ipxe?mac=${net0/mac}"
+of a peerboot serve, or a UKI with "chain URL ARGS" (ARGS become the kernel command
+line while Secure Boot is off). --net gives a --uefi or --iso boot the same
+user-mode network (no NIC ROM, so the disk still boots).
+--tpm gives the VM a TPM 2.0 (swtpm, on QEMU's tpm-crb): OVMF measures the boot
+into it, systemd-stub extends PCR 11, and the init quotes PCRs 4, 7 and 11 for
+its report. --tpm-state DIR keeps the TPM's state there, so the node keeps its
+EK and AK from boot to boot (default: a fresh TPM per run).`,
 		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if n := btoi(uefi) + btoi(pxe) + btoi(iso); n > 1 {
-				return exitcode.Tag(exitcode.Usage, fmt.Errorf("choose one of --uefi, --iso and --pxe"))
+			if n := btoi(uefi) + btoi(pxe) + btoi(iso) + btoi(uefiPXE); n > 1 {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("choose one of --uefi, --iso, --pxe and --uefi-pxe"))
 			}
-			if pxe && (secureBoot || efiFile != "") {
-				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--secure-boot and --efi boot UEFI, not --pxe"))
+			if (pxe || uefiPXE) && (secureBoot || efiFile != "") {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--secure-boot and --efi boot a disk, not --pxe or --uefi-pxe"))
+			}
+			if pxe && tpm {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--tpm needs UEFI (OVMF measures the boot): use --uefi-pxe, not --pxe"))
+			}
+			if tpmState != "" && !tpm {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--tpm-state needs --tpm"))
+			}
+			if pxeDir != "" && !pxe && !uefiPXE {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--pxe-dir needs --pxe or --uefi-pxe"))
 			}
 			if iso && efiFile != "" {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--efi boots a UKI from a disk, not --iso"))
@@ -51,8 +71,8 @@ around it; OUTDIR may then be left out (the console log goes beside FILE).`,
 			if accel != "" && accel != "kvm" && accel != "tcg" {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--accel: want kvm or tcg, got %q", accel))
 			}
-			if len(args) == 0 && efiFile == "" {
-				return exitcode.Tag(exitcode.Usage, fmt.Errorf("run: want OUTDIR (or --efi FILE)"))
+			if len(args) == 0 && efiFile == "" && pxeDir == "" {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("run: want OUTDIR (or --efi FILE, or --pxe-dir DIR)"))
 			}
 			dir := ""
 			if len(args) == 1 {
@@ -64,6 +84,12 @@ around it; OUTDIR may then be left out (the console log goes beside FILE).`,
 			}
 			if iso {
 				mode = qemu.ISO
+			}
+			if uefiPXE {
+				mode = qemu.UEFIPXE
+			}
+			if pxeDir == "" {
+				pxeDir = filepath.Join(dir, "pxe")
 			}
 			st, err := g.openStore()
 			if err != nil {
@@ -83,8 +109,10 @@ around it; OUTDIR may then be left out (the console log goes beside FILE).`,
 			}
 			if logFile == "" {
 				logFile = filepath.Join(dir, "console-"+string(mode)+".log")
-				if dir == "" {
+				if dir == "" && efiFile != "" {
 					logFile = efiFile + ".console-" + string(mode) + ".log"
+				} else if dir == "" {
+					logFile = filepath.Join(pxeDir, "console-"+string(mode)+".log")
 				}
 			}
 			logf, err := os.Create(logFile)
@@ -98,7 +126,8 @@ around it; OUTDIR may then be left out (the console log goes beside FILE).`,
 			}
 			var report *selftest.Report
 			res, err := qemu.Boot(cmd.Context(), qemu.Options{
-				Mode: mode, Disk: disk, PXEDir: filepath.Join(dir, "pxe"), ISO: filepath.Join(dir, "peerboot.iso"), SecureBoot: secureBoot,
+				Mode: mode, Disk: disk, PXEDir: pxeDir, ISO: filepath.Join(dir, "peerboot.iso"), SecureBoot: secureBoot,
+				TPM: tpm, TPMStateDir: tpmState, Net: netOn,
 				Timeout: timeout, WorkDir: work, Console: console, Accel: accel,
 				KVMHint: filepath.Join(st.Root, "hints", "kvm-fails"),
 				Stop: func(line string) bool {
@@ -160,6 +189,11 @@ around it; OUTDIR may then be left out (the console log goes beside FILE).`,
 	}
 	cmd.Flags().BoolVar(&uefi, "uefi", false, "boot disk.img with OVMF (default)")
 	cmd.Flags().BoolVar(&pxe, "pxe", false, "boot pxe/ with iPXE over user-mode networking")
+	cmd.Flags().BoolVar(&uefiPXE, "uefi-pxe", false, "network-boot OVMF through the NIC's iPXE EFI ROM (boot.ipxe from pxe/ or --pxe-dir)")
+	cmd.Flags().StringVar(&pxeDir, "pxe-dir", "", "TFTP directory holding boot.ipxe for --pxe/--uefi-pxe (default OUTDIR/pxe)")
+	cmd.Flags().BoolVar(&tpm, "tpm", false, "give the VM a TPM 2.0 (swtpm): measured boot and the init's quote")
+	cmd.Flags().StringVar(&tpmState, "tpm-state", "", "keep the TPM's state in this directory (the same EK and AK at every boot)")
+	cmd.Flags().BoolVar(&netOn, "net", false, "user-mode networking for --uefi/--iso (host 10.0.2.2)")
 	cmd.Flags().BoolVar(&iso, "iso", false, "boot peerboot.iso with OVMF as a CD-ROM (BMC virtual media)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also stream the console to the terminal")
 	cmd.Flags().StringVar(&reportFile, "report", "", "write the decoded report JSON here")

@@ -31,10 +31,21 @@ import (
 //	recipe = "epyc-4gpu"
 //
 // A MAC rule wins over a hostname rule; hostname rules are tried in file order.
+//
+// A recipe with a [[rollout]] table moves its builds through channels (rollout.go):
+//
+//	[[rollout]]
+//	recipe = "default"
+//	channels = ["canary", "stable"]  # promotion order; nodes naming no channel follow the last
+//	promote_after = 2                # distinct passing nodes of a channel that promote its build
+//	window = "6h"                    # ...within this long of the build entering the channel
+//
+// and a [[node]] rule (MAC or host glob) says channel = "canary".
 type Inventory struct {
-	Default string `toml:"default"`
-	Args    string `toml:"args"`
-	Nodes   []Rule `toml:"node"`
+	Default  string          `toml:"default"`
+	Args     string          `toml:"args"`
+	Nodes    []Rule          `toml:"node"`
+	Rollouts []RolloutPolicy `toml:"rollout"`
 }
 
 // Rule is one [[node]] table.
@@ -44,7 +55,8 @@ type Rule struct {
 	Name       string `toml:"name"`
 	Recipe     string `toml:"recipe"`
 	Args       string `toml:"args"`
-	Line       int    `toml:"-"` // where the table starts
+	Channel    string `toml:"channel"` // of its recipe's [[rollout]]; "": the last channel
+	Line       int    `toml:"-"`       // where the table starts
 	recipeLine int
 }
 
@@ -52,8 +64,9 @@ type Rule struct {
 type Match struct {
 	Recipe string
 	Name   string
-	Args   string // inventory-wide args, then the rule's
-	Rule   int    // 1-based line of the rule; 0: the default
+	Args    string // inventory-wide args, then the rule's
+	Rule    int    // 1-based line of the rule; 0: the default
+	Channel string // the rule's channel; "": its rollout's default (the last)
 }
 
 // InventoryError is one problem at file:line.
@@ -122,7 +135,7 @@ func ParseInventory(file string, data []byte) (*Inventory, error) {
 	}
 	for _, k := range md.Undecoded() {
 		key := strings.Join(k, ".")
-		add(key, lines.find(k), "unknown key (want default, args, and [[node]] tables with mac or host, name, recipe, args)")
+		add(key, lines.find(k), "unknown key (want default, args, [[node]] tables with mac or host, name, recipe, args, channel, and [[rollout]] tables with recipe, channels, promote_after, window)")
 	}
 	if inv.Default != "" && !recipeName.MatchString(inv.Default) {
 		add("default", lines.top["default"], "want a recipe name ([a-z0-9][a-z0-9._-]*), got %q", inv.Default)
@@ -176,6 +189,7 @@ func ParseInventory(file string, data []byte) (*Inventory, error) {
 			add(key+".name", at("name"), "want one line, got %q", r.Name)
 		}
 	}
+	checkRollouts(inv, lines, add)
 	if len(errs) > 0 {
 		sort.SliceStable(errs, func(i, j int) bool { return errs[i].Line < errs[j].Line })
 		return nil, errs
@@ -207,7 +221,7 @@ func (inv *Inventory) CheckRecipes(file string, served []string) error {
 // Lookup finds the recipe for a node; ok is false when no rule matches and there is no default.
 func (inv *Inventory) Lookup(mac, host string) (Match, bool) {
 	pick := func(r Rule) Match {
-		m := Match{Recipe: r.Recipe, Name: r.Name, Args: joinArgs(inv.Args, r.Args), Rule: r.Line}
+		m := Match{Recipe: r.Recipe, Name: r.Name, Args: joinArgs(inv.Args, r.Args), Rule: r.Line, Channel: r.Channel}
 		if m.Recipe == "" {
 			m.Recipe = inv.Default
 		}
@@ -285,18 +299,27 @@ type invLines struct {
 	top    map[string]int
 	tables []int
 	keys   []map[string]int
+	// [[rollout]] tables, likewise
+	rollTables []int
+	rollKeys   []map[string]int
 }
 
 func inventoryLines(data []byte) invLines {
 	l := invLines{top: map[string]int{}}
+	var cur map[string]int // the keys of the table being read; nil: top level
 	for i, raw := range strings.Split(string(data), "\n") {
 		n := i + 1
 		line := strings.TrimSpace(raw)
 		if strings.HasPrefix(line, "[[") {
 			name := strings.TrimSpace(strings.Trim(stripTOMLComment(line), "[] "))
-			if name == "node" {
+			cur = map[string]int{}
+			switch name {
+			case "node":
 				l.tables = append(l.tables, n)
-				l.keys = append(l.keys, map[string]int{})
+				l.keys = append(l.keys, cur)
+			case "rollout":
+				l.rollTables = append(l.rollTables, n)
+				l.rollKeys = append(l.rollKeys, cur)
 			}
 			continue
 		}
@@ -308,12 +331,12 @@ func inventoryLines(data []byte) invLines {
 			continue
 		}
 		k = strings.Trim(strings.TrimSpace(k), `"'`)
-		if len(l.tables) == 0 {
+		if cur == nil {
 			if _, seen := l.top[k]; !seen {
 				l.top[k] = n
 			}
-		} else if m := l.keys[len(l.keys)-1]; m[k] == 0 {
-			m[k] = n
+		} else if cur[k] == 0 {
+			cur[k] = n
 		}
 	}
 	return l
@@ -345,12 +368,16 @@ func (l invLines) find(k []string) int {
 	if len(k) == 1 {
 		return l.top[k[0]]
 	}
-	if k[0] == "node" {
+	if k[0] == "node" || k[0] == "rollout" {
 		// BurntSushi reports keys of array tables without an index: take the first table
 		// that has the key.
+		keys := l.keys
+		if k[0] == "rollout" {
+			keys = l.rollKeys
+		}
 		last := k[len(k)-1]
-		for i := range l.keys {
-			if n := l.keys[i][last]; n > 0 {
+		for i := range keys {
+			if n := keys[i][last]; n > 0 {
 				return n
 			}
 		}

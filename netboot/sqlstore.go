@@ -91,6 +91,8 @@ ALTER TABLE reports ADD COLUMN busbw_at_max DOUBLE PRECISION NOT NULL DEFAULT 0;
 ALTER TABLE reports ADD COLUMN failing TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE reports ADD COLUMN summarized BIGINT NOT NULL DEFAULT 0;
 UPDATE reports SET size = (SELECT length(b.body) FROM report_bodies b WHERE b.report_id = reports.id);`,
+	// 4: the rollouts' builds, channels, verdicts, holds and events (rollout_store.go).
+	rolloutMigration,
 }
 
 type sqlStore struct {

@@ -1,0 +1,117 @@
+package netboot
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const rolloutInventory = `default = "default"
+
+[[rollout]]
+recipe = "default"
+channels = ["canary", "stable"]
+promote_after = 2
+window = "6h"
+
+[[node]]
+mac = "52:54:00:12:34:56"
+channel = "canary"
+
+[[node]]
+host = "gpu-c-*"
+channel = "canary"
+
+[[node]]
+host = "gpu-*"
+`
+
+func TestInventoryRollout(t *testing.T) {
+	inv, err := ParseInventory("inv.toml", []byte(rolloutInventory))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := inv.Policy("default")
+	if !ok || p.PromoteAfter != 2 || p.Window != 6*time.Hour || strings.Join(p.Channels, ",") != "canary,stable" || p.Default() != "stable" {
+		t.Fatalf("policy %+v, %v", p, ok)
+	}
+	if _, ok := inv.Policy("other"); ok {
+		t.Error("a recipe without [[rollout]] has a policy")
+	}
+	for _, c := range []struct{ mac, host, channel string }{
+		{"52:54:00:12:34:56", "", "canary"}, {"", "gpu-c-07", "canary"}, {"", "gpu-a-01", ""}, {"52:54:00:00:00:09", "", ""},
+	} {
+		if m, _ := inv.Lookup(c.mac, c.host); m.Channel != c.channel {
+			t.Errorf("Lookup(%q, %q).Channel = %q, want %q", c.mac, c.host, m.Channel, c.channel)
+		}
+	}
+	inv, err = ParseInventory("inv.toml", []byte("[[rollout]]\nrecipe = \"x\"\nchannels = [\"a\"]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := inv.Policy("x"); p.PromoteAfter != 1 || p.Window != 24*time.Hour {
+		t.Errorf("defaults: %+v", p)
+	}
+}
+
+func TestInventoryRolloutErrors(t *testing.T) {
+	tests := []struct {
+		name, src string
+		want      []string
+	}{
+		{"unknown channel", `default = "default"
+[[rollout]]
+recipe = "default"
+channels = ["canary", "stable"]
+
+[[node]]
+mac = "52:54:00:12:34:56"
+channel = "canery"
+`, []string{`inv.toml:8: node[0].channel: unknown channel "canery" (recipe default has [canary stable])`}},
+		{"channel without rollout", `[[node]]
+host = "a*"
+recipe = "r1"
+channel = "canary"
+`, []string{`inv.toml:4: node[0].channel: recipe "r1" has no [[rollout]] table, so no channels`}},
+		{"bad tables", `[[rollout]]
+recipe = "Bad"
+channels = []
+promote_after = 0
+window = "soon"
+
+[[rollout]]
+recipe = "r"
+channels = ["a", "a", "B c"]
+rollback = true
+
+[[rollout]]
+recipe = "r"
+channels = ["x"]
+`, []string{
+			`inv.toml:2: rollout[0].recipe: want a recipe name`,
+			`inv.toml:3: rollout[0].channels: want the channels in promotion order`,
+			`inv.toml:4: rollout[0].promote_after: want a number of nodes, 1 or more, got 0`,
+			`inv.toml:5: rollout[0].window: want a duration such as "6h" or "90m", got "soon"`,
+			`inv.toml:9: rollout[1].channels: channel "a" is listed twice`,
+			`inv.toml:9: rollout[1].channels: want channel names ([a-z0-9][a-z0-9._-]*), got "B c"`,
+			`inv.toml:10: rollout.rollback: unknown key`,
+			`inv.toml:13: rollout[2].recipe: recipe r already has a rollout at line 8`,
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseInventory("inv.toml", []byte(tt.src))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+			if n := len(err.(InventoryErrors)); n != len(tt.want) {
+				t.Errorf("%d errors, want %d:\n%v", n, len(tt.want), err)
+			}
+		})
+	}
+}

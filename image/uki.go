@@ -19,6 +19,8 @@ type UKI struct {
 	Initrd    []byte
 	Cmdline   string
 	OSRelease string // os-release text
+	PCRPKey   []byte // .pcrpkey: PEM public key of the PCR policy signer; nil = none
+	PCRSig    []byte // .pcrsig: systemd-measure's signed PCR 11 policies (measure.Sign); nil = none
 }
 
 // PE/COFF constants (Microsoft PE format specification).
@@ -149,7 +151,7 @@ func parsePE(b []byte) (*peImage, error) {
 			return nil, fmt.Errorf("stub section %s overlaps the headers in memory", name)
 		}
 		switch name {
-		case ".osrel", ".cmdline", ".linux", ".initrd":
+		case ".osrel", ".cmdline", ".linux", ".initrd", ".pcrpkey", ".pcrsig":
 			return nil, fmt.Errorf("stub already has a %s section; it must be a bare stub", name)
 		}
 		p.sections = append(p.sections, s)
@@ -222,8 +224,10 @@ type newSection struct {
 }
 
 // WriteUKI assembles a UKI: the stub's headers and sections, unchanged,
-// followed by .osrel, .cmdline, .initrd and .linux (empty optional parts are
-// left out; the kernel is required).
+// followed by .osrel, .cmdline, .initrd, .pcrpkey, .pcrsig and .linux (empty
+// optional parts are left out; the kernel is required). .pcrsig is the one
+// section systemd-stub does not measure, so it can be added once the others
+// are fixed (measure.Predict over the UKI written without it).
 //
 // Layout, following the UAPI UKI specification and systemd's ukify:
 //   - each new section's VirtualAddress is the end of the previous one
@@ -263,6 +267,8 @@ func WriteUKI(w io.Writer, u UKI) error {
 	add(".osrel", []byte(u.OSRelease))
 	add(".cmdline", []byte(u.Cmdline))
 	add(".initrd", u.Initrd)
+	add(".pcrpkey", u.PCRPKey)
+	add(".pcrsig", u.PCRSig)
 	add(".linux", u.Kernel)
 	linux := secs[len(secs)-1]
 	if soi, ok := peSizeOfImage(u.Kernel); ok && soi > linux.virtSize {

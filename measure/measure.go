@@ -1,0 +1,315 @@
+// Package measure predicts the TPM PCR 11 values systemd's EFI stub leaves
+// for a Unified Kernel Image, and signs and checks those predictions in the
+// .pcrsig format systemd-measure writes. Pure Go: the collector, `peerboot
+// verify` and the build all use it.
+//
+// The rules are systemd 252's (the stub peerboot pins is systemd-boot-efi
+// 252.39; bookworm's systemd 252.38 ships /lib/systemd/systemd-measure, which
+// the tests run against this package):
+//
+//   - src/boot/efi/stub.c: for each "unified section" in the fixed order of
+//     src/fundamental/tpm-pcr.c (.linux .osrel .cmdline .initrd .splash .dtb
+//     .pcrsig .pcrpkey), skipping .pcrsig (unified_section_measure) and
+//     sections not found or of size 0, the stub measures into PCR 11 first the
+//     section's name including its NUL byte, then the section's bytes in
+//     memory. Each measurement is HashLogExtendEvent: PCR = H(PCR || H(data)).
+//   - src/boot/efi/pe.c, locate_sections: a section header matches a name
+//     when its 8-byte Name starts with that name (memcmp over strlen(name)
+//     bytes), a later match replaces an earlier one, and the size measured is
+//     the header's VirtualSize, read from the loaded image at VirtualAddress.
+//     The firmware's loader copies at most SizeOfRawData bytes of the file and
+//     zero-fills the rest of VirtualSize, so a .linux whose VirtualSize is the
+//     kernel's SizeOfImage (image.WriteUKI does that) is measured with those
+//     zeros: `systemd-measure --linux=bzImage` alone would mispredict it.
+//   - src/boot/pcrphase.c: systemd-pcrphase WORD extends PCR 11 with H(WORD),
+//     the word without a NUL; src/boot/measure.c models a phase "a:b" as the
+//     words a then b, and by default predicts (and signs) the phases
+//     enter-initrd, enter-initrd:leave-initrd, …:sysinit, …:sysinit:ready.
+package measure
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// PCR is the PCR index the stub measures the UKI's sections into
+// (TPM_PCR_INDEX_KERNEL_IMAGE in systemd 252).
+const PCR = 11
+
+// UnifiedSections are the section names systemd-stub 252 knows, in the order
+// it measures them (src/fundamental/tpm-pcr.c). .pcrsig is never measured.
+var UnifiedSections = []string{".linux", ".osrel", ".cmdline", ".initrd", ".splash", ".dtb", ".pcrsig", ".pcrpkey"}
+
+// Boot phases systemd-pcrphase marks, as systemd-measure writes them.
+const (
+	PhaseStub        = ""             // after the stub, before any systemd-pcrphase word
+	PhaseEnterInitrd = "enter-initrd" // systemd-pcrphase-initrd.service (peerboot's init extends it before quoting)
+)
+
+// DefaultPhases are the phases `systemd-measure calculate|sign` uses when no
+// --phase is given (src/boot/measure.c, parse_argv), in its order.
+var DefaultPhases = []string{
+	"enter-initrd",
+	"enter-initrd:leave-initrd",
+	"enter-initrd:leave-initrd:sysinit",
+	"enter-initrd:leave-initrd:sysinit:ready",
+}
+
+// Section is one measured section: its unified name and the bytes the stub
+// hashes (its VirtualSize bytes as loaded in memory).
+type Section struct {
+	Name string
+	Data []byte
+}
+
+// Phase is PCR 11's sha256-bank value at one boot phase.
+type Phase struct {
+	Name  string // "" = after the stub only; "enter-initrd" = after systemd-pcrphase's "enter-initrd" extend, …
+	PCR11 [32]byte
+}
+
+// Prediction is what the stub leaves in PCR 11 (sha256 bank) for one UKI.
+type Prediction struct {
+	Sections []string // the measured sections, in measurement order
+	Phases   []Phase  // PhaseStub first, then DefaultPhases
+}
+
+// Value returns the predicted PCR 11 at phase.
+func (p Prediction) Value(phase string) ([32]byte, bool) {
+	phase = normalizePhase(phase)
+	for _, ph := range p.Phases {
+		if ph.Name == phase {
+			return ph.PCR11, true
+		}
+	}
+	return [32]byte{}, false
+}
+
+// Extend is the TPM's PCR extend in the sha256 bank: H(pcr || digest).
+func Extend(pcr, digest [32]byte) [32]byte {
+	return sha256.Sum256(append(pcr[:], digest[:]...))
+}
+
+// ExtendPhase extends pcr with each word of phase ("a:b" = a, then b), as
+// systemd-pcrphase does for each word (H of the word, no NUL).
+func ExtendPhase(pcr [32]byte, phase string) [32]byte {
+	for _, w := range strings.Split(phase, ":") {
+		if w != "" {
+			pcr = Extend(pcr, sha256.Sum256([]byte(w)))
+		}
+	}
+	return pcr
+}
+
+// normalizePhase drops empty words, as systemd-measure's normalize_phase.
+func normalizePhase(s string) string {
+	var words []string
+	for _, w := range strings.Split(s, ":") {
+		if w != "" {
+			words = append(words, w)
+		}
+	}
+	return strings.Join(words, ":")
+}
+
+// Predict returns the PCR 11 (sha256 bank) values systemd-stub 252 leaves for
+// this UKI, after the stub and at each of DefaultPhases.
+func Predict(uki []byte) (Prediction, error) {
+	secs, err := MeasuredSections(uki)
+	if err != nil {
+		return Prediction{}, err
+	}
+	return PredictSections(secs), nil
+}
+
+// PredictSections is Predict over sections already taken out of a UKI, in
+// measurement order (MeasuredSections' result).
+func PredictSections(secs []Section) Prediction {
+	var pcr [32]byte // PCR 11 starts as zeros at reset
+	var p Prediction
+	for _, s := range secs {
+		pcr = Extend(pcr, sha256.Sum256(append([]byte(s.Name), 0)))
+		pcr = Extend(pcr, sha256.Sum256(s.Data))
+		p.Sections = append(p.Sections, s.Name)
+	}
+	p.Phases = append(p.Phases, Phase{Name: PhaseStub, PCR11: pcr})
+	for _, ph := range DefaultPhases {
+		p.Phases = append(p.Phases, Phase{Name: ph, PCR11: ExtendPhase(pcr, ph)})
+	}
+	return p
+}
+
+// PESection is one PE section header, its name as the 8 raw bytes.
+type PESection struct {
+	Name           [8]byte
+	VirtualSize    uint32
+	VirtualAddress uint32
+	SizeOfRawData  uint32
+	PointerToRaw   uint32
+}
+
+// NameString is the header's name up to its first NUL.
+func (s PESection) NameString() string {
+	n := s.Name[:]
+	for i, c := range n {
+		if c == 0 {
+			n = n[:i]
+			break
+		}
+	}
+	return string(n)
+}
+
+// PEImage is the part of a PE image's headers the stub's section lookup reads.
+type PEImage struct {
+	SizeOfImage   uint32
+	SizeOfHeaders uint32
+	Sections      []PESection
+}
+
+const (
+	machineAMD64  = 0x8664
+	pe32Magic     = 0x10b
+	pe32PlusMagic = 0x20b
+	secHeaderSize = 40
+)
+
+// ParsePE reads the section table of an x86-64 PE image the way
+// systemd-stub's pe.c does (verify_dos, verify_pe, section_table_offset),
+// checking every offset against the file.
+func ParsePE(b []byte) (*PEImage, error) {
+	if len(b) < 64 || b[0] != 'M' || b[1] != 'Z' {
+		return nil, errors.New("not a PE image: no MZ header")
+	}
+	peOff := uint64(binary.LittleEndian.Uint32(b[0x3c:]))
+	if peOff+24 > uint64(len(b)) || string(b[peOff:peOff+4]) != "PE\x00\x00" {
+		return nil, errors.New("not a PE image: no PE signature")
+	}
+	coff := b[peOff+4:]
+	if m := binary.LittleEndian.Uint16(coff); m != machineAMD64 {
+		return nil, fmt.Errorf("PE machine %#x is not x86-64 (%#x), the only one systemd-stub here runs", m, machineAMD64)
+	}
+	nsec := uint64(binary.LittleEndian.Uint16(coff[2:]))
+	optSize := uint64(binary.LittleEndian.Uint16(coff[16:]))
+	if nsec == 0 {
+		return nil, errors.New("PE image has no sections")
+	}
+	opt := peOff + 24
+	if optSize < 64 || opt+optSize > uint64(len(b)) {
+		return nil, errors.New("PE optional header is truncated")
+	}
+	if m := binary.LittleEndian.Uint16(b[opt:]); m != pe32Magic && m != pe32PlusMagic {
+		return nil, fmt.Errorf("PE optional header magic %#x is neither PE32 nor PE32+", m)
+	}
+	img := &PEImage{
+		SizeOfImage:   binary.LittleEndian.Uint32(b[opt+56:]),
+		SizeOfHeaders: binary.LittleEndian.Uint32(b[opt+60:]),
+	}
+	table := opt + optSize
+	if table+nsec*secHeaderSize > uint64(len(b)) {
+		return nil, fmt.Errorf("PE section table (%d sections) runs past the end of the file", nsec)
+	}
+	for i := uint64(0); i < nsec; i++ {
+		h := b[table+i*secHeaderSize:][:secHeaderSize]
+		var s PESection
+		copy(s.Name[:], h[:8])
+		s.VirtualSize = binary.LittleEndian.Uint32(h[8:])
+		s.VirtualAddress = binary.LittleEndian.Uint32(h[12:])
+		s.SizeOfRawData = binary.LittleEndian.Uint32(h[16:])
+		s.PointerToRaw = binary.LittleEndian.Uint32(h[20:])
+		img.Sections = append(img.Sections, s)
+	}
+	return img, nil
+}
+
+// Lookup finds a unified section the way locate_sections does: the last
+// header whose Name starts with name. ok is false when none does.
+func (img *PEImage) Lookup(name string) (PESection, bool) {
+	var found PESection
+	ok := false
+	for _, s := range img.Sections {
+		if len(name) <= 8 && string(s.Name[:len(name)]) == name {
+			found, ok = s, true
+		}
+	}
+	return found, ok
+}
+
+// maxZeroFill bounds the zeros past a section's file data that a measured
+// section may carry (a kernel's bss and decompression room is tens of MiB),
+// so a hostile header cannot make a prediction hash gigabytes.
+const maxZeroFill = 256 << 20
+
+// LoadedData is a section's VirtualSize bytes as the firmware loads them:
+// the first min(SizeOfRawData, VirtualSize) bytes of its file data, then
+// zeros.
+func LoadedData(b []byte, s PESection) ([]byte, error) {
+	n := min(s.SizeOfRawData, s.VirtualSize)
+	if uint64(s.PointerToRaw)+uint64(n) > uint64(len(b)) {
+		return nil, fmt.Errorf("section %s: its data (%d bytes at %#x) runs past the end of the file (%d bytes)", s.NameString(), n, s.PointerToRaw, len(b))
+	}
+	if s.VirtualSize-n > maxZeroFill {
+		return nil, fmt.Errorf("section %s: VirtualSize %d exceeds its file data by more than %d MiB", s.NameString(), s.VirtualSize, maxZeroFill>>20)
+	}
+	out := make([]byte, s.VirtualSize)
+	copy(out, b[s.PointerToRaw:uint64(s.PointerToRaw)+uint64(n)])
+	return out, nil
+}
+
+// MeasuredSections returns the sections systemd-stub 252 measures into PCR
+// 11 for uki, in its order, each with the bytes it hashes. A UKI without
+// .linux is refused, as the stub refuses to boot it.
+func MeasuredSections(uki []byte) ([]Section, error) {
+	img, err := ParsePE(uki)
+	if err != nil {
+		return nil, err
+	}
+	var out []Section
+	for _, name := range UnifiedSections {
+		s, ok := img.Lookup(name)
+		if !ok || s.VirtualSize == 0 {
+			if name == ".linux" {
+				return nil, errors.New("UKI has no .linux section (systemd-stub refuses to boot it)")
+			}
+			continue
+		}
+		if name == ".pcrsig" {
+			continue // not measured: it holds the signature over the measurements
+		}
+		if uint64(s.VirtualAddress)+uint64(s.VirtualSize) > uint64(img.SizeOfImage) {
+			return nil, fmt.Errorf("section %s (%#x+%#x) lies beyond SizeOfImage %#x; no loader loads this image", name, s.VirtualAddress, s.VirtualSize, img.SizeOfImage)
+		}
+		if err := checkAlone(img, s); err != nil {
+			return nil, err
+		}
+		data, err := LoadedData(uki, s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Section{Name: name, Data: data})
+	}
+	return out, nil
+}
+
+// checkAlone refuses a measured section whose memory overlaps another
+// section or the headers: the stub would then hash bytes of the other, which
+// this package does not model (no UKI peerboot or ukify writes does that).
+func checkAlone(img *PEImage, s PESection) error {
+	start, end := uint64(s.VirtualAddress), uint64(s.VirtualAddress)+uint64(s.VirtualSize)
+	if start < uint64(img.SizeOfHeaders) {
+		return fmt.Errorf("section %s overlaps the PE headers in memory", s.NameString())
+	}
+	for _, o := range img.Sections {
+		if o == s {
+			continue
+		}
+		os, oe := uint64(o.VirtualAddress), uint64(o.VirtualAddress)+uint64(max(o.VirtualSize, o.SizeOfRawData))
+		if os < end && start < oe {
+			return fmt.Errorf("sections %s and %s overlap in memory", s.NameString(), o.NameString())
+		}
+	}
+	return nil
+}

@@ -176,30 +176,10 @@ func TestSignedModulesEnforced(t *testing.T) {
 // lock beside it (signing changes no pinned input).
 func signedRecipe(t *testing.T, dir, keys string) string {
 	t.Helper()
-	def, err := filepath.Abs("../recipes/default.toml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel, err := filepath.Rel(dir, def)
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := "include = [" + quote(rel) + "]\nname = \"modsig\"\n\n" +
-		"[kernel]\ncmdline = \"console=ttyS0,115200 panic=-1 module.sig_enforce=1\"\n\n" +
-		"[sign]\nmodule_key = " + quote("file:"+filepath.Join(keys, "module.key")) + "\n" +
-		"module_cert = " + quote("file:"+filepath.Join(keys, "module.crt")) + "\n"
-	p := filepath.Join(dir, "modsig.toml")
-	lock, err := os.ReadFile("../recipes/default.lock")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "modsig.lock"), lock, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p
+	return variantRecipe(t, dir, "modsig", "name = \"modsig\"\n\n"+
+		"[kernel]\ncmdline = \"console=ttyS0,115200 panic=-1 module.sig_enforce=1\"\n\n"+
+		"[sign]\nmodule_key = "+quote("file:"+filepath.Join(keys, "module.key"))+"\n"+
+		"module_cert = "+quote("file:"+filepath.Join(keys, "module.crt"))+"\n")
 }
 
 func quote(s string) string { b, _ := json.Marshal(s); return string(b) }

@@ -1,23 +1,16 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
-	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/peerboot/peerboot/qemu"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -40,53 +33,9 @@ func TestPXEFromServe(t *testing.T) {
 	}
 
 	// The server, as an operator runs it.
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	db := filepath.Join(t.TempDir(), "reports.db")
-	srv := exec.CommandContext(ctx, bin, "serve", "--listen", "127.0.0.1:0", "--out", outRoot, "--db", db)
-	stdout, _ := srv.StdoutPipe()
-	var logs syncBuf
-	srv.Stderr = &logs
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Wait()
-	defer cancel()
-	base := ""
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		if m := regexp.MustCompile(`listening on 127\.0\.0\.1:(\d+)`).FindStringSubmatch(sc.Text()); m != nil {
-			base = "127.0.0.1:" + m[1]
-			break
-		}
-	}
-	if base == "" {
-		t.Fatalf("serve did not start:\n%s", logs.String())
-	}
-	go io.Copy(io.Discard, stdout)
-	port := strings.TrimPrefix(base, "127.0.0.1:")
-
-	// QEMU's TFTP hands iPXE a one-line chain to the server.
-	pxe := t.TempDir()
-	chain := fmt.Sprintf("#!ipxe\nchain http://10.0.2.2:%s/boot.ipxe?mac=${net0/mac} || shell\n", port)
-	if err := os.WriteFile(filepath.Join(pxe, "boot.ipxe"), []byte(chain), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var console bytes.Buffer
-	res, err := qemu.Boot(ctx, qemu.Options{Mode: qemu.PXE, PXEDir: pxe, WorkDir: t.TempDir(), Timeout: 8 * time.Minute,
-		Console: &console, KVMHint: filepath.Join(cacheDir(), "hints", "kvm-fails"), // shared with `peerboot run`
-		Stop:      func(line string) bool { return strings.Contains(line, "report POST") },
-		Succeeded: func() bool { return strings.Contains(console.String(), selftest.Marker) }})
-	if err != nil {
-		t.Fatalf("boot: %v\n%s", err, tailOf(console.String(), 40))
-	}
-	if res.TimedOut {
-		t.Fatalf("the boot timed out:\n%s\nserver:\n%s", tailOf(console.String(), 40), logs.String())
-	}
-	r, err := selftest.FindLine(console.Bytes())
-	if err != nil {
-		t.Fatalf("no report on the console: %v\n%s", err, tailOf(console.String(), 40))
-	}
+	srv := startServe(t, "--out", outRoot, "--db", filepath.Join(t.TempDir(), "reports.db"))
+	base, port, logs := srv.base, srv.port, srv.logs
+	r, console, res := srv.pxeBoot(t)
 	wantURL := "peerboot.report_url=http://10.0.2.2:" + port + "/reports?node=52:54:00:12:34:56"
 	if !strings.Contains(r.Kernel.Cmdline, wantURL) || !strings.Contains(r.Kernel.Cmdline, "peerboot.token=") {
 		t.Errorf("the node's command line lacks the report URL and token: %q", r.Kernel.Cmdline)
@@ -111,13 +60,8 @@ func TestPXEFromServe(t *testing.T) {
 	if network == nil || network.Status != selftest.SevInfo || !strings.Contains(network.Message, ": 10.0.2.15/24 from DHCP server 10.0.2.2, router 10.0.2.2") {
 		t.Errorf("the node's network finding is not a DHCP lease on 10.0.2.0/24: %+v", network)
 	}
-	if !strings.Contains(console.String(), "report POSTed to http://10.0.2.2:"+port+"/reports?node=52:54:00:12:34:56") {
-		t.Fatalf("the node did not POST its report itself (%s; network: %s)\nserver:\n%s", lineWith(console.String(), "report POST"), lineWith(console.String(), "peerboot: network:"), logs.String())
-	}
-	t.Logf("node: %s; %s", lineWith(console.String(), "peerboot: network:"), lineWith(console.String(), "report POST"))
-	if !strings.Contains(logs.String(), "report stored") {
-		t.Errorf("the node says it POSTed, but the server log has no stored report:\n%s", logs.String())
-	}
+	srv.posted(t, console)
+	t.Logf("node: %s; %s", lineWith(console, "peerboot: network:"), lineWith(console, "report POST"))
 	resp, err := http.Get("http://" + base + "/nodes/52:54:00:12:34:56")
 	if err != nil {
 		t.Fatal(err)
@@ -129,13 +73,7 @@ func TestPXEFromServe(t *testing.T) {
 	}
 	// Issue 21: the default image on QEMU's virtual hardware passes its self-test.
 	if r.Verdict != selftest.Pass {
-		var failing []string
-		for _, f := range r.Findings {
-			if f.Status == selftest.SevFail {
-				failing = append(failing, f.ID+": "+f.Message)
-			}
-		}
-		t.Errorf("the node's verdict is %q, want pass; fail findings:\n%s", r.Verdict, strings.Join(failing, "\n"))
+		t.Errorf("the node's verdict is %q, want pass; fail findings:\n%s", r.Verdict, failFindings(r))
 	}
 	if !strings.Contains(logs.String(), "verdict=pass") {
 		t.Errorf("the server did not store a pass verdict:\n%s", logs.String())

@@ -76,7 +76,7 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, "boot script refused", fmt.Errorf("no inventory rule for node %s and no default recipe", id.ID), "node", id.ID)
 		return
 	}
-	b, err := s.opt.Builds.Get(m.Recipe)
+	b, err := s.chooseBuild(r.Context(), m, id.ID)
 	if err != nil {
 		s.fail(w, r, http.StatusNotFound, "boot script refused", err, "node", id.ID)
 		return
@@ -126,18 +126,23 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprint(w, sb.String())
 }
 
-// buildFile serves one listed file of a build. A build id that is no longer current
-// is 410 Gone: the node re-chains /boot.ipxe and gets the new build whole.
+// buildFile serves one listed file of a build: any build the catalogue holds (a
+// rollout serves several of a recipe), "latest" the recipe's newest. A build id the
+// catalogue no longer holds (its directory was rebuilt) is 410 Gone: the node
+// re-chains /boot.ipxe and gets a build whole.
 func (s *Server) buildFile(w http.ResponseWriter, r *http.Request) {
 	recipe, id, file := r.PathValue("recipe"), r.PathValue("build"), r.PathValue("file")
-	b, err := s.opt.Builds.Get(recipe)
+	newest, err := s.opt.Builds.Get(recipe)
 	if err != nil {
 		s.fail(w, r, http.StatusNotFound, "file refused", err)
 		return
 	}
-	if id != b.ID && id != "latest" {
-		s.fail(w, r, http.StatusGone, "file refused", fmt.Errorf("build %s of %s was replaced by %s: fetch /boot.ipxe again", id, recipe, b.ID))
-		return
+	b := newest
+	if id != "latest" {
+		if b = s.opt.Builds.ByID(id); b == nil || b.Recipe != recipe {
+			s.fail(w, r, http.StatusGone, "file refused", fmt.Errorf("build %s of %s is no longer served (the newest is %s): fetch /boot.ipxe again", id, recipe, newest.ID))
+			return
+		}
 	}
 	s.serveBuildFile(w, r, b, file)
 }

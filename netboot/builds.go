@@ -32,6 +32,7 @@ type Build struct {
 	Files        map[string]string // servable path -> sha256 hex (SHA256SUMS when present: it is what `sign` rewrites)
 	Cmdline      string            // the kernel arguments of pxe/boot.ipxe
 	Loaded       time.Time
+	Built        time.Time // manifest.json's modification time: orders builds loaded together
 	root         *os.Root
 	stamp        string
 }
@@ -96,6 +97,9 @@ func LoadBuild(dir string) (*Build, error) {
 		return nil, fmt.Errorf("%s/manifest.json: no recipe name", dir)
 	}
 	b := &Build{Recipe: m.Recipe, RecipeDigest: m.RecipeDigest, Dir: abs, Files: map[string]string{}, Loaded: time.Now(), stamp: stamp}
+	if fi, err := os.Stat(filepath.Join(abs, "manifest.json")); err == nil {
+		b.Built = fi.ModTime()
+	}
 	for _, o := range m.Outputs {
 		b.Files[o.Path] = o.SHA256
 	}
@@ -220,30 +224,131 @@ func (b *Build) Open(p string) (*os.File, fs.FileInfo, error) {
 	return f, fi, nil
 }
 
-// Builds is the set of outputs served, reloaded when a rebuild swaps a directory.
+// Builds is the catalogue of outputs served: every build it is given, several per
+// recipe, in the order it first held them (entry order, which the rollouts call
+// "newer"). A directory swapped by a rebuild is reloaded and, its id changed, counts
+// as a new entry; a root given to WatchRoot is rescanned for new output directories.
 type Builds struct {
-	mu       sync.Mutex
-	dirs     []string
-	byRecipe map[string]*Build
+	mu      sync.Mutex
+	dirs    []string
+	root    string
+	list    []*Build // entry order
+	scanned time.Time
 }
 
-// LoadBuilds reads every directory; two outputs of one recipe are an error.
+// LoadBuilds reads every directory. Builds found together enter the catalogue oldest
+// manifest.json first; a directory holding a build already loaded (a copy) is skipped.
 func LoadBuilds(dirs []string) (*Builds, error) {
-	bs := &Builds{dirs: dirs, byRecipe: map[string]*Build{}}
 	if len(dirs) == 0 {
 		return nil, errors.New("no build output to serve")
 	}
+	bs := &Builds{dirs: dirs}
+	var loaded []*Build
 	for _, d := range dirs {
 		b, err := LoadBuild(d)
 		if err != nil {
 			return nil, err
 		}
-		if other, ok := bs.byRecipe[b.Recipe]; ok {
-			return nil, fmt.Errorf("%s and %s are both builds of recipe %s: serve one", other.Dir, b.Dir, b.Recipe)
-		}
-		bs.byRecipe[b.Recipe] = b
+		loaded = append(loaded, b)
 	}
+	bs.add(loaded)
 	return bs, nil
+}
+
+// add appends builds not yet held, oldest manifest first (the caller holds mu or owns bs).
+func (bs *Builds) add(loaded []*Build) []*Build {
+	sort.SliceStable(loaded, func(i, j int) bool {
+		if !loaded[i].Built.Equal(loaded[j].Built) {
+			return loaded[i].Built.Before(loaded[j].Built)
+		}
+		return loaded[i].Dir < loaded[j].Dir
+	})
+	var added []*Build
+	for _, b := range loaded {
+		if bs.find(func(o *Build) bool { return o.ID == b.ID || o.Dir == b.Dir }) != nil {
+			b.root.Close()
+			continue
+		}
+		bs.list = append(bs.list, b)
+		added = append(added, b)
+	}
+	return added
+}
+
+func (bs *Builds) find(match func(*Build) bool) *Build {
+	for _, b := range bs.list {
+		if match(b) {
+			return b
+		}
+	}
+	return nil
+}
+
+// WatchRoot makes Rescan look under root (the --out directory) for new outputs.
+func (bs *Builds) WatchRoot(root string) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	bs.root = root
+}
+
+// rescanEvery bounds how often Rescan reads the directories: it runs on boot
+// script requests.
+const rescanEvery = time.Second
+
+// Rescan reloads swapped directories and, with a root, loads output directories new
+// under it; it returns the builds that entered the catalogue. A directory that does not
+// load (a build still being written) is tried again next time.
+func (bs *Builds) Rescan() []*Build {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if time.Since(bs.scanned) < rescanEvery {
+		return nil
+	}
+	bs.scanned = time.Now()
+	var added []*Build
+	for _, b := range append([]*Build(nil), bs.list...) {
+		if nb := bs.refresh(b); nb != b {
+			added = append(added, nb)
+		}
+	}
+	if bs.root == "" {
+		return added
+	}
+	dirs, _ := FindOutputs(bs.root)
+	var loaded []*Build
+	for _, d := range dirs {
+		abs, err := filepath.Abs(d)
+		if err != nil || bs.find(func(o *Build) bool { return o.Dir == abs }) != nil {
+			continue
+		}
+		if b, err := LoadBuild(abs); err == nil {
+			loaded = append(loaded, b)
+		}
+	}
+	return append(added, bs.add(loaded)...)
+}
+
+// refresh reloads b if its directory changed; a new id is a new entry, at the end.
+func (bs *Builds) refresh(b *Build) *Build {
+	if buildStamp(b.Dir) == b.stamp {
+		return b
+	}
+	nb, err := LoadBuild(b.Dir)
+	if err != nil || nb.Recipe != b.Recipe {
+		return b // mid-swap or broken: keep serving what was loaded
+	}
+	for i, o := range bs.list {
+		if o == b {
+			bs.list = append(bs.list[:i], bs.list[i+1:]...)
+			break
+		}
+	}
+	b.root.Close()
+	if nb.ID == b.ID {
+		nb.Built = b.Built
+	}
+	bs.list = append(bs.list, nb)
+	return nb
 }
 
 // FindOutputs lists the build outputs under root (out/ by default): each
@@ -268,36 +373,40 @@ func FindOutputs(root string) ([]string, error) {
 	return dirs, nil
 }
 
-// Get returns the current build of a recipe, reloading it if its directory changed.
+// Get returns the newest build of a recipe (the last to enter the catalogue),
+// reloading it if its directory changed.
 func (bs *Builds) Get(recipe string) (*Build, error) {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
-	b, ok := bs.byRecipe[recipe]
-	if !ok {
-		return nil, fmt.Errorf("recipe %q is not served (serving %s): %w", recipe, strings.Join(bs.recipes(), ", "), ErrNotFound)
-	}
-	if buildStamp(b.Dir) != b.stamp {
-		nb, err := LoadBuild(b.Dir)
-		if err != nil {
-			return b, nil // mid-swap or broken: keep serving what was loaded
-		}
-		if nb.Recipe == recipe {
-			b.root.Close()
-			bs.byRecipe[recipe] = nb
-			b = nb
+	for i := len(bs.list) - 1; i >= 0; i-- {
+		if b := bs.list[i]; b.Recipe == recipe {
+			return bs.refresh(b), nil
 		}
 	}
-	return b, nil
+	return nil, fmt.Errorf("recipe %q is not served (serving %s): %w", recipe, strings.Join(bs.recipes(), ", "), ErrNotFound)
 }
 
-// All returns every served build, by recipe name.
-func (bs *Builds) All() []*Build {
-	var out []*Build
-	for _, r := range bs.Recipes() {
-		if b, err := bs.Get(r); err == nil {
-			out = append(out, b)
-		}
+// ByID returns the build with id, reloading its directory if it changed (nil: none
+// holds it, or no longer).
+func (bs *Builds) ByID(id string) *Build {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	b := bs.find(func(o *Build) bool { return o.ID == id })
+	if b == nil {
+		return nil
 	}
+	if nb := bs.refresh(b); nb.ID == id {
+		return nb
+	}
+	return nil
+}
+
+// All returns every build, by recipe name, each recipe's in entry order.
+func (bs *Builds) All() []*Build {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	out := append([]*Build(nil), bs.list...)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Recipe < out[j].Recipe })
 	return out
 }
 
@@ -309,22 +418,14 @@ func (bs *Builds) Recipes() []string {
 }
 
 func (bs *Builds) recipes() []string {
-	out := make([]string, 0, len(bs.byRecipe))
-	for r := range bs.byRecipe {
-		out = append(out, r)
+	seen := map[string]bool{}
+	out := []string{}
+	for _, b := range bs.list {
+		if !seen[b.Recipe] {
+			seen[b.Recipe] = true
+			out = append(out, b.Recipe)
+		}
 	}
 	sort.Strings(out)
 	return out
-}
-
-// ByID finds the build a token was issued for, current or not.
-func (bs *Builds) byID(id string) *Build {
-	bs.mu.Lock()
-	defer bs.mu.Unlock()
-	for _, b := range bs.byRecipe {
-		if b.ID == id {
-			return b
-		}
-	}
-	return nil
 }

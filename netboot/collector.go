@@ -98,6 +98,7 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 	id, err := s.opt.Store.AddReport(r.Context(), sr)
 	switch {
 	case errors.Is(err, ErrDuplicate) && id > 0:
+		s.applyRollout(r.Context(), sr) // once per report: the store knows it if the first try got that far
 		s.duplicate(w, node, id, rep.Verdict, sr.SHA256)
 		return
 	case errors.Is(err, ErrDuplicate):
@@ -107,6 +108,7 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, "report not stored", err, "node", node)
 		return
 	}
+	s.applyRollout(r.Context(), sr)
 	s.prune(r, node)
 	s.log.Info("report stored", "id", id, "node", node, "recipe", recipe, "build", buildID, "verdict", rep.Verdict,
 		"bytes", len(body), "ms", s.opt.Now().Sub(start).Milliseconds())

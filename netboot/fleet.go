@@ -72,6 +72,7 @@ type NodeView struct {
 	History   []ReportSummary `json:"history,omitempty"`
 	Changes   []Change        `json:"changes_since_previous"`
 	Previous  *ReportSummary  `json:"previous,omitempty"`
+	Rollout   *NodeRollout    `json:"rollout,omitempty"` // the build last served, and its hold; only /api/nodes/{node}
 }
 
 // ReportSummary is a report without its body.
@@ -205,6 +206,11 @@ func (s *Server) node(r *http.Request) (*NodeView, int, error) {
 		return nil, http.StatusInternalServerError, err
 	}
 	v := s.nodeView(n)
+	if rs, ok := s.rolloutStore(); ok {
+		if v.Rollout, err = rs.NodeRollout(r.Context(), n.ID); err != nil {
+			return nil, http.StatusInternalServerError, err
+		}
+	}
 	hist, err := s.opt.Store.Reports(r.Context(), n.ID, 50)
 	if err != nil {
 		return nil, http.StatusInternalServerError, err

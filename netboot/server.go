@@ -82,6 +82,7 @@ type Server struct {
 	// so a node that booted a build since replaced still reports under its recipe.
 	mu     sync.Mutex
 	issued map[string]string
+	ro     rollouts // rollout_server.go
 }
 
 // New makes a Server; it reads (or creates) the token secret from the store.
@@ -154,6 +155,7 @@ func New(ctx context.Context, opt Options) (*Server, error) {
 		s.issued[b.ID] = b.Recipe
 	}
 	s.routes()
+	s.syncRollouts(ctx)
 	return s, nil
 }
 
@@ -180,6 +182,7 @@ func (s *Server) routes() {
 	m.Handle("GET /api/nodes/{node}", s.pages(s.apiNode))
 	m.Handle("GET /api/reports/{id}", s.pages(s.apiReport))
 	m.Handle("GET /api/builds", s.pages(s.apiBuilds))
+	s.rolloutRoutes(m)
 	s.mux = m
 }
 

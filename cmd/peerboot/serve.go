@@ -133,6 +133,9 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 	if err != nil {
 		return usage(err)
 	}
+	if len(args) == 0 {
+		builds.WatchRoot(f.out) // a build written under --out later joins the catalogue
+	}
 	max, err := recipe.ParseSize(f.maxReport)
 	if err != nil || max <= 0 {
 		return usage(fmt.Errorf("--max-report: want a size such as 4MiB, got %q", f.maxReport))

@@ -1,0 +1,296 @@
+package netboot
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"sort"
+	"sync"
+
+	"github.com/peerboot/peerboot/rollout"
+)
+
+// rollouts is the server's side of the rollouts: which catalogue builds this process
+// has told the store about (the store keeps the rest, so replicas and restarts agree).
+type rollouts struct {
+	mu   sync.Mutex
+	seen map[string]bool // build ids recorded with SeeBuild
+}
+
+// rolloutStore is the store's rollout side, when it has one.
+func (s *Server) rolloutStore() (RolloutStore, bool) {
+	rs, ok := s.opt.Store.(RolloutStore)
+	return rs, ok
+}
+
+// syncRollouts rescans the catalogue and records every build of a recipe with a
+// rollout the store has not been told of by this process, in entry order: the first
+// time the store sees one, the rules put it on channels.
+func (s *Server) syncRollouts(ctx context.Context) {
+	rs, ok := s.rolloutStore()
+	if !ok || len(s.opt.Inventory.Rollouts) == 0 {
+		return
+	}
+	for _, b := range s.opt.Builds.Rescan() {
+		s.log.Info("build added to the catalogue", "recipe", b.Recipe, "build", b.ID, "dir", b.Dir)
+	}
+	s.ro.mu.Lock()
+	defer s.ro.mu.Unlock()
+	if s.ro.seen == nil {
+		s.ro.seen = map[string]bool{}
+	}
+	for _, b := range s.opt.Builds.All() {
+		p, ok := s.opt.Inventory.Policy(b.Recipe)
+		if !ok || s.ro.seen[b.ID] {
+			continue
+		}
+		s.mu.Lock()
+		s.issued[b.ID] = b.Recipe
+		s.mu.Unlock()
+		evs, err := rs.SeeBuild(ctx, p, b.ID, s.opt.Now())
+		if err != nil {
+			s.log.Error("rollout: recording a build", "recipe", b.Recipe, "build", b.ID, "error", err.Error())
+			return // tried again at the next request, still in order
+		}
+		s.ro.seen[b.ID] = true
+		for _, ev := range evs {
+			s.logEvent(ev)
+		}
+	}
+}
+
+func (s *Server) logEvent(ev rollout.Event) {
+	s.log.Info("rollout: "+ev.Kind, "recipe", ev.Recipe, "build", ev.Build, "from", ev.From, "to", ev.To, "node", ev.Node, "reason", ev.Reason)
+}
+
+// chooseBuild is the build a node gets: without a rollout its recipe's newest; with
+// one, its hold's build, else its channel's, else (a build the catalogue no longer
+// holds) the newest, logged.
+func (s *Server) chooseBuild(ctx context.Context, m Match, node string) (*Build, error) {
+	p, ok := s.opt.Inventory.Policy(m.Recipe)
+	rs, rok := s.rolloutStore()
+	if !ok || !rok {
+		return s.opt.Builds.Get(m.Recipe)
+	}
+	s.syncRollouts(ctx)
+	c, err := rs.ServeBuild(ctx, p, m.Channel, node)
+	if err != nil {
+		s.log.Error("rollout: choosing a build", "node", node, "error", err.Error())
+		return s.opt.Builds.Get(m.Recipe)
+	}
+	for _, id := range []string{c.Build, c.ChannelBuild} {
+		if b := s.opt.Builds.ByID(id); id != "" && b != nil && b.Recipe == m.Recipe {
+			return b, nil
+		}
+	}
+	b, err := s.opt.Builds.Get(m.Recipe)
+	if err == nil {
+		s.log.Warn("rollout: the chosen build is not in the catalogue: serving the newest", "node", node, "recipe", m.Recipe,
+			"chosen", c.Build, "channel", c.Channel, "newest", b.ID)
+	}
+	return b, err
+}
+
+// applyRollout records a stored report's verdict with the rollout of its recipe.
+// It runs for a report just stored and for a retry of one (idempotent in the store),
+// so a replica that died between storing a report and deciding on it loses nothing
+// once the node retries. A failure is logged: the report itself is stored.
+func (s *Server) applyRollout(ctx context.Context, sr *StoredReport) {
+	rs, ok := s.rolloutStore()
+	if !ok || sr.Build == "" {
+		return
+	}
+	recipe := sr.Recipe
+	if b := s.opt.Builds.ByID(sr.Build); b != nil {
+		recipe = b.Recipe
+	}
+	p, ok := s.opt.Inventory.Policy(recipe)
+	if !ok {
+		return
+	}
+	channel := ""
+	mac, host := "", ""
+	if n, err := s.opt.Store.Node(ctx, sr.NodeID); err == nil {
+		mac, host = n.MAC, n.Hostname
+	} else if m, err := NormalizeMAC(sr.NodeID); err == nil {
+		mac = m
+	}
+	if m, ok := s.opt.Inventory.Lookup(mac, host); ok && m.Recipe == recipe {
+		channel = m.Channel
+	}
+	out, err := rs.RecordVerdict(ctx, p, RolloutVerdict{Recipe: recipe, Build: sr.Build, Node: sr.NodeID, Channel: channel,
+		Verdict: sr.Verdict, SHA256: sr.SHA256, At: sr.ReceivedAt})
+	if err != nil {
+		s.log.Error("rollout: recording a verdict", "node", sr.NodeID, "build", sr.Build, "error", err.Error())
+		return
+	}
+	for _, ev := range out.Events {
+		s.logEvent(ev)
+	}
+}
+
+func (s *Server) rolloutRoutes(m *http.ServeMux) {
+	m.Handle("GET /api/rollouts", s.pages(s.apiRollouts))
+	m.Handle("GET /api/rollouts/{recipe}", s.pages(s.apiRollout))
+	m.Handle("POST /api/rollouts/{recipe}/{action}", s.pages(s.apiRolloutAction))
+	m.Handle("POST /api/nodes/{node}/clear", s.pages(s.apiClear))
+}
+
+// rolloutStatuses is every recipe's rollout, by recipe name.
+func (s *Server) rolloutStatuses(ctx context.Context) ([]RolloutStatus, error) {
+	out := []RolloutStatus{}
+	rs, ok := s.rolloutStore()
+	if !ok {
+		return out, nil
+	}
+	s.syncRollouts(ctx)
+	pols := append([]RolloutPolicy(nil), s.opt.Inventory.Rollouts...)
+	sort.Slice(pols, func(i, j int) bool { return pols[i].Recipe < pols[j].Recipe })
+	for _, rp := range pols {
+		p, _ := s.opt.Inventory.Policy(rp.Recipe)
+		st, err := rs.RolloutStatus(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *st)
+	}
+	return out, nil
+}
+
+func (s *Server) apiRollouts(w http.ResponseWriter, r *http.Request) {
+	out, err := s.rolloutStatuses(r.Context())
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "rollouts", err)
+		return
+	}
+	writeJSON(w, out)
+}
+
+// policyOf is the rollout of the request's {recipe}; it answers 404 when there is none.
+func (s *Server) policyOf(w http.ResponseWriter, r *http.Request) (rollout.Policy, RolloutStore, bool) {
+	recipe := r.PathValue("recipe")
+	p, ok := s.opt.Inventory.Policy(recipe)
+	rs, rok := s.rolloutStore()
+	if !ok || !rok {
+		s.fail(w, r, http.StatusNotFound, "rollout", fmt.Errorf("recipe %q has no [[rollout]] in the inventory: %w", recipe, ErrNotFound))
+		return p, nil, false
+	}
+	return p, rs, true
+}
+
+func (s *Server) apiRollout(w http.ResponseWriter, r *http.Request) {
+	p, rs, ok := s.policyOf(w, r)
+	if !ok {
+		return
+	}
+	s.syncRollouts(r.Context())
+	st, err := rs.RolloutStatus(r.Context(), p)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "rollout", err)
+		return
+	}
+	writeJSON(w, st)
+}
+
+// actionBody is the optional JSON body of the POSTs.
+type actionBody struct {
+	Build  string `json:"build"`
+	Reason string `json:"reason"`
+}
+
+// readAction checks a POST of the API and decodes its optional body. A POST must
+// carry a bearer token or say Content-Type: application/json: a browser holding the
+// pages' basic auth cannot be made to send either from another site without CORS,
+// which this server never grants.
+func (s *Server) readAction(w http.ResponseWriter, r *http.Request) (actionBody, bool) {
+	var a actionBody
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if ct != "application/json" && r.Header.Get("Authorization") == "" || ct != "" && ct != "application/json" {
+		s.fail(w, r, http.StatusUnsupportedMediaType, "rollout action refused", errors.New("send Content-Type: application/json (and an optional JSON body)"))
+		return a, false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, "rollout action refused", err)
+		return a, false
+	}
+	if len(body) > 0 {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&a); err != nil {
+			s.fail(w, r, http.StatusBadRequest, "rollout action refused", fmt.Errorf(`want {"build": "ID"} or {"reason": "..."}: %w`, err))
+			return a, false
+		}
+	}
+	if a.Build != "" && (len(a.Build) != 16 || !isHex(a.Build)) {
+		s.fail(w, r, http.StatusBadRequest, "rollout action refused", fmt.Errorf("build: want a build id (16 hex digits), got %q", a.Build))
+		return a, false
+	}
+	if len(a.Reason) > 200 {
+		a.Reason = a.Reason[:200]
+	}
+	return a, true
+}
+
+func (s *Server) actionResult(w http.ResponseWriter, r *http.Request, ev rollout.Event, err error) {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		s.fail(w, r, http.StatusNotFound, "rollout action refused", err)
+	case errors.Is(err, ErrRolloutState):
+		s.fail(w, r, http.StatusConflict, "rollout action refused", err)
+	case err != nil:
+		s.fail(w, r, http.StatusInternalServerError, "rollout action failed", err)
+	default:
+		s.logEvent(ev)
+		writeJSON(w, ev)
+	}
+}
+
+func (s *Server) apiRolloutAction(w http.ResponseWriter, r *http.Request) {
+	p, rs, ok := s.policyOf(w, r)
+	if !ok {
+		return
+	}
+	a, ok := s.readAction(w, r)
+	if !ok {
+		return
+	}
+	s.syncRollouts(r.Context())
+	var ev rollout.Event
+	var err error
+	switch r.PathValue("action") {
+	case "promote":
+		ev, err = rs.Promote(r.Context(), p, a.Build, s.opt.Now())
+	case "halt":
+		ev, err = rs.Halt(r.Context(), p, a.Reason, s.opt.Now())
+	case "resume":
+		ev, err = rs.Resume(r.Context(), p, s.opt.Now())
+	default:
+		s.fail(w, r, http.StatusNotFound, "rollout action refused", fmt.Errorf("want promote, halt or resume, got %q", r.PathValue("action")))
+		return
+	}
+	s.actionResult(w, r, ev, err)
+}
+
+func (s *Server) apiClear(w http.ResponseWriter, r *http.Request) {
+	rs, ok := s.rolloutStore()
+	if !ok {
+		s.fail(w, r, http.StatusNotFound, "clear refused", errors.New("this store keeps no rollouts"))
+		return
+	}
+	if _, ok := s.readAction(w, r); !ok {
+		return
+	}
+	key := r.PathValue("node")
+	id := key
+	if n, err := s.opt.Store.Node(r.Context(), key); err == nil {
+		id = n.ID
+	}
+	ev, err := rs.ClearHold(r.Context(), id, s.opt.Now())
+	s.actionResult(w, r, ev, err)
+}

@@ -1,0 +1,196 @@
+package netboot
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+const rolloutTestInventory = `default = "default"
+
+[[rollout]]
+recipe = "default"
+channels = ["canary", "stable"]
+promote_after = 2
+window = "6h"
+
+[[node]]
+mac = "52:54:00:00:00:01"
+channel = "canary"
+
+[[node]]
+mac = "52:54:00:00:00:02"
+`
+
+// rolloutEnv serves the builds under an output root it watches, with the rollout
+// inventory, over SQLite.
+type rolloutEnv struct {
+	*testEnv
+	bs *Builds
+}
+
+func newRolloutEnv(t *testing.T) *rolloutEnv {
+	t.Helper()
+	root := t.TempDir()
+	a := filepath.Join(root, "a")
+	fakeBuild(t, a, "default", 4096)
+	bs, err := LoadBuilds([]string{a})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs.WatchRoot(root)
+	st, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "reports.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	inv, err := ParseInventory("inv.toml", []byte(rolloutTestInventory))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &syncBuffer{}
+	s, err := New(context.Background(), Options{Builds: bs, Store: st, Inventory: inv, RateBurst: 100, Log: slog.New(slog.NewTextHandler(logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s)
+	t.Cleanup(hs.Close)
+	return &rolloutEnv{testEnv: &testEnv{srv: s, http: hs, store: st, log: logs, out: root}, bs: bs}
+}
+
+// addBuild writes a new build of default under the root, one the server has not seen.
+func (e *rolloutEnv) addBuild(t *testing.T, name string, size int64) *Build {
+	t.Helper()
+	dir := filepath.Join(e.out, name)
+	fakeBuild(t, dir, "default", size)
+	later := time.Now().Add(time.Hour)
+	os.Chtimes(filepath.Join(dir, "manifest.json"), later, later)
+	e.bs.mu.Lock()
+	e.bs.scanned = time.Time{} // the next request rescans
+	e.bs.mu.Unlock()
+	b, err := LoadBuild(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var scriptBuild = regexp.MustCompile(`(?m)^kernel \S+/builds/default/([0-9a-f]{16})/pxe/vmlinuz .*peerboot\.token=(\S+)`)
+
+// boot fetches the node's script and returns the build it names and the token.
+func (e *rolloutEnv) boot(t *testing.T, mac string) (string, string) {
+	t.Helper()
+	resp, body := e.get(t, "/boot.ipxe?mac="+mac)
+	m := scriptBuild.FindStringSubmatch(body)
+	if resp.StatusCode != 200 || m == nil {
+		t.Fatalf("boot %s: %d %s", mac, resp.StatusCode, body)
+	}
+	return m[1], m[2]
+}
+
+func (e *rolloutEnv) rollout(t *testing.T) RolloutStatus {
+	t.Helper()
+	resp, body := e.get(t, "/api/rollouts")
+	var out []RolloutStatus
+	if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &out) != nil || len(out) != 1 {
+		t.Fatalf("/api/rollouts: %d %s", resp.StatusCode, body)
+	}
+	return out[0]
+}
+
+func TestRolloutServer(t *testing.T) {
+	e := newRolloutEnv(t)
+	const n1, n2 = "52:54:00:00:00:01", "52:54:00:00:00:02"
+	a, tokA := e.boot(t, n1)
+	if st := e.rollout(t); st.Channels[0].Build != a || st.Channels[1].Build != a {
+		t.Fatalf("bootstrap: %+v", st.Channels)
+	}
+	if resp, body := e.post(t, "/reports?node="+n1, tokA, reportBody(t, Epyc4GPU, 0, false)); resp.StatusCode != 201 {
+		t.Fatalf("report: %d %s", resp.StatusCode, body)
+	}
+
+	// B appears under the root while serve runs: the canary node gets it, the stable one A.
+	b := e.addBuild(t, "b", 8192).ID
+	if got, _ := e.boot(t, n2); got != a {
+		t.Fatalf("stable node got %s, want A %s", got, a)
+	}
+	got, tokB := e.boot(t, n1)
+	if got != b {
+		t.Fatalf("canary node got %s, want B %s", got, b)
+	}
+	// B fails on the canary: the rollout halts, the node is held back on A.
+	if resp, body := e.post(t, "/reports?node="+n1, tokB, reportBody(t, Xeon8GPU, 1, true)); resp.StatusCode != 201 {
+		t.Fatalf("report: %d %s", resp.StatusCode, body)
+	}
+	st := e.rollout(t)
+	if !st.Halted || len(st.HeldBack) != 1 || st.HeldBack[0].Node != n1 || st.HeldBack[0].Serve != a || st.HeldBack[0].Failed != b {
+		t.Fatalf("after the FAIL: %+v", st)
+	}
+	if len(st.Builds) != 2 || st.Builds[0].Pass != 1 || st.Builds[1].Fail != 1 || st.Channels[0].Build != b {
+		t.Fatalf("builds: %+v channels %+v", st.Builds, st.Channels)
+	}
+	if got, _ := e.boot(t, n1); got != a {
+		t.Fatalf("held node got %s, want A %s", got, a)
+	}
+	// A stays servable beside B.
+	if resp, _ := e.get(t, "/builds/default/"+a+"/pxe/vmlinuz"); resp.StatusCode != 200 {
+		t.Errorf("A's kernel: %d", resp.StatusCode)
+	}
+	resp, body := e.get(t, "/api/nodes/"+n1)
+	var nv NodeView
+	if json.Unmarshal([]byte(body), &nv) != nil || nv.Rollout == nil || !nv.Rollout.HeldBack || nv.Rollout.LastServedBuild != a {
+		t.Fatalf("node API: %d %s", resp.StatusCode, body)
+	}
+
+	// The operator's actions.
+	plain := func(path string) int {
+		req, _ := http.NewRequest("POST", e.http.URL+path, strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "text/plain")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := plain("/api/rollouts/default/resume"); code != 415 {
+		t.Errorf("a form-like POST: %d, want 415", code)
+	}
+	for _, c := range []struct {
+		path, body string
+		want       int
+	}{
+		{"/api/rollouts/default/resume", ``, 200},
+		{"/api/rollouts/default/resume", ``, 409},
+		{"/api/rollouts/nosuch/halt", ``, 404},
+		{"/api/rollouts/default/frob", ``, 404},
+		{"/api/rollouts/default/promote", `{"build": "zz"}`, 400},
+		{"/api/rollouts/default/promote", `{"bild": "` + b + `"}`, 400},
+		{"/api/nodes/" + n1 + "/clear", ``, 200},
+		{"/api/nodes/" + n1 + "/clear", ``, 404},
+		{"/api/rollouts/default/halt", `{"reason": "maintenance"}`, 200},
+		{"/api/rollouts/default/promote", `{"build": "` + b + `"}`, 200},
+	} {
+		if resp, body := e.post(t, c.path, "", []byte(c.body)); resp.StatusCode != c.want {
+			t.Errorf("POST %s %s: %d, want %d: %s", c.path, c.body, resp.StatusCode, c.want, body)
+		}
+	}
+	if got, _ := e.boot(t, n1); got != b {
+		t.Errorf("cleared node got %s, want B", got)
+	}
+	if got, _ := e.boot(t, n2); got != b {
+		t.Errorf("stable node after the manual promotion got %s, want B", got)
+	}
+	st = e.rollout(t)
+	if !st.Halted || st.HaltReason != "maintenance" || st.Events[0].Kind != "promote" || st.Events[0].Reason != "manual" || st.Events[0].To != "stable" {
+		t.Errorf("after the actions: %+v", st)
+	}
+}

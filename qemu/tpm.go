@@ -3,6 +3,7 @@ package qemu
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,7 +62,10 @@ func startTPM(ctx context.Context, stateDir, logDir string) (*swtpm, error) {
 	go func() { t.done <- t.cmd.Wait() }()
 	deadline := time.Now().Add(tpmSocketWait)
 	for {
-		if _, err := os.Stat(t.Socket); err == nil {
+		// The file exists from bind(), before listen(): QEMU's connect in
+		// between would be refused, so wait until a dial connects.
+		if c, err := net.Dial("unix", t.Socket); err == nil {
+			c.Close()
 			return t, nil
 		}
 		select {

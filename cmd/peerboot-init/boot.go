@@ -12,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/go-tpm/tpm2/transport"
+
+	"github.com/peerboot/peerboot/attest"
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/node/assemble"
 	"github.com/peerboot/peerboot/node/devnodes"
@@ -43,7 +46,13 @@ type machine struct {
 	mknod    func(path string, mode uint32, dev int) error
 	now      func() time.Time
 	sleep    func(time.Duration)
-	post     func(url, token string, body []byte) error // token "": no Authorization header
+	// post sends a report; token "": no Authorization header, attestation "": no
+	// Peerboot-Attestation header.
+	post func(url, token string, body []byte, attestation string) error
+	// tpmOpen opens the node's TPM (nil: the boot looks for none); askNonce asks
+	// the collector for an attestation nonce.
+	tpmOpen  func() (transport.TPMCloser, string, error)
+	askNonce func(url, token string) (string, error)
 	// netUp brings up an Ethernet interface by DHCP for the report POST; it runs only
 	// when there is a report URL, beside the module loading.
 	netUp func() (*dhcp.Lease, error)
@@ -71,6 +80,7 @@ type bootState struct {
 	plan     bootPlan
 	record   selftest.InitRecord
 	reported bool // the report line is out: a later panic must not print a second one
+	tpm      *nodeTPM
 }
 
 // boot is the appliance's whole life after the kernel hands over.
@@ -108,6 +118,7 @@ func (m *machine) boot(st *bootState) {
 		m.say("%s", w)
 	}
 
+	st.tpm = m.openTPM()
 	if st.plan.reportURL != "" {
 		// The DHCP client needs a driver bound to the NIC, and server NICs are modules.
 		m.loadNICDrivers(st)
@@ -232,7 +243,7 @@ func (m *machine) finish(st *bootState, r *selftest.Report, partition string) {
 	}
 	if st.plan.reportURL != "" {
 		js, _ := selftest.Encode(r)
-		if err := m.post(st.plan.reportURL, st.plan.reportToken, js); err != nil {
+		if err := m.post(st.plan.reportURL, st.plan.reportToken, js, m.attestation(st, st.tpm, js)); err != nil {
 			m.say("report POST to %s failed: %v", st.plan.reportURL, err)
 		} else {
 			m.say("report POSTed to %s", st.plan.reportURL)
@@ -252,7 +263,7 @@ func (m *machine) crashed(st *bootState, p any, stack []byte) {
 	m.handOff(st.plan.onFail)
 }
 
-func httpPost(url, token string, body []byte) error {
+func httpPost(url, token string, body []byte, attestation string) error {
 	c := &http.Client{Timeout: 10 * time.Second}
 	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
@@ -261,6 +272,9 @@ func httpPost(url, token string, body []byte) error {
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if attestation != "" {
+		req.Header.Set(attest.Header, attestation)
 	}
 	resp, err := c.Do(req)
 	if err != nil {

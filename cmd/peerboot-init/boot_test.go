@@ -89,7 +89,7 @@ func newFakeBox(t *testing.T, cmdline string, loader kmod.Loader) *fakeBox {
 		mknod:    func(string, uint32, int) error { return nil },
 		now:      time.Now,
 		sleep:    func(time.Duration) {},
-		post: func(url, token string, body []byte) error {
+		post: func(url, token string, body []byte, attestation string) error {
 			b.posts = append(b.posts, url+" token="+token)
 			return errors.New("network unreachable")
 		},

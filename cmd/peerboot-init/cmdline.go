@@ -54,6 +54,7 @@ func parseCmdline(s string) map[string]string {
 type bootPlan struct {
 	onPass, onFail string
 	reportURL      string
+	nonce          string   // peerboot.nonce=: the collector's attestation nonce for this boot
 	reportToken    string   // peerboot.token=: sent as Authorization: Bearer, opaque (peerboot serve issues one per node and build)
 	warnings       []string // overrides that were ignored, for the console
 }
@@ -86,5 +87,6 @@ func planBoot(onPass, onFail, reportURL string, cmdline map[string]string) bootP
 		p.reportURL = v
 	}
 	p.reportToken = cmdline["peerboot.token"]
+	p.nonce = cmdline["peerboot.nonce"]
 	return p
 }

@@ -41,8 +41,10 @@ func main() {
 		netUp: func() (*dhcp.Lease, error) {
 			return netup.Real("/sys/class/net").BringUp(context.Background(), netup.DefaultLimits())
 		},
+		askNonce:      httpNonce,
 		partitionWait: 3 * time.Second,
 	}
+	m.tpmOpen = realTPM(m)
 	m.openKlog = func() kmod.KernelLog {
 		k, err := openKmsg("/dev/kmsg")
 		if err != nil {

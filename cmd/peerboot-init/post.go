@@ -24,11 +24,11 @@ var postWaits = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second}
 // each time, and serve answers a report it already stored with 200, so a retry whose
 // first answer was lost stores nothing twice. Other refusals (401, 403, 409, 413, 422)
 // are final.
-func retryPost(post func(url, token string, body []byte) error, sleep func(time.Duration)) func(url, token string, body []byte) error {
-	return func(url, token string, body []byte) error {
+func retryPost(post func(url, token string, body []byte, attestation string) error, sleep func(time.Duration)) func(url, token string, body []byte, attestation string) error {
+	return func(url, token string, body []byte, attestation string) error {
 		var errs []error
 		for i := 0; ; i++ {
-			err := post(url, token, body)
+			err := post(url, token, body, attestation)
 			if err == nil {
 				return nil
 			}

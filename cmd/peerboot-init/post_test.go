@@ -27,14 +27,14 @@ func TestRetryPost(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var bodies []string
 			var slept []time.Duration
-			post := retryPost(func(url, token string, body []byte) error {
-				bodies = append(bodies, string(body))
+			post := retryPost(func(url, token string, body []byte, attestation string) error {
+				bodies = append(bodies, string(body)+attestation)
 				if len(bodies) <= len(tt.answers) {
 					return tt.answers[len(bodies)-1]
 				}
 				return nil
 			}, func(d time.Duration) { slept = append(slept, d) })
-			err := post("http://x/reports", "tok", []byte("same bytes"))
+			err := post("http://x/reports", "tok", []byte("same "), "bytes")
 			if (err == nil) != tt.ok || err != nil && !strings.Contains(err.Error(), tt.errHas) {
 				t.Fatalf("err %v, want ok=%v containing %q", err, tt.ok, tt.errHas)
 			}

@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,8 +65,13 @@ func Start(tb testing.TB) *TPM {
 	})
 	deadline := time.Now().Add(10 * time.Second)
 	for {
+		// The socket file exists from bind(), before listen(): a dial in
+		// between is refused, so wait for one to connect.
 		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			break
+			if c, err := net.Dial("unix", sock); err == nil {
+				c.Close()
+				break
+			}
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(out.Name())

@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/peerboot/peerboot/exitcode"
+	"github.com/peerboot/peerboot/netboot"
+	"github.com/peerboot/peerboot/rollout"
+)
+
+// rolloutStatusJSON is `peerboot rollout status --json`: the server asked and every
+// rollout it keeps (or the one named), as GET /api/rollouts gives them.
+type rolloutStatusJSON struct {
+	Server   string                  `json:"server"`
+	Rollouts []netboot.RolloutStatus `json:"rollouts"`
+}
+
+// The actions' --json is the event the server recorded, as the API returns it
+// (rollout.Event: kind, recipe, build, from, to, node, reason, at).
+
+type rolloutFlags struct {
+	server, token, auth string
+	asJSON              bool
+}
+
+func rolloutCmd() *cobra.Command {
+	f := &rolloutFlags{}
+	cmd := &cobra.Command{
+		Use:   "rollout status|promote|halt|resume|clear",
+		Short: "Show and steer the rollouts of a running peerboot serve",
+		Long: `rollout talks to a running ` + "`peerboot serve`" + ` (its JSON API, protected like the fleet
+pages: --token is its --page-token, --auth its --auth USER:PASSWORD).
+
+  status [RECIPE]            channels and their builds, pass/fail per build, halted or
+                             not, the nodes held back, the latest events
+  promote RECIPE [--build ID] move a build to the next channel (default: the newest
+                             build in the pipeline); works while halted
+  halt RECIPE [--reason ...] stop automatic promotion
+  resume RECIPE              start it again
+  clear NODE                 end a node's hold: it boots its channel's build again
+
+--server defaults to $PEERBOOT_SERVER, else http://127.0.0.1:8080; --token to
+$PEERBOOT_PAGE_TOKEN; --auth to $PEERBOOT_SERVE_AUTH.
+
+Exit codes: 0 done (status: no rollout halted); 9 (selftest) status found a
+rollout halted; 5 (network) the server could not be reached or answered 5xx;
+2 bad command line, or the server refused the request (unknown recipe or node,
+a state the action does not apply to, wrong credentials).`,
+		Args: unknownCommand,
+		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() },
+	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&f.server, "server", "", "URL of the peerboot serve (default $PEERBOOT_SERVER or http://127.0.0.1:8080)")
+	pf.StringVar(&f.token, "token", "", "the server's --page-token (default $PEERBOOT_PAGE_TOKEN)")
+	pf.StringVar(&f.auth, "auth", "", "USER:PASSWORD of the server's --auth (default $PEERBOOT_SERVE_AUTH)")
+	pf.BoolVar(&f.asJSON, "json", false, "print the result as JSON (shape: README, \"Machine-readable output\")")
+
+	status := &cobra.Command{
+		Use:   "status [RECIPE]",
+		Short: "Show the rollouts (or one recipe's)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var out rolloutStatusJSON
+			if len(args) == 1 {
+				var one netboot.RolloutStatus
+				if err := f.call(cmd, "GET", "/api/rollouts/"+url.PathEscape(args[0]), nil, &one); err != nil {
+					return err
+				}
+				out.Rollouts = []netboot.RolloutStatus{one}
+			} else if err := f.call(cmd, "GET", "/api/rollouts", nil, &out.Rollouts); err != nil {
+				return err
+			}
+			out.Server = f.base()
+			w := cmd.OutOrStdout()
+			if f.asJSON {
+				if err := writeJSON(w, out); err != nil {
+					return err
+				}
+			} else {
+				printRollouts(w, out)
+			}
+			for _, r := range out.Rollouts {
+				if r.Halted {
+					return exitcode.Tag(exitcode.Selftest, fmt.Errorf("the rollout of %s is halted: %s", r.Recipe, r.HaltReason))
+				}
+			}
+			return nil
+		},
+	}
+	var build, reason string
+	promote := &cobra.Command{
+		Use:   "promote RECIPE [--build ID]",
+		Short: "Move a build to the next channel",
+		Args:  nArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.action(cmd, "/api/rollouts/"+url.PathEscape(args[0])+"/promote", map[string]string{"build": build})
+		},
+	}
+	promote.Flags().StringVar(&build, "build", "", "the build id to promote (default: the newest in the pipeline)")
+	halt := &cobra.Command{
+		Use:   "halt RECIPE [--reason TEXT]",
+		Short: "Stop automatic promotion",
+		Args:  nArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.action(cmd, "/api/rollouts/"+url.PathEscape(args[0])+"/halt", map[string]string{"reason": reason})
+		},
+	}
+	halt.Flags().StringVar(&reason, "reason", "", "why, shown with the rollout (default \"manual\")")
+	resume := &cobra.Command{
+		Use:   "resume RECIPE",
+		Short: "Start automatic promotion again",
+		Args:  nArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.action(cmd, "/api/rollouts/"+url.PathEscape(args[0])+"/resume", nil)
+		},
+	}
+	clear := &cobra.Command{
+		Use:   "clear NODE",
+		Short: "End a node's hold (MAC, hostname, serial or node id)",
+		Args:  nArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.action(cmd, "/api/nodes/"+url.PathEscape(args[0])+"/clear", nil)
+		},
+	}
+	cmd.AddCommand(status, promote, halt, resume, clear)
+	return cmd
+}
+
+func (f *rolloutFlags) base() string {
+	s := f.server
+	if s == "" {
+		s = os.Getenv("PEERBOOT_SERVER")
+	}
+	if s == "" {
+		s = "http://127.0.0.1:8080"
+	}
+	return strings.TrimRight(s, "/")
+}
+
+func (f *rolloutFlags) action(cmd *cobra.Command, path string, body map[string]string) error {
+	for k, v := range body {
+		if v == "" {
+			delete(body, k)
+		}
+	}
+	var ev rollout.Event
+	if err := f.call(cmd, "POST", path, body, &ev); err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if f.asJSON {
+		return writeJSON(w, ev)
+	}
+	fmt.Fprintln(w, eventLine(ev))
+	return nil
+}
+
+// call does one API request and decodes the JSON answer into out.
+func (f *rolloutFlags) call(cmd *cobra.Command, method, path string, body any, out any) error {
+	base := f.base()
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return exitcode.Tag(exitcode.Usage, fmt.Errorf("--server: want http://HOST[:PORT], got %q", base))
+	}
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(cmd.Context(), method, base+path, rd)
+	if err != nil {
+		return exitcode.Tag(exitcode.Usage, err)
+	}
+	if method == "POST" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	token, auth := f.token, f.auth
+	if token == "" {
+		token = os.Getenv("PEERBOOT_PAGE_TOKEN")
+	}
+	if auth == "" {
+		auth = os.Getenv("PEERBOOT_SERVE_AUTH")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	} else if auth != "" {
+		u, p, ok := strings.Cut(auth, ":")
+		if !ok || u == "" || p == "" {
+			return exitcode.Tag(exitcode.Usage, errors.New("--auth: want USER:PASSWORD"))
+		}
+		req.SetBasicAuth(u, p)
+	}
+	client := &http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Do(req)
+	if err != nil {
+		return exitcode.Tag(exitcode.Network, fmt.Errorf("asking %s: %w", base, err))
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return exitcode.Tag(exitcode.Network, fmt.Errorf("reading the answer of %s: %w", base, err))
+	}
+	if resp.StatusCode/100 != 2 {
+		msg := strings.TrimSpace(string(data))
+		err := fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
+		if resp.StatusCode >= 500 {
+			return exitcode.Tag(exitcode.Network, err)
+		}
+		return exitcode.Tag(exitcode.Usage, err)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return exitcode.Tag(exitcode.Network, fmt.Errorf("%s %s: the answer is not the API's JSON (is %s a peerboot serve?): %w", method, path, base, err))
+	}
+	return nil
+}
+
+func short(id string) string {
+	if id == "" {
+		return "-"
+	}
+	return id
+}
+
+func eventLine(ev rollout.Event) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s %s", ev.At.UTC().Format("2006-01-02 15:04:05Z"), ev.Recipe, ev.Kind)
+	if ev.Build != "" {
+		fmt.Fprintf(&b, " %s", ev.Build)
+	}
+	if ev.From != "" || ev.To != "" {
+		fmt.Fprintf(&b, " %s -> %s", short(ev.From), ev.To)
+	}
+	if ev.Node != "" {
+		fmt.Fprintf(&b, " node %s", ev.Node)
+	}
+	fmt.Fprintf(&b, ": %s", ev.Reason)
+	return b.String()
+}
+
+func printRollouts(w io.Writer, out rolloutStatusJSON) {
+	if len(out.Rollouts) == 0 {
+		fmt.Fprintf(w, "%s: no recipe has a [[rollout]] in the inventory\n", out.Server)
+	}
+	for i, r := range out.Rollouts {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		state := "running"
+		if r.Halted {
+			state = "HALTED: " + r.HaltReason
+		}
+		fmt.Fprintf(w, "recipe %s: %s (promote after %d passes within %s)\n", r.Recipe, state, r.PromoteAfter, r.Window)
+		for _, c := range r.Channels {
+			fmt.Fprintf(w, "  channel %-10s %s\n", c.Name, short(c.Build))
+		}
+		fmt.Fprintln(w, "  builds, oldest first:")
+		for _, b := range r.Builds {
+			fmt.Fprintf(w, "    %s  pass %d  fail %d  %s\n", b.Build, b.Pass, b.Fail, strings.Join(b.Channels, ","))
+		}
+		if len(r.HeldBack) > 0 {
+			fmt.Fprintln(w, "  held back:")
+			for _, h := range r.HeldBack {
+				fmt.Fprintf(w, "    %s  failed %s, served %s (clear: peerboot rollout clear %s)\n", h.Node, h.Failed, short(h.Serve), h.Node)
+			}
+		}
+		if len(r.Events) > 0 {
+			fmt.Fprintln(w, "  events, newest first:")
+			for _, ev := range r.Events[:min(len(r.Events), 10)] {
+				fmt.Fprintf(w, "    %s\n", eventLine(ev))
+			}
+		}
+	}
+}

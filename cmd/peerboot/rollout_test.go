@@ -1,0 +1,98 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRolloutCommand runs the real serve with a rollout and steers it with the real
+// rollout command: status, halt, resume, promote, clear, their --json, exit codes.
+func TestRolloutCommand(t *testing.T) {
+	out := t.TempDir()
+	fakeOutput(t, out, "default")
+	inv := filepath.Join(t.TempDir(), "rack.toml")
+	os.WriteFile(inv, []byte(`default = "default"
+[[rollout]]
+recipe = "default"
+channels = ["canary", "stable"]
+promote_after = 2
+window = "6h"
+[[node]]
+mac = "52:54:00:12:34:56"
+channel = "canary"
+`), 0o644)
+	cmd := exec.Command(peerboot, "serve", "--out", out, "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "r.db"),
+		"--inventory", inv, "--page-token", "sekrit")
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	sc := bufio.NewScanner(stdout)
+	addr := ""
+	for deadline := time.Now().Add(20 * time.Second); addr == "" && time.Now().Before(deadline) && sc.Scan(); {
+		if m := regexp.MustCompile(`listening on (127\.0\.0\.1:\d+)`).FindStringSubmatch(sc.Text()); m != nil {
+			addr = m[1]
+		}
+	}
+	if addr == "" {
+		t.Fatal("serve did not say where it listens")
+	}
+	go io.Copy(io.Discard, stdout)
+	srv := []string{"--server", "http://" + addr, "--token", "sekrit"}
+	rollout := func(args ...string) (string, string, int) {
+		t.Helper()
+		return run(t, append(append([]string{"rollout"}, args...), srv...)...)
+	}
+
+	o, e, code := rollout("status")
+	if code != 0 || !regexp.MustCompile(`recipe default: running \(promote after 2 passes within 6h0m0s\)\n  channel canary +[0-9a-f]{16}\n  channel stable +[0-9a-f]{16}`).MatchString(o) {
+		t.Fatalf("status: exit %d\n%s%s", code, o, e)
+	}
+	if _, e, code := rollout("halt", "default", "--reason", "disk swap"); code != 0 {
+		t.Fatalf("halt: exit %d %s", code, e)
+	}
+	o, e, code = rollout("status", "default", "--json")
+	var st rolloutStatusJSON
+	if code != 9 || json.Unmarshal([]byte(o), &st) != nil || len(st.Rollouts) != 1 || !st.Rollouts[0].Halted || st.Rollouts[0].HaltReason != "disk swap" ||
+		!strings.Contains(e, "the rollout of default is halted: disk swap") {
+		t.Fatalf("status of a halted rollout: exit %d, want 9\n%s%s", code, o, e)
+	}
+	if _, e, code := rollout("halt", "default"); code != 2 || !strings.Contains(e, "409 Conflict") || !strings.Contains(e, "already halted") {
+		t.Errorf("halting twice: exit %d %s", code, e)
+	}
+	o, e, code = rollout("resume", "default", "--json")
+	if code != 0 || !strings.Contains(o, `"kind": "resume"`) {
+		t.Errorf("resume --json: exit %d %s%s", code, o, e)
+	}
+	if _, e, code := rollout("promote", "default"); code != 2 || !strings.Contains(e, "every channel of default serves the same build") {
+		t.Errorf("promote with nothing to promote: exit %d %s", code, e)
+	}
+	if _, e, code := rollout("clear", "52:54:00:12:34:56"); code != 2 || !strings.Contains(e, "404") {
+		t.Errorf("clearing a node not held: exit %d %s", code, e)
+	}
+	if _, e, code := rollout("status", "nosuch"); code != 2 || !strings.Contains(e, `recipe "nosuch" has no [[rollout]]`) {
+		t.Errorf("unknown recipe: exit %d %s", code, e)
+	}
+	if _, e, code := run(t, "rollout", "status", "--server", "http://"+addr, "--token", "wrong"); code != 2 || !strings.Contains(e, "401") {
+		t.Errorf("wrong token: exit %d %s", code, e)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	dead := ln.Addr().String()
+	ln.Close()
+	if _, e, code := run(t, "rollout", "status", "--server", "http://"+dead); code != 5 || !strings.Contains(e, "connection refused") {
+		t.Errorf("no server: exit %d %s", code, e)
+	}
+	if _, e, code := run(t, "rollout", "promote"); code != 2 || !strings.Contains(e, "want 1 argument") {
+		t.Errorf("promote without a recipe: exit %d %s", code, e)
+	}
+}

@@ -153,6 +153,8 @@ type fleetData struct {
 	Nodes                []NodeView
 	Pass, Fail, NoReport int
 	Builds               []*Build
+	Rollouts             []RolloutStatus // recipes with a [[rollout]]
+	Held                 map[string]bool // node ids held back by a rollout
 	Generated            time.Time
 }
 
@@ -161,7 +163,16 @@ func (s *Server) fleet(r *http.Request) (*fleetData, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &fleetData{Nodes: []NodeView{}, Builds: s.opt.Builds.All(), Generated: s.opt.Now()}
+	ro, err := s.rolloutStatuses(r.Context())
+	if err != nil {
+		return nil, err
+	}
+	d := &fleetData{Nodes: []NodeView{}, Builds: s.opt.Builds.All(), Rollouts: ro, Held: map[string]bool{}, Generated: s.opt.Now()}
+	for _, st := range ro {
+		for _, h := range st.HeldBack {
+			d.Held[h.Node] = true
+		}
+	}
 	for i := range nodes {
 		v := s.nodeView(&nodes[i])
 		switch {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
 const rolloutTestInventory = `default = "default"
@@ -106,9 +108,12 @@ func (e *rolloutEnv) rollout(t *testing.T) RolloutStatus {
 	return out[0]
 }
 
-func TestRolloutServer(t *testing.T) {
-	e := newRolloutEnv(t)
-	const n1, n2 = "52:54:00:00:00:01", "52:54:00:00:00:02"
+const n1, n2 = "52:54:00:00:00:01", "52:54:00:00:00:02"
+
+// failOnCanary boots A on the canary node n1 (it passes), adds B, which n1 boots and
+// fails: the rollout is halted and n1 held back on A.
+func failOnCanary(t *testing.T) (e *rolloutEnv, a, b string) {
+	e = newRolloutEnv(t)
 	a, tokA := e.boot(t, n1)
 	if st := e.rollout(t); st.Channels[0].Build != a || st.Channels[1].Build != a {
 		t.Fatalf("bootstrap: %+v", st.Channels)
@@ -118,7 +123,7 @@ func TestRolloutServer(t *testing.T) {
 	}
 
 	// B appears under the root while serve runs: the canary node gets it, the stable one A.
-	b := e.addBuild(t, "b", 8192).ID
+	b = e.addBuild(t, "b", 8192).ID
 	if got, _ := e.boot(t, n2); got != a {
 		t.Fatalf("stable node got %s, want A %s", got, a)
 	}
@@ -130,6 +135,36 @@ func TestRolloutServer(t *testing.T) {
 	if resp, body := e.post(t, "/reports?node="+n1, tokB, reportBody(t, Xeon8GPU, 1, true)); resp.StatusCode != 201 {
 		t.Fatalf("report: %d %s", resp.StatusCode, body)
 	}
+	return e, a, b
+}
+
+// checkRolloutPage looks for the rollout section of the fleet page in html (as served,
+// or the DOM a browser built from it) after failOnCanary.
+func checkRolloutPage(t *testing.T, html, a, b string) {
+	t.Helper()
+	for _, want := range []string{
+		`<section class="rollout" id="rollout-default" data-recipe="default" data-halted="true">`,
+		`FAIL from node ` + n1 + ` on build ` + b,
+		`<tr class="channel" data-channel="canary" data-build="` + b + `">`,
+		`<tr class="channel" data-channel="stable" data-build="` + a + `">`,
+		`<tr class="rollout-build" data-build="` + a + `" data-pass="1" data-fail="0">`,
+		`<tr class="rollout-build" data-build="` + b + `" data-pass="0" data-fail="1">`,
+		`<tr class="held-node" data-node="` + n1 + `" data-failed="` + b + `" data-serve="` + a + `">`,
+		`<a href="/nodes/` + n1 + `">` + n1 + `</a> <span class="sev-warn held-back">held back</span>`,
+	} {
+		if !strings.Contains(html, want) {
+			t.Errorf("fleet page lacks %s", want)
+		}
+	}
+}
+
+func TestRolloutServer(t *testing.T) {
+	e, a, b := failOnCanary(t)
+	resp, page := e.get(t, "/")
+	if resp.StatusCode != 200 {
+		t.Fatalf("fleet page: %d", resp.StatusCode)
+	}
+	checkRolloutPage(t, page, a, b)
 	st := e.rollout(t)
 	if !st.Halted || len(st.HeldBack) != 1 || st.HeldBack[0].Node != n1 || st.HeldBack[0].Serve != a || st.HeldBack[0].Failed != b {
 		t.Fatalf("after the FAIL: %+v", st)
@@ -193,4 +228,12 @@ func TestRolloutServer(t *testing.T) {
 	if !st.Halted || st.HaltReason != "maintenance" || st.Events[0].Kind != "promote" || st.Events[0].Reason != "manual" || st.Events[0].To != "stable" {
 		t.Errorf("after the actions: %+v", st)
 	}
+}
+
+// TestRolloutPageInChromium checks the rollout section in the DOM headless Chromium
+// builds from the fleet page.
+func TestRolloutPageInChromium(t *testing.T) {
+	testguard.Short(t, "starts a browser")
+	e, a, b := failOnCanary(t)
+	checkRolloutPage(t, string(chromium(t, e.http.URL+"/", "--dump-dom")), a, b)
 }

@@ -62,8 +62,8 @@ type Rule struct {
 
 // Match is what the inventory says about one node.
 type Match struct {
-	Recipe string
-	Name   string
+	Recipe  string
+	Name    string
 	Args    string // inventory-wide args, then the rule's
 	Rule    int    // 1-based line of the rule; 0: the default
 	Channel string // the rule's channel; "": its rollout's default (the last)

@@ -3,6 +3,8 @@ package build
 import (
 	"bytes"
 	"context"
+	"crypto"
+	"crypto/rsa"
 	"fmt"
 	"io"
 	"maps"
@@ -12,10 +14,13 @@ import (
 	"strings"
 
 	"github.com/peerboot/peerboot/debfile"
+	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/kernel"
 	"github.com/peerboot/peerboot/lock"
+	"github.com/peerboot/peerboot/measure"
 	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/sign/keyref"
 )
 
 // Stage output layouts read by later stages.
@@ -73,10 +78,18 @@ func initramfsStage() *stage {
 func imageStage() *stage {
 	return &stage{
 		Name: "image", Version: 3, // 2: layout from image.StandardDisk; 3: the iso format
-		Deps:   []string{"kernel", "initramfs"},
-		Roles:  []string{lock.RoleEFIStub},
-		Fields: []string{wholeRecipe},
-		Clock:  clockAll,
+		Deps:       []string{"kernel", "initramfs"},
+		Roles:      []string{lock.RoleEFIStub},
+		Fields:     []string{wholeRecipe},
+		DataFields: []string{"sign.pcr_key"},
+		Clock:      clockAll,
+		Data: func(pc *planContext) ([]Datum, []string, error) {
+			b, err := pcrKey(pc.Recipe)
+			if err != nil || b == nil {
+				return nil, nil, err
+			}
+			return []Datum{{pcrKeyDatum, b}}, nil, nil
+		},
 		Run: func(ctx context.Context, sr *stageRun) error {
 			r := sr.Recipe
 			kernelImg, err := os.ReadFile(filepath.Join(sr.Dep("kernel"), kernel.ImageFile))
@@ -91,22 +104,29 @@ func imageStage() *stage {
 			if err != nil {
 				return err
 			}
-			var uki bytes.Buffer
 			osRelease := generatedFiles(r)["etc/os-release"]
-			if err := image.WriteUKI(&uki, image.UKI{Stub: stub, Kernel: kernelImg, Initrd: initrd, Cmdline: r.Kernel.Cmdline, OSRelease: string(osRelease)}); err != nil {
-				return fmt.Errorf("UKI: %w", err)
+			u := image.UKI{Stub: stub, Kernel: kernelImg, Initrd: initrd, Cmdline: r.Kernel.Cmdline, OSRelease: string(osRelease)}
+			var key crypto.Signer
+			if kb, ok := sr.Datum(pcrKeyDatum); ok {
+				if key, err = pcrSigner(kb); err != nil {
+					return err
+				}
+			}
+			uki, err := writeMeasuredUKI(u, key)
+			if err != nil {
+				return err
 			}
 			want := map[string]bool{}
 			for _, f := range r.Outputs.Formats {
 				want[f] = true
 			}
 			if want["uki"] {
-				if err := os.WriteFile(filepath.Join(sr.Out, ukiFile), uki.Bytes(), 0o644); err != nil {
+				if err := os.WriteFile(filepath.Join(sr.Out, ukiFile), uki, 0o644); err != nil {
 					return err
 				}
 			}
 			if want["disk"] {
-				d, err := image.StandardDisk(r.Digest, int64(r.Outputs.DiskSize), sr.Epoch, uki.Bytes())
+				d, err := image.StandardDisk(r.Digest, int64(r.Outputs.DiskSize), sr.Epoch, uki)
 				if err != nil {
 					return fmt.Errorf("outputs.disk_size %s: %w", r.Outputs.DiskSize, err)
 				}
@@ -127,7 +147,7 @@ func imageStage() *stage {
 				if err != nil {
 					return err
 				}
-				err = image.WriteISO(f, image.StandardISO(r.Digest, sr.Epoch, uki.Bytes()))
+				err = image.WriteISO(f, image.StandardISO(r.Digest, sr.Epoch, uki))
 				if cerr := f.Close(); err == nil {
 					err = cerr
 				}
@@ -145,6 +165,71 @@ func imageStage() *stage {
 			return nil
 		},
 	}
+}
+
+const pcrKeyDatum = "PCR policy signing key"
+
+// pcrKey reads sign.pcr_key (a relative path from the recipe's directory);
+// nil when the recipe has none.
+func pcrKey(r *recipe.Resolved) ([]byte, error) {
+	if r.Sign.PCRKey == "" {
+		return nil, nil
+	}
+	b, _, err := keyref.Read(keyref.Resolve(r.Sign.PCRKey, filepath.Dir(r.Path)))
+	if err != nil {
+		return nil, exitcode.Tag(exitcode.Recipe, r.ErrorAt("sign.pcr_key", "%v", err))
+	}
+	if _, err := pcrSigner(b); err != nil {
+		return nil, exitcode.Tag(exitcode.Recipe, r.ErrorAt("sign.pcr_key", "%v", err))
+	}
+	return b, nil
+}
+
+func pcrSigner(b []byte) (crypto.Signer, error) {
+	key, err := keyref.ParsePrivateKeyPEM(b)
+	if err != nil {
+		return nil, fmt.Errorf("sign.pcr_key: %w", err)
+	}
+	if _, err := measure.SignerKey(key); err != nil {
+		return nil, fmt.Errorf("sign.pcr_key: %w", err)
+	}
+	return key, nil
+}
+
+// writeMeasuredUKI assembles the UKI; with a PCR key it adds .pcrpkey,
+// predicts PCR 11 from the UKI so written (the stub never measures .pcrsig,
+// so adding it changes no measured byte), and adds the signed predictions as
+// .pcrsig. RSA PKCS#1 v1.5 signing is deterministic: the output stays
+// reproducible.
+func writeMeasuredUKI(u image.UKI, key crypto.Signer) ([]byte, error) {
+	var b bytes.Buffer
+	if key != nil {
+		pk, err := measure.PublicKeyPEM(key.Public().(*rsa.PublicKey))
+		if err != nil {
+			return nil, fmt.Errorf("sign.pcr_key: %w", err)
+		}
+		u.PCRPKey = pk
+		if err := image.WriteUKI(&b, u); err != nil {
+			return nil, fmt.Errorf("UKI: %w", err)
+		}
+		p, err := measure.Predict(b.Bytes())
+		if err != nil {
+			return nil, fmt.Errorf("UKI: predicting PCR 11: %w", err)
+		}
+		if u.PCRSig, err = measure.Sign(p, key); err != nil {
+			return nil, fmt.Errorf("UKI: %w", err)
+		}
+		b.Reset()
+	}
+	if err := image.WriteUKI(&b, u); err != nil {
+		return nil, fmt.Errorf("UKI: %w", err)
+	}
+	if key != nil {
+		if _, err := measure.Check(b.Bytes()); err != nil {
+			return nil, fmt.Errorf("UKI: the signed PCR 11 policies do not check: %w", err)
+		}
+	}
+	return b.Bytes(), nil
 }
 
 // efiStub reads systemd's EFI stub out of the pinned systemd-boot-efi package.

@@ -41,6 +41,7 @@ module_cert = "file:module.crt"
 	write("other.crt", testCert(t, 2))
 	write("module.key", "key v1")
 	write("other.key", "key v2")
+	write("pcr.key", testRSAKey(t))
 	base, err := recipe.Load(filepath.Join(dir, "t.toml"))
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +56,7 @@ module_cert = "file:module.crt"
 		"driver.patches":   []string{"./0001-local.patch", "./0002-extra.patch"},
 		"sign.module_cert": "file:other.crt",
 		"sign.module_key":  "file:other.key",
+		"sign.pcr_key":     "file:pcr.key",
 	}
 	defs := pipeline()
 	for _, leaf := range RecipeLeaves() {

@@ -164,4 +164,8 @@ type Sign struct {
 	ModuleKey   string `toml:"module_key"`
 	ModuleCert  string `toml:"module_cert"`
 	ArtifactKey string `toml:"artifact_key"`
+	// PCRKey signs the UKI's predicted PCR 11 policies (.pcrsig, .pcrpkey): RSA,
+	// as systemd 252 accepts. omitempty keeps recipes without it at the digest
+	// they had before the field existed.
+	PCRKey string `toml:"pcr_key,omitempty"`
 }

@@ -128,7 +128,7 @@ func validate(r *Recipe) Errors {
 	for _, k := range []struct{ key, v string }{
 		{"sign.db_key", r.Sign.DBKey}, {"sign.db_cert", r.Sign.DBCert},
 		{"sign.module_key", r.Sign.ModuleKey}, {"sign.module_cert", r.Sign.ModuleCert},
-		{"sign.artifact_key", r.Sign.ArtifactKey},
+		{"sign.artifact_key", r.Sign.ArtifactKey}, {"sign.pcr_key", r.Sign.PCRKey},
 	} {
 		if k.v != "" && !keyRefRe.MatchString(k.v) {
 			c.add(k.key, `want "file:PATH" or "env:VARIABLE", got %q`, k.v)

@@ -249,6 +249,7 @@ type VerifyOptions struct {
 	Key        string
 	DBCert     string
 	ModuleCert string // module-signing certificate: every module in the initramfs must verify against it
+	PCRPub     string // PCR policy public key (PEM): every UKI's .pcrpkey must be it; "" = whatever .pcrpkey holds
 	Log        io.Writer
 }
 
@@ -257,7 +258,8 @@ type VerifyOptions struct {
 // exactly SHA256SUMS's files, cosign.pub (if present) against the key, with
 // a db certificate every listed .efi's Authenticode signature, and with a module
 // certificate every kernel module's signature inside each listed initramfs
-// (pxe/initrd.img and the UKIs' .initrd sections). It returns a
+// (pxe/initrd.img and the UKIs' .initrd sections), and every UKI's .pcrsig
+// (measure.Check: signed by .pcrpkey, and the PCR 11 its sections give). It returns a
 // *VerifyError naming every failing file, or another error when it could not
 // run at all (no key).
 func Verify(ctx context.Context, dir string, opt VerifyOptions) error {
@@ -406,6 +408,10 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) error {
 		verifyModules(ctx, dir, sums, cert, opt.Log, fail)
 	} else {
 		fmt.Fprintln(opt.Log, "verify: no module certificate given: module signatures not checked")
+	}
+	// 7. Signed PCR 11 predictions (.pcrsig) in each UKI.
+	if err := verifyPCRSigs(dir, sums, opt.PCRPub, opt.Log, fail); err != nil {
+		return err
 	}
 	if len(verr.Problems) > 0 {
 		return verr

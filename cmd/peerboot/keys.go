@@ -16,7 +16,7 @@ func keysCmd() *cobra.Command {
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "init DIR",
-		Short: "Write a TEST key set (db, module, artifact keys): for testing only",
+		Short: "Write a TEST key set (db, module, artifact, PCR keys): for testing only",
 		Long: `keys init writes a fresh, unprotected TEST key set into DIR (created 0700; existing
 files are never overwritten):
 
@@ -24,6 +24,7 @@ files are never overwritten):
   module.key, module.crt            RSA 2048 kernel module signing key and certificate
   artifact.key, cosign.pub          ECDSA P-256 artifact key (SHA256SUMS.sig, provenance)
   artifact-ed25519.key/.pub         Ed25519 artifact key (deterministic signatures)
+  pcr.key, pcr.pub                  RSA 2048 PCR 11 policy key (sign.pcr_key: the UKI's .pcrsig/.pcrpkey)
 
 Keys are PKCS#8 PEM, certificates and public keys PEM. They are for testing only.`,
 		Args: cobra.ExactArgs(1),

@@ -32,7 +32,7 @@ func verifyCmd() *cobra.Command {
 	var opt sign.VerifyOptions
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:   "verify OUTDIR --key PUB [--db-cert CERT] [--module-cert CERT]",
+		Use:   "verify OUTDIR --key PUB [--db-cert CERT] [--module-cert CERT] [--pcr-pub PUB]",
 		Short: "Verify a signed build output",
 		Long: `verify checks a signed output directory: the SHA256SUMS signature (SHA256SUMS.sig)
 with --key (a PEM public key such as cosign.pub; a path, file:PATH or env:VAR), every
@@ -41,6 +41,10 @@ exactly the files SHA256SUMS lists, that a cosign.pub in OUTDIR is the given key
 with --db-cert every listed .efi's Authenticode signature (sbverify --cert), and with
 --module-cert the signature of every kernel module inside each initramfs (pxe/initrd.img
 and each UKI's .initrd section), as the kernel checks it with module.sig_enforce=1.
+A UKI with a .pcrsig section (built with sign.pcr_key) has each signed PCR 11 policy
+checked against its .pcrpkey and against the PCR 11 values predicted from its own
+sections, so a section changed after signing is a problem; --pcr-pub also requires
+.pcrpkey to be that key (and every UKI to carry .pcrsig).
 
 Every problem is printed as "FILE: what was wrong". Exit 0 when all checks pass, 6
 (integrity) when any fails, 2 for a bad command line or unreadable key. An output
@@ -92,5 +96,6 @@ checks and problems as JSON (README, "Machine-readable output").`,
 	cmd.Flags().StringVar(&opt.Key, "key", "", "artifact public key (PEM), e.g. cosign.pub")
 	cmd.Flags().StringVar(&opt.DBCert, "db-cert", "", "Secure Boot db certificate to check the UKI's Authenticode signature against")
 	cmd.Flags().StringVar(&opt.ModuleCert, "module-cert", "", "module-signing certificate to check every module in the initramfs against")
+	cmd.Flags().StringVar(&opt.PCRPub, "pcr-pub", "", "PCR policy public key (PEM, e.g. pcr.pub): every UKI's .pcrpkey must be it")
 	return cmd
 }

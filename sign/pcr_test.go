@@ -1,0 +1,109 @@
+package sign
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/measure"
+)
+
+// pcrSignedUKI is a UKI over minimalPE's code with .pcrpkey and .pcrsig from
+// the test key set's PCR key, built as the image stage builds it.
+func pcrSignedUKI(t *testing.T, cmdline string) []byte {
+	t.Helper()
+	// minimalPE with room in its headers for the UKI's six section headers.
+	pe := minimalPE(9)
+	stub := make([]byte, 0x600)
+	copy(stub, pe[:0x200])
+	copy(stub[0x400:], pe[0x200:])
+	le := binary.LittleEndian
+	le.PutUint32(stub[0x44+20+60:], 0x400)     // SizeOfHeaders
+	le.PutUint32(stub[0x44+20+240+20:], 0x400) // .text PointerToRawData
+	key, err := LoadSigner(key(PCRKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := os.ReadFile(filepath.Join(testKeys, PCRPubFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := image.UKI{Stub: stub, Kernel: bytes.Repeat([]byte("bzImage "), 3000), Initrd: []byte("initrd"), Cmdline: cmdline, OSRelease: "ID=peerboot\n", PCRPKey: pub}
+	var b bytes.Buffer
+	if err := image.WriteUKI(&b, u); err != nil {
+		t.Fatal(err)
+	}
+	p, err := measure.Predict(b.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.PCRSig, err = measure.Sign(p, key); err != nil {
+		t.Fatal(err)
+	}
+	b.Reset()
+	if err := image.WriteUKI(&b, u); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func TestVerifyPCRSig(t *testing.T) {
+	needTool(t, "sbsign")
+	needTool(t, "sbverify")
+	ctx := context.Background()
+	good := pcrSignedUKI(t, "console=ttyS0")
+
+	// Signed for Secure Boot: Authenticode leaves the sections, so .pcrsig still checks.
+	dir := writeSyntheticWith(t, false, map[string][]byte{UKIFile: good})
+	if err := SignOutput(ctx, dir, signOpts(ArtifactKeyFile)); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	vo := verifyOpts(ArtifactPubFile)
+	vo.PCRPub, vo.Log = filepath.Join(testKeys, PCRPubFile), &log
+	if err := Verify(ctx, dir, vo); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log.String(), "peerboot.efi: .pcrsig OK: 4 phases") {
+		t.Errorf("verify log lacks the .pcrsig check:\n%s", log.String())
+	}
+
+	// One .cmdline byte changed after signing, the output re-signed around it
+	// (SHA256SUMS, provenance): only the PCR check can see it.
+	img, _ := measure.ParsePE(good)
+	sec, _ := img.Lookup(".cmdline")
+	bad := append([]byte(nil), good...)
+	bad[sec.PointerToRaw+12] ^= 1 // "console=ttyS0" -> "console=ttyS1"
+	opts := signOpts(ArtifactKeyFile)
+	opts.DBKey, opts.DBCert = "", ""
+	vo.DBCert = ""
+	for _, tc := range []struct {
+		name, pcrPub string
+		uki          []byte
+		want         string
+	}{
+		{"tampered .cmdline", "", bad, "matches no PCR 11 value predicted from the UKI's sections"},
+		{"another PCR key", filepath.Join(testKeys, ArtifactPubFile), good, "is not the PCR public key given"},
+		{"no .pcrsig", filepath.Join(testKeys, PCRPubFile), minimalPE(7), "has no .pcrsig"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := writeSyntheticWith(t, false, map[string][]byte{UKIFile: tc.uki})
+			if err := SignOutput(ctx, dir, opts); err != nil {
+				t.Fatal(err)
+			}
+			vo := vo
+			vo.PCRPub, vo.Log = tc.pcrPub, nil
+			err := Verify(ctx, dir, vo)
+			var ve *VerifyError
+			if !errors.As(err, &ve) || !names(ve, UKIFile) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Verify = %v, want a %s problem containing %q", err, UKIFile, tc.want)
+			}
+		})
+	}
+}

@@ -77,6 +77,11 @@ var hostNeeds = []hostNeed{
 	{what: "docker-registry", stage: "OCI publish tests", pkg: "docker-registry", command: "docker-registry", use: useTest},
 	{what: "PostgreSQL 15", stage: "report store tests", pkg: "postgresql", files: []string{"/usr/lib/postgresql/15/bin/postgres"}, use: useTest},
 	{what: "chromium", stage: "fleet page test", pkg: "chromium", command: "chromium", use: useTest},
+	// systemd-measure sign (the .pcrsig cross-check) computes its policy digests in a
+	// TPM trial session: it dlopens these and talks to swtpm through the swtpm TCTI.
+	{what: "TPM2 TSS ESAPI", stage: "systemd-measure sign cross-check", pkg: "libtss2-esys-3.0.2-0", files: []string{"/usr/lib/x86_64-linux-gnu/libtss2-esys.so.0"}, use: useTest},
+	{what: "TPM2 TSS return codes", stage: "systemd-measure sign cross-check", pkg: "libtss2-rc0", files: []string{"/usr/lib/x86_64-linux-gnu/libtss2-rc.so.0"}, use: useTest},
+	{what: "TPM2 TSS swtpm TCTI", stage: "systemd-measure sign cross-check", pkg: "libtss2-tcti-swtpm0", files: []string{"/usr/lib/x86_64-linux-gnu/libtss2-tcti-swtpm.so.0"}, use: useTest},
 }
 
 func (n hostNeed) present() bool {

@@ -176,6 +176,10 @@ func privateFile(path string) error {
 	return nil
 }
 
+// pgConns bounds each process's PostgreSQL connections: three replicas fit in the
+// server's default max_connections of 100.
+const pgConns = 24
+
 // OpenPostgres connects to PostgreSQL with pgx and applies the migrations.
 func OpenPostgres(ctx context.Context, dsn string) (Store, error) {
 	db, err := sql.Open("pgx", dsn)
@@ -186,6 +190,11 @@ func OpenPostgres(ctx context.Context, dsn string) (Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
 	}
+	// Bounded, and kept open: database/sql's default (no bound, 2 idle) makes a burst
+	// fork a PostgreSQL backend per request, and replicas together could pass the
+	// server's max_connections (100 by default). A request beyond the bound waits.
+	db.SetMaxOpenConns(pgConns)
+	db.SetMaxIdleConns(pgConns)
 	s := &sqlStore{db: db, d: postgresDialect}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()

@@ -59,7 +59,8 @@ recipe's boot.report_url with a --report-token.
 
 Reports are stored with their history per node (MAC, hostname, serial) in SQLite
 (--db PATH, default OUT/reports.db, WAL, fsync on commit) or PostgreSQL (--db with a
-DSN: postgres://... or "host=... dbname=..."). The fleet pages are at / and /nodes/NODE,
+DSN: postgres://... or "host=... dbname=..."; several serve processes may share one
+PostgreSQL database as replicas, SQLite is one process's). The fleet pages are at / and /nodes/NODE,
 with the same data as JSON under /api/. --auth USER:PASSWORD (or $PEERBOOT_SERVE_AUTH)
 and --page-token protect the pages, never the boot files. The database is kept bounded
 (--keep-reports, --keep-report-bytes, --keep-unreported) and is created 0600: it holds

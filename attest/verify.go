@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/x509"
+	"encoding/asn1"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -292,6 +293,8 @@ func checkSelection(sel tpm2.TPMLPCRSelection) error {
 	return nil
 }
 
+var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
+
 // checkEKCert verifies the EK certificate against roots and that it certifies
 // the EK public the node sent. EK certificates carry TCG key usages Go does not
 // know, hence ExtKeyUsageAny; manufacturers' intermediates belong in the bundle.
@@ -304,6 +307,17 @@ func checkEKCert(ev *Evidence, roots *x509.CertPool) error {
 		// TPM vendors' certificates are not always strict DER; the error says so.
 		return refuse("EK certificate: %v", err)
 	}
+	// TCG EK Credential Profile 2.0 (3.2.9): an EK certificate's subject is
+	// empty and its subjectAltName, a directoryName of TPM manufacturer, model
+	// and version, is critical; Go leaves a SAN without DNS/email/IP/URI names
+	// "unhandled", which would fail every genuine EK certificate (swtpm's too).
+	exts := cert.UnhandledCriticalExtensions[:0]
+	for _, oid := range cert.UnhandledCriticalExtensions {
+		if !oid.Equal(oidSubjectAltName) {
+			exts = append(exts, oid)
+		}
+	}
+	cert.UnhandledCriticalExtensions = exts
 	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		return refuse("EK certificate does not chain to the --ek-ca bundle: %v", err)
 	}

@@ -84,6 +84,11 @@ type Options struct {
 	// TPMStateDir keeps the TPM's state (its endorsement seed: the same EK and
 	// AK at every boot, as one node's chip). "" gives a fresh TPM in WorkDir.
 	TPMStateDir string
+	// TPMEKCert manufactures a new TPM state as a vendor would: swtpm_setup
+	// writes RSA and ECC EK certificates (signed by swtpm_localca's CA, under
+	// /var/lib/swtpm-localca) into NV, so the node sends an EK certificate. A
+	// state dir that already holds a TPM is used as it is.
+	TPMEKCert bool
 	// Net (UEFI, ISO) gives the guest user-mode networking: a virtio NIC whose
 	// DHCP is slirp's, the host at 10.0.2.2. The NIC has no option ROM, so
 	// the firmware still boots the disk or CD. PXE and UEFIPXE always have it.
@@ -152,6 +157,11 @@ func boot(ctx context.Context, opt Options) (*Result, error) {
 		state := opt.TPMStateDir
 		if state == "" {
 			state = filepath.Join(opt.WorkDir, "tpm")
+		}
+		if opt.TPMEKCert {
+			if err := manufactureTPM(ctx, state); err != nil {
+				return nil, err
+			}
 		}
 		tpm, err := startTPM(ctx, state, opt.WorkDir)
 		if err != nil {

@@ -120,3 +120,30 @@ func (t *swtpm) logTail() string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return " (swtpm log: " + strings.Join(tail(lines, 3), " | ") + ")"
 }
+
+// SWTPMSetup is swtpm's manufacturing tool (Debian's swtpm-tools).
+const SWTPMSetup = "swtpm_setup"
+
+// manufactureTPM gives a new state directory EK certificates in NV, as a TPM
+// vendor does: swtpm_setup creates the EKs, has swtpm_localca sign their
+// certificates, and locks the NV. A directory already holding a TPM
+// (tpm2-00.permall) is left alone: its EK stays.
+func manufactureTPM(ctx context.Context, stateDir string) error {
+	if _, err := os.Stat(filepath.Join(stateDir, "tpm2-00.permall")); err == nil {
+		return nil
+	}
+	path, err := exec.LookPath(SWTPMSetup)
+	if err != nil {
+		return fmt.Errorf("an EK certificate needs swtpm_setup: %w (apt-get install swtpm-tools)", err)
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return fmt.Errorf("TPM state directory: %w", err)
+	}
+	out, err := exec.CommandContext(ctx, path, "--tpm2", "--tpmstate", stateDir,
+		"--create-ek-cert", "--create-platform-cert", "--lock-nvram").CombinedOutput()
+	if err != nil {
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		return fmt.Errorf("swtpm_setup in %s: %w (%s)", stateDir, err, strings.Join(tail(lines, 3), " | "))
+	}
+	return nil
+}

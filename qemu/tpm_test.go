@@ -111,3 +111,28 @@ func TestTPMBootTimeoutStopsSWTPM(t *testing.T) {
 		t.Errorf("swtpm still running after the boot timed out: pids %v", pids)
 	}
 }
+
+// TPMEKCert manufactures a TPM once: a new state gets swtpm_setup's EK
+// certificates, an existing one is left as it is (its EK stays the node's).
+func TestManufactureTPM(t *testing.T) {
+	if _, err := exec.LookPath(SWTPMSetup); err != nil {
+		testguard.Skip(t, "swtpm_setup not installed (apt-get install swtpm-tools)")
+	}
+	state := filepath.Join(t.TempDir(), "tpm")
+	if err := manufactureTPM(context.Background(), state); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(state, "tpm2-00.permall"))
+	if err != nil {
+		t.Fatalf("no TPM state after swtpm_setup: %v", err)
+	}
+	before, _ := os.ReadFile(filepath.Join(state, "tpm2-00.permall"))
+	if err := manufactureTPM(context.Background(), state); err != nil {
+		t.Fatal(err)
+	}
+	fi2, _ := os.Stat(filepath.Join(state, "tpm2-00.permall"))
+	after, _ := os.ReadFile(filepath.Join(state, "tpm2-00.permall"))
+	if !fi2.ModTime().Equal(fi.ModTime()) || string(before) != string(after) {
+		t.Error("an existing TPM state was manufactured again (its EK would change)")
+	}
+}

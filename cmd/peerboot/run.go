@@ -18,7 +18,7 @@ import (
 )
 
 func runCmd(g *globals) *cobra.Command {
-	var uefi, pxe, uefiPXE, iso, verbose, secureBoot, tpm, netOn bool
+	var uefi, pxe, uefiPXE, iso, verbose, secureBoot, tpm, tpmEKCert, netOn bool
 	var reportFile, logFile, accel, efiFile, tpmState, pxeDir string
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -47,7 +47,9 @@ user-mode network (no NIC ROM, so the disk still boots).
 --tpm gives the VM a TPM 2.0 (swtpm, on QEMU's tpm-crb): OVMF measures the boot
 into it, systemd-stub extends PCR 11, and the init quotes PCRs 4, 7 and 11 for
 its report. --tpm-state DIR keeps the TPM's state there, so the node keeps its
-EK and AK from boot to boot (default: a fresh TPM per run).`,
+EK and AK from boot to boot (default: a fresh TPM per run). --tpm-ek-cert has
+swtpm_setup manufacture a new state with EK certificates in NV (signed by
+swtpm_localca's CA in /var/lib/swtpm-localca), so the node sends one.`,
 		Args: cobra.RangeArgs(0, 1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if n := btoi(uefi) + btoi(pxe) + btoi(iso) + btoi(uefiPXE); n > 1 {
@@ -59,8 +61,8 @@ EK and AK from boot to boot (default: a fresh TPM per run).`,
 			if pxe && tpm {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--tpm needs UEFI (OVMF measures the boot): use --uefi-pxe, not --pxe"))
 			}
-			if tpmState != "" && !tpm {
-				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--tpm-state needs --tpm"))
+			if (tpmState != "" || tpmEKCert) && !tpm {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--tpm-state and --tpm-ek-cert need --tpm"))
 			}
 			if pxeDir != "" && !pxe && !uefiPXE {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--pxe-dir needs --pxe or --uefi-pxe"))
@@ -127,7 +129,7 @@ EK and AK from boot to boot (default: a fresh TPM per run).`,
 			var report *selftest.Report
 			res, err := qemu.Boot(cmd.Context(), qemu.Options{
 				Mode: mode, Disk: disk, PXEDir: pxeDir, ISO: filepath.Join(dir, "peerboot.iso"), SecureBoot: secureBoot,
-				TPM: tpm, TPMStateDir: tpmState, Net: netOn,
+				TPM: tpm, TPMStateDir: tpmState, TPMEKCert: tpmEKCert, Net: netOn,
 				Timeout: timeout, WorkDir: work, Console: console, Accel: accel,
 				KVMHint: filepath.Join(st.Root, "hints", "kvm-fails"),
 				Stop: func(line string) bool {
@@ -193,6 +195,7 @@ EK and AK from boot to boot (default: a fresh TPM per run).`,
 	cmd.Flags().StringVar(&pxeDir, "pxe-dir", "", "TFTP directory holding boot.ipxe for --pxe/--uefi-pxe (default OUTDIR/pxe)")
 	cmd.Flags().BoolVar(&tpm, "tpm", false, "give the VM a TPM 2.0 (swtpm): measured boot and the init's quote")
 	cmd.Flags().StringVar(&tpmState, "tpm-state", "", "keep the TPM's state in this directory (the same EK and AK at every boot)")
+	cmd.Flags().BoolVar(&tpmEKCert, "tpm-ek-cert", false, "manufacture a new TPM with EK certificates in NV (swtpm_setup; CA in /var/lib/swtpm-localca)")
 	cmd.Flags().BoolVar(&netOn, "net", false, "user-mode networking for --uefi/--iso (host 10.0.2.2)")
 	cmd.Flags().BoolVar(&iso, "iso", false, "boot peerboot.iso with OVMF as a CD-ROM (BMC virtual media)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also stream the console to the terminal")

@@ -11,16 +11,21 @@ import (
 	"encoding/hex"
 	"errors"
 	"math/big"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/google/go-tpm/tpm2"
+	"github.com/google/go-tpm/tpm2/transport"
+	"github.com/google/go-tpm/tpm2/transport/linuxudstpm"
 	"golang.org/x/sys/unix"
 
 	"github.com/peerboot/peerboot/attest"
 	"github.com/peerboot/peerboot/internal/swtpmtest"
+	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/node/tpmquote"
 )
 
@@ -238,4 +243,75 @@ func TestDevice(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A TPM manufactured by swtpm_setup (EK certificates in NV, signed by
+// swtpm_localca's CA) sends its RSA EK certificate, and it certifies exactly
+// the EK this package creates from the TCG template: the collector's EK chain
+// check passes with that CA as the bundle.
+func TestQuoteSwtpmSetupEKCert(t *testing.T) {
+	setup, err := exec.LookPath("swtpm_setup")
+	if err != nil {
+		testguard.Skip(t, "swtpm_setup not installed (Debian package swtpm-tools; make test-deps)")
+	}
+	state := t.TempDir()
+	if out, err := exec.Command(setup, "--tpm2", "--tpmstate", state, "--create-ek-cert", "--create-platform-cert", "--lock-nvram").CombinedOutput(); err != nil {
+		t.Fatalf("swtpm_setup: %v\n%s", err, out)
+	}
+	ev, err := tpmquote.Quote(startOn(t, state), "n", []byte("{}"), attest.PhaseEnterInitrd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ev.EKCert) == 0 {
+		t.Fatal("no EK certificate read from NV 0x01c00002")
+	}
+	roots := x509.NewCertPool()
+	for _, f := range []string{"swtpm-localca-rootca-cert.pem", "issuercert.pem"} {
+		pem, err := os.ReadFile(filepath.Join("/var/lib/swtpm-localca", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots.AppendCertsFromPEM(pem)
+	}
+	zero := [32]byte{}
+	res, err := attest.Verify(ev, []byte("{}"), attest.Expect{Nonce: "n", PCR11: zero, EKRoots: roots})
+	if err != nil {
+		t.Fatalf("EK chain check: %v", err)
+	}
+	if !res.EKChecked {
+		t.Error("EK chain not checked")
+	}
+}
+
+// startOn runs swtpm on an existing state directory (swtpmtest.Start always
+// makes a fresh one) and connects to it.
+func startOn(t *testing.T, state string) transport.TPM {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "swtpm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "tpm.sock")
+	cmd := exec.Command("swtpm", "socket", "--tpm2", "--server", "type=unixio,path="+sock,
+		"--ctrl", "type=unixio,path="+filepath.Join(dir, "ctrl.sock"), "--flags", "not-need-init,startup-clear", "--tpmstate", "dir="+state)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("swtpm did not listen within 10 s")
+		}
+	}
+	tp, err := linuxudstpm.Open(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tp.Close() })
+	return tp
 }

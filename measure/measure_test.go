@@ -366,3 +366,47 @@ func replaceArg(args []string, prefix, path string) []string {
 	}
 	return out
 }
+
+// defaultUKI is the default recipe's UKI as `make test` builds it first
+// (out/default at the top of the tree), or in $PEERBOOT_TEST_IMAGE (an output
+// directory, relative to the top of the tree unless absolute).
+func defaultUKI(t *testing.T) []byte {
+	t.Helper()
+	dir := os.Getenv("PEERBOOT_TEST_IMAGE")
+	if dir == "" {
+		dir = "out/default"
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join("..", dir)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "peerboot.efi"))
+	if err != nil {
+		testguard.Skipf(t, "the default UKI is not built (make image, or set PEERBOOT_TEST_IMAGE): %v", err)
+	}
+	return b
+}
+
+// The real default UKI: the hand-written rules and systemd-measure agree
+// with Predict on it, section by section as the stub loads them.
+func TestPredictDefaultUKI(t *testing.T) {
+	testguard.Short(t, "hashes the 80 MiB default UKI several times")
+	tool := systemdMeasure(t)
+	uki := defaultUKI(t)
+	p, err := measure.Predict(uki)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(p.Sections, " "); got != ".linux .osrel .cmdline .initrd" && got != ".linux .osrel .cmdline .initrd .pcrpkey" {
+		t.Errorf("measured sections %q", got)
+	}
+	secs := handSections(t, uki)
+	ei, _ := p.Value(measure.PhaseEnterInitrd)
+	if exp := handPCR11(secs, "enter-initrd"); ei != exp {
+		t.Errorf("enter-initrd: Predict %x, by hand %x", ei, exp)
+	}
+	c := calculate(t, tool, append(sectionFiles(t, secs), "--phase=enter-initrd")...)
+	if len(c.SHA256) != 1 || c.SHA256[0].Hash != hex.EncodeToString(ei[:]) {
+		t.Errorf("enter-initrd: Predict %x, systemd-measure %+v", ei, c)
+	}
+	t.Logf("default UKI: PCR 11 at enter-initrd %x (sections %v)", ei, p.Sections)
+}

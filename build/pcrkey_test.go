@@ -2,6 +2,7 @@ package build
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,6 +10,8 @@ import (
 	"crypto/x509"
 	"debug/pe"
 	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"os"
 	"path/filepath"
@@ -19,6 +22,7 @@ import (
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/measure"
 	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/store"
 )
 
 func testRSAKey(t *testing.T) string {
@@ -144,5 +148,40 @@ func TestWriteMeasuredUKI(t *testing.T) {
 	}
 	if got := strings.Join(names, " "); got != ".text .osrel .cmdline .initrd .pcrpkey .pcrsig .linux" {
 		t.Errorf("sections %s", got)
+	}
+}
+
+// Publish records the predicted PCR 11 of the UKI in manifest.json.
+func TestPublishPCR11(t *testing.T) {
+	st, _ := store.Open(t.TempDir())
+	uki, err := writeMeasuredUKI(image.UKI{Stub: tinyStub(t), Kernel: bytes.Repeat([]byte("kernel"), 900), Cmdline: "console=ttyS0"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "image-" + strings.Repeat("3", 64)
+	imageOutput(t, st, key, string(uki))
+	r := &recipe.Resolved{Recipe: recipe.Recipe{Name: "t"}, Digest: "sha256:" + strings.Repeat("d", 64)}
+	dir, err := Publish(context.Background(), &Plan{Recipe: r, Stages: []*Stage{{Name: "image", Key: key}}}, st, nil, 1700000000, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m Manifest
+	b, _ := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	p, _ := measure.Predict(uki)
+	want, _ := p.Value(measure.PhaseEnterInitrd)
+	if m.PCR11 == nil || m.PCR11.Bank != "sha256" || strings.Join(m.PCR11.Sections, " ") != ".linux .cmdline" {
+		t.Fatalf("manifest pcr11: %+v", m.PCR11)
+	}
+	found := false
+	for _, ph := range m.PCR11.Phases {
+		if ph.Phase == measure.PhaseEnterInitrd {
+			found = ph.Value == hex.EncodeToString(want[:])
+		}
+	}
+	if !found || len(m.PCR11.Phases) != 5 {
+		t.Errorf("manifest pcr11 phases %+v, want enter-initrd = %x", m.PCR11.Phases, want)
 	}
 }

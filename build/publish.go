@@ -18,6 +18,7 @@ import (
 
 	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/lock"
+	"github.com/peerboot/peerboot/measure"
 	"github.com/peerboot/peerboot/store"
 )
 
@@ -29,6 +30,22 @@ type Manifest struct {
 	Inputs          []ManifestInput  `json:"inputs"`
 	Stages          []ManifestStage  `json:"stages"`
 	Outputs         []ManifestOutput `json:"outputs"`
+	// PCR11 is what systemd-stub leaves in PCR 11 for peerboot.efi
+	// (measure.Predict), so a collector can check a node's quote without
+	// parsing the UKI. Absent when the build has no UKI.
+	PCR11 *ManifestPCR11 `json:"pcr11,omitempty"`
+}
+
+// ManifestPCR11 is the predicted PCR 11, sha256 bank, per boot phase.
+type ManifestPCR11 struct {
+	Bank     string          `json:"bank"`     // "sha256"
+	Sections []string        `json:"sections"` // measured, in the stub's order
+	Phases   []ManifestPhase `json:"phases"`   // "" (after the stub), then systemd-measure's default phases
+}
+
+type ManifestPhase struct {
+	Phase string `json:"phase"`
+	Value string `json:"value"` // hex
 }
 
 type ManifestInput struct {
@@ -72,6 +89,9 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 	}
 	for _, s := range p.Stages { // every stage the image came from, by key
 		m.Stages = append(m.Stages, ManifestStage{Name: s.Name, Key: s.Key})
+	}
+	if m.PCR11, err = predictPCR11(filepath.Join(src, ukiFile)); err != nil {
+		return "", fmt.Errorf("publish: %w", err)
 	}
 	mj, _ := json.MarshalIndent(m, "", "  ")
 	mj = append(mj, '\n')
@@ -119,6 +139,30 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 		return "", err
 	}
 	return final, nil
+}
+
+// predictPCR11 predicts PCR 11 for the UKI at path; nil when there is none
+// (or the file is no PE image: nothing a stub boots).
+func predictPCR11(path string) (*ManifestPCR11, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(b) < 2 || string(b[:2]) != "MZ" {
+		return nil, nil
+	}
+	pred, err := measure.Predict(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: predicting PCR 11: %w", ukiFile, err)
+	}
+	out := &ManifestPCR11{Bank: "sha256", Sections: pred.Sections}
+	for _, ph := range pred.Phases {
+		out.Phases = append(out.Phases, ManifestPhase{Phase: ph.Name, Value: hex.EncodeToString(ph.PCR11[:])})
+	}
+	return out, nil
 }
 
 // storeOutputs lists a stage output's files with their sizes and the sha256

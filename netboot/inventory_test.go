@@ -117,6 +117,8 @@ func FuzzInventory(f *testing.F) {
 	f.Add([]byte("default = \"d\"\n[[node]]\nmac = \"525400123456\"\n"))
 	f.Add([]byte("[[node]]\nhost = \"[\"\nrecipe = \"a\"\n[[node]]\n"))
 	f.Add([]byte("node = [{mac = \"52:54:00:12:34:56\", recipe = \"a\"}]\n"))
+	f.Add([]byte(rolloutInventory))
+	f.Add([]byte("[[rollout]]\nrecipe = \"a\"\nchannels = [\"x\", \"x\"]\nwindow = \"-1h\"\n[[node]]\nhost = \"*\"\nrecipe = \"a\"\nchannel = \"y\"\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		inv, err := ParseInventory("f.toml", data)
 		if err != nil {
@@ -132,7 +134,15 @@ func FuzzInventory(f *testing.F) {
 			if strings.ContainsAny(r.Args, "$&|;#\n") {
 				t.Fatalf("accepted args %q", r.Args)
 			}
-			inv.Lookup(r.MAC, r.Host)
+			m, _ := inv.Lookup(r.MAC, r.Host)
+			if p, ok := inv.Policy(m.Recipe); m.Channel != "" && (!ok || !p.Has(m.Channel)) {
+				t.Fatalf("accepted channel %q for recipe %q", m.Channel, m.Recipe)
+			}
+		}
+		for _, r := range inv.Rollouts {
+			if p, _ := inv.Policy(r.Recipe); len(p.Channels) == 0 || p.PromoteAfter < 1 || p.Window <= 0 {
+				t.Fatalf("accepted rollout %+v", p)
+			}
 		}
 	})
 }

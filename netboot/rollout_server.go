@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/peerboot/peerboot/rollout"
@@ -214,27 +215,47 @@ func (s *Server) readAction(w http.ResponseWriter, r *http.Request) (actionBody,
 		s.fail(w, r, http.StatusUnsupportedMediaType, "rollout action refused", errors.New("send Content-Type: application/json (and an optional JSON body)"))
 		return a, false
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxActionBody+1))
+	if err == nil {
+		a, err = parseAction(body)
+	}
 	if err != nil {
 		s.fail(w, r, http.StatusBadRequest, "rollout action refused", err)
 		return a, false
 	}
-	if len(body) > 0 {
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&a); err != nil {
-			s.fail(w, r, http.StatusBadRequest, "rollout action refused", fmt.Errorf(`want {"build": "ID"} or {"reason": "..."}: %w`, err))
-			return a, false
-		}
+	return a, true
+}
+
+const maxActionBody = 4096
+
+// parseAction decodes an action's optional body: nothing, or one JSON object with
+// build (a build id) and reason (one line, cut to 200 bytes), no other key.
+func parseAction(body []byte) (actionBody, error) {
+	var a actionBody
+	if len(body) > maxActionBody {
+		return a, fmt.Errorf("the body is over %d bytes", maxActionBody)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return a, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&a); err != nil {
+		return a, fmt.Errorf(`want {"build": "ID"} or {"reason": "..."}: %w`, err)
+	}
+	if dec.More() {
+		return a, errors.New(`want one JSON object, got more after it`)
 	}
 	if a.Build != "" && (len(a.Build) != 16 || !isHex(a.Build)) {
-		s.fail(w, r, http.StatusBadRequest, "rollout action refused", fmt.Errorf("build: want a build id (16 hex digits), got %q", a.Build))
-		return a, false
+		return a, fmt.Errorf("build: want a build id (16 hex digits), got %q", a.Build)
+	}
+	if strings.ContainsAny(a.Reason, "\x00\r\n") {
+		return a, fmt.Errorf("reason: want one line, got %q", a.Reason)
 	}
 	if len(a.Reason) > 200 {
-		a.Reason = a.Reason[:200]
+		a.Reason = strings.ToValidUTF8(a.Reason[:200], "")
 	}
-	return a, true
+	return a, nil
 }
 
 func (s *Server) actionResult(w http.ResponseWriter, r *http.Request, ev rollout.Event, err error) {

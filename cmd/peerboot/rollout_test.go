@@ -67,6 +67,8 @@ channel = "canary"
 		!strings.Contains(e, "the rollout of default is halted: disk swap") {
 		t.Fatalf("status of a halted rollout: exit %d, want 9\n%s%s", code, o, e)
 	}
+	// The shape README documents, pinned whole (times vary; the fixture's build id does not).
+	checkJSONGolden(t, "rollout-status", regexp.MustCompile(`"20\d\d-\d\d-\d\dT[^"]*"`).ReplaceAllString(o, `"TIME"`), addr, "ADDR")
 	if _, e, code := rollout("halt", "default"); code != 2 || !strings.Contains(e, "409 Conflict") || !strings.Contains(e, "already halted") {
 		t.Errorf("halting twice: exit %d %s", code, e)
 	}

@@ -86,6 +86,10 @@ func (s *Server) chooseBuild(ctx context.Context, m Match, node string) (*Build,
 	}
 	for _, id := range []string{c.Build, c.ChannelBuild} {
 		if b := s.opt.Builds.ByID(id); id != "" && b != nil && b.Recipe == m.Recipe {
+			if id != c.Build {
+				s.log.Warn("rollout: the held node's rollback build is not in the catalogue: serving its channel's", "node", node,
+					"rollback", c.Build, "channel", c.Channel, "build", id)
+			}
 			return b, nil
 		}
 	}

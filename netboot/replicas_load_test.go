@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -66,9 +67,11 @@ func startReplica(t *testing.T, bin string, args ...string) *replica {
 // and a node whose request got no answer sends it again, to the survivor. Every report
 // ends acknowledged, each stored exactly once under the id it was acknowledged with
 // (a retry of a report the killed replica had committed is answered as a duplicate).
+// The inventory rolls the recipe out: build A on every channel, build B new on the
+// canary channel that the first 20 nodes follow, promote_after = 5. Their PASSes for
+// B arrive at both replicas, and B is promoted to stable exactly once.
 // In the same run, for the figures: the same burst at one replica (the reference) and
-// at two left alone. Figures
-// (reports/s, POST latency) are logged:
+// at two left alone. Figures (reports/s, POST latency) are logged:
 //
 //	go test -run TestLoadReplicas -v ./netboot/
 //
@@ -78,17 +81,73 @@ func TestLoadReplicas(t *testing.T) {
 		t.Skip("builds peerboot and runs two servers over PostgreSQL")
 	}
 	nodes, perNode := envInt("PEERBOOT_LOAD_NODES", 200), envInt("PEERBOOT_LOAD_REPORTS", 5)
+	const canaries, promoteAfter = 20, 5
 	dir, err := testbin.Build(t.TempDir(), map[string]string{"peerboot": "../cmd/peerboot"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "peerboot")
-	out := filepath.Join(t.TempDir(), "default")
-	fakeBuild(t, out, "default", 4096)
+	root := t.TempDir()
+	outA, outB := filepath.Join(root, "a", "default"), filepath.Join(root, "b", "default")
+	fakeBuild(t, outA, "default", 4096)
+	fakeBuild(t, outB, "default", 8192) // another initrd: another build id
+	// Builds loaded together enter the catalogue oldest manifest.json first: A, then B.
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(filepath.Join(outA, "manifest.json"), old, old); err != nil {
+		t.Fatal(err)
+	}
+	buildA, errA := LoadBuild(outA)
+	buildB, errB := LoadBuild(outB)
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	inv := filepath.Join(root, "rack.toml")
+	if err := os.WriteFile(inv, []byte(fmt.Sprintf(`default = "default"
+[[rollout]]
+recipe = "default"
+channels = ["canary", "stable"]
+promote_after = %d
+[[node]]
+host = "canary-*"
+recipe = "default"
+channel = "canary"
+`, promoteAfter)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	host := func(n int) string {
+		if n < canaries {
+			return fmt.Sprintf("canary-%d", n)
+		}
+		return fmt.Sprintf("stable-%d", n)
+	}
 	// The nodes share 127.0.0.1 and post faster than a rack would: the per-process rate
 	// limits are lifted.
 	serve := func(dsn string) []string {
-		return []string{"--db", dsn, "--burst", "100000", "--source-burst", "1000000", out}
+		return []string{"--db", dsn, "--inventory", inv, "--burst", "100000", "--source-burst", "1000000", outA, outB}
+	}
+	check := func(dsn string, res loadResult) {
+		t.Helper()
+		checkStored(t, dsn, res, nodes, perNode)
+		for n := 0; n < canaries; n++ {
+			if res.scriptBuild[n] != buildB.ID {
+				t.Errorf("canary node %d was served build %s, want B %s", n, res.scriptBuild[n], buildB.ID)
+			}
+		}
+		// The rest follow stable: A, or B once promoted (a script fetched late).
+		onA := 0
+		for n := canaries; n < nodes; n++ {
+			switch res.scriptBuild[n] {
+			case buildA.ID:
+				onA++
+			case buildB.ID:
+			default:
+				t.Errorf("stable node %d was served build %q, want A %s or B %s", n, res.scriptBuild[n], buildA.ID, buildB.ID)
+			}
+		}
+		if onA == 0 {
+			t.Errorf("no stable node was served A: B was on stable before any verdict")
+		}
+		checkPromotedOnce(t, dsn, buildB.ID)
 	}
 
 	// Each phase's servers stop before the next starts: each keeps up to 24 PostgreSQL
@@ -101,8 +160,8 @@ func TestLoadReplicas(t *testing.T) {
 	}
 	refDSN := postgresDSN(t)
 	refReps := []*replica{startReplica(t, bin, serve(refDSN)...)}
-	ref := loadBurst(t, refReps, nodes, perNode, false)
-	checkStored(t, refDSN, ref, nodes, perNode)
+	ref := loadBurst(t, refReps, nodes, perNode, host, false)
+	check(refDSN, ref)
 	stop(refReps)
 
 	// Two replicas, both started at once on an empty database (migrations and the
@@ -122,12 +181,12 @@ func TestLoadReplicas(t *testing.T) {
 		return dsn, reps
 	}
 	dsn, reps := two()
-	calm := loadBurst(t, reps, nodes, perNode, false)
-	checkStored(t, dsn, calm, nodes, perNode)
+	calm := loadBurst(t, reps, nodes, perNode, host, false)
+	check(dsn, calm)
 	stop(reps)
 	dsn, reps = two()
-	res := loadBurst(t, reps, nodes, perNode, true)
-	checkStored(t, dsn, res, nodes, perNode)
+	res := loadBurst(t, reps, nodes, perNode, host, true)
+	check(dsn, res)
 	if res.retries == 0 {
 		t.Errorf("no request was retried: the kill came after the burst")
 	}
@@ -141,13 +200,14 @@ func TestLoadReplicas(t *testing.T) {
 
 // loadResult is what one burst acknowledged and how fast.
 type loadResult struct {
-	acked      map[string]loadAck // sha256 -> the answer that acknowledged it
-	latencies  []time.Duration    // of each acknowledging POST, sorted
-	elapsed    time.Duration
-	retries    int64
-	causes     map[string]int // why requests were retried: the error's last part, counted
-	killedAt   int64
-	nodes, per int
+	acked       map[string]loadAck // sha256 -> the answer that acknowledged it
+	latencies   []time.Duration    // of each acknowledging POST, sorted
+	elapsed     time.Duration
+	retries     int64
+	causes      map[string]int // why requests were retried: the error's last part, counted
+	scriptBuild []string       // the build each node's script named
+	killedAt    int64
+	nodes, per  int
 }
 
 type loadAck struct {
@@ -178,10 +238,10 @@ func (r loadResult) String() string {
 // and sends report i first to replica (n+i)%len, on no answer (or a 5xx) to the next,
 // the same bytes: a node's retry. With kill, reps[0] is SIGKILLed once a third of
 // the reports are acknowledged.
-func loadBurst(t *testing.T, reps []*replica, nodes, perNode int, kill bool) loadResult {
+func loadBurst(t *testing.T, reps []*replica, nodes, perNode int, host func(int) string, kill bool) loadResult {
 	t.Helper()
 	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: nodes}}
-	res := loadResult{acked: map[string]loadAck{}, causes: map[string]int{}, nodes: nodes, per: perNode}
+	res := loadResult{acked: map[string]loadAck{}, causes: map[string]int{}, scriptBuild: make([]string, nodes), nodes: nodes, per: perNode}
 	var (
 		mu      sync.Mutex
 		errs    []string
@@ -228,7 +288,7 @@ func loadBurst(t *testing.T, reps []*replica, nodes, perNode int, kill bool) loa
 			defer wg.Done()
 			mac := fmt.Sprintf("52:54:00:20:%02x:%02x", n>>8, n&0xff)
 			resp, script, _, err := do(n, func(base string) *http.Request {
-				req, _ := http.NewRequest("GET", base+"/boot.ipxe?mac="+mac, nil)
+				req, _ := http.NewRequest("GET", base+"/boot.ipxe?mac="+mac+"&host="+host(n), nil)
 				return req
 			})
 			if err != nil || resp.StatusCode != 200 {
@@ -242,6 +302,9 @@ func loadBurst(t *testing.T, reps []*replica, nodes, perNode int, kill bool) loa
 				return
 			}
 			path := string(m[1])
+			if b := regexp.MustCompile(`-> recipe \S+, build ([0-9a-f]{16})`).FindSubmatch(script); b != nil {
+				res.scriptBuild[n] = string(b[1]) // each goroutine its own index
+			}
 			for i := 0; i < perNode; i++ {
 				r := DemoReport(Epyc4GPU, n*perNode+i, false)
 				r.Recipe.Name = "default"
@@ -357,6 +420,27 @@ func checkStored(t *testing.T, dsn string, res loadResult, nodes, perNode int) {
 	if err := db.QueryRow(`SELECT COUNT(*), COALESCE(SUM(boots), 0) FROM nodes`).Scan(&nodeRows, &boots); err != nil ||
 		nodeRows != nodes || boots < nodes || boots > nodes+int(res.retries) {
 		t.Errorf("%d nodes with %d boots recorded, want %d and %d (+ at most %d retried) (%v)", nodeRows, boots, nodes, nodes, res.retries, err)
+	}
+}
+
+// checkPromotedOnce: the rollout recorded exactly one promotion, of build, to stable,
+// and stable serves it.
+func checkPromotedOnce(t *testing.T, dsn, build string) {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var promotions, ofBuild int
+	var stable string
+	err = db.QueryRow(`SELECT COUNT(*), COUNT(*) FILTER (WHERE build = $1 AND to_channel = 'stable') FROM rollout_events WHERE kind = 'promote'`, build).Scan(&promotions, &ofBuild)
+	if err == nil {
+		err = db.QueryRow(`SELECT build FROM rollout_channels WHERE recipe = 'default' AND channel = 'stable'`).Scan(&stable)
+	}
+	if err != nil || promotions != 1 || ofBuild != 1 || stable != build {
+		t.Errorf("%d promotions recorded, %d of build %s to stable; stable serves %q (%v): want exactly one, and stable serving it",
+			promotions, ofBuild, build, stable, err)
 	}
 }
 

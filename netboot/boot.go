@@ -95,11 +95,19 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 
 	files := base + "/builds/" + b.Recipe + "/" + b.ID + "/pxe/"
-	args := strings.Join(strings.Fields(strings.Join([]string{
+	words := []string{
 		"initrd=initrd.img", b.Cmdline, m.Args,
 		"peerboot.report_url=" + base + "/reports?node=" + id.ID,
 		"peerboot.token=" + s.Token(b.ID, id.ID),
-	}, " ")), " ")
+	}
+	// A one-time nonce for the node's attested report (attest.go); without one the
+	// node still boots and reports, unattested.
+	if nonce, _, err := s.issueNonce(r.Context(), id.ID, b); err != nil {
+		s.log.Error("issuing a nonce", "node", id.ID, "error", err.Error())
+	} else if nonce != "" {
+		words = append(words, "peerboot.nonce="+nonce)
+	}
+	args := strings.Join(strings.Fields(strings.Join(words, " ")), " ")
 	var sb strings.Builder
 	sb.WriteString("#!ipxe\n")
 	fmt.Fprintf(&sb, "# peerboot serve: node %s", id.ID)

@@ -20,7 +20,8 @@ import (
 // postReport stores one self-test report. In order: the client address's rate (429),
 // the token (401 missing), the node (400), the token against the node (403), the
 // node's rate (429), the size (413), the body's arrival (408), the JSON (400), the
-// schema and content (422), a replay of another node's stored report (409). 201 means
+// schema and content (422), the attestation evidence when sent (attest.go: 400
+// malformed, 409 nonce spent, 403 a failed check), a replay of another node's stored report (409). 201 means
 // the report is committed to the database; 200 that this node's same report already
 // was (a retry whose answer was lost, perhaps sent to another replica): the POST is
 // idempotent.
@@ -92,8 +93,12 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sum := sha256.Sum256(body)
+	att, ok := s.attestReport(w, r, node, buildID, remote, body, hex.EncodeToString(sum[:]))
+	if !ok {
+		return
+	}
 	sr := &StoredReport{NodeID: node, ReceivedAt: s.opt.Now(), Recipe: recipe, Build: buildID, Verdict: rep.Verdict,
-		SHA256: hex.EncodeToString(sum[:]), Remote: remote, Body: body}
+		SHA256: hex.EncodeToString(sum[:]), Remote: remote, Body: body, Attestation: att.status, AKName: att.akName, Nonce: att.nonce}
 	summarize(sr, rep)
 	id, err := s.opt.Store.AddReport(r.Context(), sr)
 	switch {
@@ -110,12 +115,12 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 	}
 	s.applyRollout(r.Context(), sr)
 	s.prune(r, node)
-	s.log.Info("report stored", "id", id, "node", node, "recipe", recipe, "build", buildID, "verdict", rep.Verdict,
+	s.log.Info("report stored", "id", id, "node", node, "recipe", recipe, "build", buildID, "verdict", rep.Verdict, "attestation", att.status,
 		"bytes", len(body), "ms", s.opt.Now().Sub(start).Milliseconds())
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Location", fmt.Sprintf("/api/reports/%d", id))
 	w.WriteHeader(http.StatusCreated)
-	json.NewEncoder(w).Encode(map[string]any{"id": id, "node": node, "verdict": rep.Verdict, "sha256": sr.SHA256})
+	json.NewEncoder(w).Encode(map[string]any{"id": id, "node": node, "verdict": rep.Verdict, "sha256": sr.SHA256, "attestation": att.status})
 }
 
 // prune applies the retention policy after a write about node; a failure is logged,

@@ -73,6 +73,10 @@ type NodeView struct {
 	Changes   []Change        `json:"changes_since_previous"`
 	Previous  *ReportSummary  `json:"previous,omitempty"`
 	Rollout   *NodeRollout    `json:"rollout,omitempty"` // the build last served, and its hold; only /api/nodes/{node}
+	// Refused counts the node's attested POSTs refused by a check; Refusals (node
+	// page) lists the newest with their reasons.
+	Refused  int64           `json:"refused"`
+	Refusals []AttestRefusal `json:"refusals,omitempty"`
 }
 
 // ReportSummary is a report without its body.
@@ -83,6 +87,10 @@ type ReportSummary struct {
 	Build      string    `json:"build"`
 	Verdict    string    `json:"verdict"`
 	SHA256     string    `json:"sha256"`
+	// Attestation is "attested" (a TPM quote verified, attest.go) or "unattested"
+	// (the token only); AKName is the attested report's AK.
+	Attestation string `json:"attestation"`
+	AKName      string `json:"ak_name,omitempty"`
 }
 
 // ReportView is a decoded report with what the pages draw from it.
@@ -173,8 +181,13 @@ func (s *Server) fleet(r *http.Request) (*fleetData, error) {
 			d.Held[h.Node] = true
 		}
 	}
+	refused, err := s.refusalCounts(r.Context())
+	if err != nil {
+		return nil, err
+	}
 	for i := range nodes {
 		v := s.nodeView(&nodes[i])
+		v.Refused = refused[v.ID]
 		switch {
 		case v.Latest == nil:
 			d.NoReport++
@@ -184,6 +197,15 @@ func (s *Server) fleet(r *http.Request) (*fleetData, error) {
 			d.Fail++
 		}
 		d.Nodes = append(d.Nodes, v)
+	}
+	latest := make([]*ReportSummary, 0, len(d.Nodes))
+	for i := range d.Nodes {
+		if l := d.Nodes[i].Latest; l != nil {
+			latest = append(latest, &l.ReportSummary)
+		}
+	}
+	if err := s.attach(r.Context(), latest...); err != nil {
+		return nil, err
 	}
 	return d, nil
 }
@@ -230,6 +252,9 @@ func (s *Server) node(r *http.Request) (*NodeView, int, error) {
 		v.History = append(v.History, summary(&hist[i]))
 	}
 	if len(hist) == 0 {
+		if err := s.attachNode(r.Context(), &v); err != nil {
+			return nil, http.StatusInternalServerError, err
+		}
 		return &v, 0, nil
 	}
 	at := 0
@@ -260,6 +285,9 @@ func (s *Server) node(r *http.Request) (*NodeView, int, error) {
 			ps := summary(prev)
 			v.Previous = &ps
 		}
+	}
+	if err := s.attachNode(r.Context(), &v); err != nil {
+		return nil, http.StatusInternalServerError, err
 	}
 	return &v, 0, nil
 }

@@ -7,7 +7,8 @@
 //	GET  /boot.ipxe?mac=&host=&serial=        the node's iPXE script (inventory: MAC or hostname -> recipe)
 //	GET  /builds/{recipe}/{build}/{file...}   a file of a build output (Range, ETag = sha256)
 //	GET  /uefi/boot.efi, /uefi/{recipe}.efi   the UKI, for UEFI HTTP boot
-//	POST /reports?node=                       a self-test report (Authorization: Bearer TOKEN)
+//	POST /reports?node=                       a self-test report (Authorization: Bearer TOKEN; Peerboot-Attestation: evidence)
+//	POST /attest/nonce?node=                  a one-time nonce for an attested report (the report token)
 //	GET  /, /nodes/{node}                     the fleet pages
 //	GET  /api/nodes, /api/nodes/{node}, /api/reports/{id}, /api/builds   the same as JSON
 //
@@ -21,6 +22,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -68,6 +70,13 @@ type Options struct {
 	Secret []byte
 	// Now is the clock (tests).
 	Now func() time.Time
+	// Attested reports (attest.go): PredictPCR11 gives the PCR 11 a UKI leaves at
+	// enter-initrd (measure.Predict); nil: reports with evidence are refused, having
+	// nothing to be compared with. EKRoots, when set, must verify the nodes' EK
+	// certificates (serve --ek-ca). NonceTTL is a boot nonce's life (default 2h).
+	PredictPCR11 func(uki []byte) ([32]byte, error)
+	EKRoots      *x509.CertPool
+	NonceTTL     time.Duration
 }
 
 // Server is the HTTP boot service, report collector and fleet dashboard.
@@ -83,6 +92,9 @@ type Server struct {
 	mu     sync.Mutex
 	issued map[string]string
 	ro     rollouts // rollout_server.go
+	// predictions caches each build's PCR 11 (attest.go).
+	predMu      sync.Mutex
+	predictions map[string]prediction
 }
 
 // New makes a Server; it reads (or creates) the token secret from the store.
@@ -136,7 +148,10 @@ func New(ctx context.Context, opt Options) (*Server, error) {
 	if err := opt.Inventory.CheckRecipes("inventory", recipes); err != nil {
 		return nil, err
 	}
-	s := &Server{opt: opt, log: opt.Log, issued: map[string]string{}}
+	if opt.NonceTTL <= 0 {
+		opt.NonceTTL = defaultNonceTTL
+	}
+	s := &Server{opt: opt, log: opt.Log, issued: map[string]string{}, predictions: map[string]prediction{}}
 	s.limit = newLimiter(opt.RateEvery, opt.RateBurst, opt.Now)
 	s.source = newLimiter(opt.SourceRateEvery, opt.SourceBurst, opt.Now)
 	s.secret = opt.Secret
@@ -175,6 +190,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /uefi/{name}", s.uefi)
 	m.HandleFunc("GET /iso/{name}", s.iso)
 	m.HandleFunc("POST /reports", s.postReport)
+	m.HandleFunc("POST /attest/nonce", s.postNonce)
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	m.Handle("GET /{$}", s.pages(s.fleetPage))
 	m.Handle("GET /nodes/{node}", s.pages(s.nodePage))

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -53,13 +54,19 @@ func TestBootScript(t *testing.T) {
 		"node 52:54:00:12:34:56 (rack1-n01) -> recipe xeon-8gpu, build " + x.ID,
 		"# sha256 " + x.Files["pxe/vmlinuz"] + "  vmlinuz\n",
 		"# sha256 " + x.Files["pxe/initrd.img"] + "  initrd.img\n",
-		"kernel " + base + "/builds/xeon-8gpu/" + x.ID + "/pxe/vmlinuz initrd=initrd.img console=ttyS0,115200 panic=-1 loglevel=4 pci=realloc peerboot.report_url=" + base + "/reports?node=52:54:00:12:34:56 peerboot.token=" + e.srv.Token(x.ID, "52:54:00:12:34:56") + "\n",
+		"kernel " + base + "/builds/xeon-8gpu/" + x.ID + "/pxe/vmlinuz initrd=initrd.img console=ttyS0,115200 panic=-1 loglevel=4 pci=realloc peerboot.report_url=" + base + "/reports?node=52:54:00:12:34:56 peerboot.token=" + e.srv.Token(x.ID, "52:54:00:12:34:56") + " peerboot.nonce=",
 		"initrd --name initrd.img " + base + "/builds/xeon-8gpu/" + x.ID + "/pxe/initrd.img\n",
 		"boot\n",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("script lacks %q:\n%s", want, body)
 		}
+	}
+	// The nonce: 32 hex digits, stored for this node and build (attest_test.go spends them).
+	if m := regexp.MustCompile(`peerboot\.nonce=([0-9a-f]{32})\n`).FindStringSubmatch(body); m == nil {
+		t.Errorf("script lacks a nonce:\n%s", body)
+	} else if n, err := e.store.(AttestStore).LookupNonce(context.Background(), m[1], "52:54:00:12:34:56"); err != nil || n.Build != x.ID || !n.UsedAt.IsZero() {
+		t.Errorf("nonce %s: %+v %v", m[1], n, err)
 	}
 	n, err := e.store.Node(context.Background(), "SN1")
 	if err != nil || n.MAC != "52:54:00:12:34:56" || n.Boots != 1 {

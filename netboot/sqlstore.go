@@ -93,6 +93,8 @@ ALTER TABLE reports ADD COLUMN summarized BIGINT NOT NULL DEFAULT 0;
 UPDATE reports SET size = (SELECT length(b.body) FROM report_bodies b WHERE b.report_id = reports.id);`,
 	// 4: the rollouts' builds, channels, verdicts, holds and events (rollout_store.go).
 	rolloutMigration,
+	// 5: attestation: nonces, the nodes' AKs, each report's attestation, refusals (attest_store.go).
+	attestMigration,
 }
 
 type sqlStore struct {
@@ -456,8 +458,10 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1) ON CONFLICT (sha256) DO
 		return err
 	}
 	r.Size = int64(len(r.Body))
-	_, err = tx.ExecContext(ctx, `INSERT INTO report_bodies (report_id, body) VALUES ($1, $2)`, r.ID, r.Body)
-	return err
+	if _, err = tx.ExecContext(ctx, `INSERT INTO report_bodies (report_id, body) VALUES ($1, $2)`, r.ID, r.Body); err != nil {
+		return err
+	}
+	return insertAttestation(ctx, tx, r)
 }
 
 func (s *sqlStore) RecordBoot(ctx context.Context, b Boot) error {

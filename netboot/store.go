@@ -61,6 +61,9 @@ type StoredReport struct {
 	// Failing are the fail, then warn, findings: at most maxFailing, without
 	// evidence and hints, messages cut to maxMessage bytes.
 	Failing []selftest.Finding
+	// Attestation is Attested or Unattested ("" reads as Unattested); AKName and
+	// Nonce are the attested report's AK and the nonce it spent.
+	Attestation, AKName, Nonce string
 }
 
 // Retention bounds what the store keeps; a field of zero or less is no bound.

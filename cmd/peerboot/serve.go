@@ -35,6 +35,7 @@ type serveFlags struct {
 	maxConns                                      int
 	bodyTimeout, writeIdle                        time.Duration
 	tftpMax, tftpPerSource                        int
+	ekCA                                          string
 }
 
 func serveCmd() *cobra.Command {
@@ -66,6 +67,12 @@ and --page-token protect the pages, never the boot files. The database is kept b
 (--keep-reports, --keep-report-bytes, --keep-unreported) and is created 0600: it holds
 the token secret. Clients that stall are cut off (--body-timeout, --write-timeout) and
 connections are capped (--max-conns).
+
+A report POSTed with a Peerboot-Attestation header (a TPM2 quote over PCRs 4, 7, 11,
+bound to the boot's one-time peerboot.nonce= or a POST /attest/nonce) is verified and
+stored "attested", or refused with the reason; one without is stored "unattested".
+The node's AK is trusted on first use; --ek-ca FILE also requires an EK certificate
+chaining to that PEM bundle.
 
 --tftp ADDR adds a read-only TFTP server (same file rules) for firmware that can only
 TFTP a first-stage iPXE; --proxy-dhcp IFACE answers PXE clients only, on IFACE, for
@@ -104,6 +111,7 @@ database holding two example nodes (8-GPU and 4-GPU fixture reports).`,
 	fl.BoolVar(&f.logJSON, "log-json", false, "log as JSON lines instead of text")
 	fl.StringVar(&f.tftp, "tftp", "", "also serve TFTP on this address (e.g. :69): the first-stage iPXE of --tftp-dir and a boot.ipxe chaining to HTTP")
 	fl.StringVar(&f.tftpDir, "tftp-dir", "", "first-stage iPXE files served over TFTP, e.g. a copy of Debian's ipxe.efi and undionly.kpxe (cp -L: symlinks out of the directory are refused)")
+	fl.StringVar(&f.ekCA, "ek-ca", "", "PEM bundle of TPM EK CA certificates: attested reports must carry an EK certificate chaining to it")
 	fl.StringVar(&f.proxyDHCP, "proxy-dhcp", "", "answer PXE clients on this interface as a ProxyDHCP (the site's DHCP server keeps giving addresses)")
 	return cmd
 }
@@ -165,6 +173,12 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 		SourceRateEvery: f.sourceRate, SourceBurst: f.sourceBurst,
 		Retention: netboot.Retention{ReportsPerNode: f.keepReports, ReportBytes: keepBytes, UnreportedNodes: f.keepUnreported},
 		Limits:    netboot.Limits{MaxConns: f.maxConns, BodyTimeout: f.bodyTimeout, WriteIdle: f.writeIdle}}
+	opt.PredictPCR11 = predictPCR11
+	if f.ekCA != "" {
+		if opt.EKRoots, err = loadEKRoots(f.ekCA); err != nil {
+			return usage(err)
+		}
+	}
 	if opt.Log = slog.New(slog.NewTextHandler(stderr, nil)); f.logJSON {
 		opt.Log = slog.New(slog.NewJSONHandler(stderr, nil))
 	}

@@ -23,10 +23,13 @@ import (
 	"github.com/peerboot/peerboot/internal/testguard"
 )
 
-// TPM is one running swtpm with a fresh state directory.
+// TPM is one running swtpm with a state directory of its own.
 type TPM struct {
 	T   transport.TPMCloser
 	Dir string
+	tb  testing.TB
+	bin string
+	cmd *exec.Cmd
 }
 
 // Start runs swtpm for tb and stops it at cleanup. No swtpm is a skip away
@@ -44,37 +47,66 @@ func Start(tb testing.TB) *TPM {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { os.RemoveAll(dir) })
-	state := filepath.Join(dir, "state")
-	if err := os.Mkdir(state, 0o700); err != nil {
+	if err := os.Mkdir(filepath.Join(dir, "state"), 0o700); err != nil {
 		tb.Fatal(err)
 	}
-	sock, ctrl := filepath.Join(dir, "tpm.sock"), filepath.Join(dir, "ctrl.sock")
-	cmd := exec.Command(bin, "socket", "--tpm2",
+	tp := &TPM{Dir: dir, tb: tb, bin: bin}
+	tb.Cleanup(tp.stop)
+	tp.start()
+	return tp
+}
+
+// Reboot power-cycles the TPM: swtpm stops and starts again on the same state,
+// so the keys stay (the same seeds) and the PCRs start from zero, as at a boot.
+func (tp *TPM) Reboot() {
+	tp.tb.Helper()
+	tp.stop()
+	tp.start()
+}
+
+func (tp *TPM) stop() {
+	if tp.T != nil {
+		tp.T.Close()
+		tp.T = nil
+	}
+	if tp.cmd != nil {
+		tp.cmd.Process.Kill()
+		tp.cmd.Wait()
+		tp.cmd = nil
+	}
+}
+
+func (tp *TPM) start() {
+	tb := tp.tb
+	tb.Helper()
+	sock, ctrl := filepath.Join(tp.Dir, "tpm.sock"), filepath.Join(tp.Dir, "ctrl.sock")
+	os.Remove(sock)
+	os.Remove(ctrl)
+	cmd := exec.Command(tp.bin, "socket", "--tpm2",
 		"--server", "type=unixio,path="+sock,
 		"--ctrl", "type=unixio,path="+ctrl,
 		"--flags", "not-need-init,startup-clear",
-		"--tpmstate", "dir="+state)
-	out, _ := os.Create(filepath.Join(dir, "swtpm.log"))
+		"--tpmstate", "dir="+filepath.Join(tp.Dir, "state"))
+	logPath := filepath.Join(tp.Dir, "swtpm.log")
+	out, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer out.Close()
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		tb.Fatalf("starting swtpm: %v", err)
 	}
-	tb.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
+	tp.cmd = cmd
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		// The socket file exists from bind(), before listen(): a dial in
-		// between is refused, so wait for one to connect.
-		if fi, err := os.Stat(sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			if c, err := net.Dial("unix", sock); err == nil {
-				c.Close()
-				break
-			}
+		// Bound is not yet listening: a connection is the sign it serves.
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			break
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(out.Name())
+			log, _ := os.ReadFile(logPath)
 			tb.Fatalf("swtpm made no socket in 10s: %s", log)
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -83,8 +115,7 @@ func Start(tb testing.TB) *TPM {
 	if err != nil {
 		tb.Fatalf("opening swtpm's socket: %v", err)
 	}
-	tb.Cleanup(func() { t.Close() })
-	return &TPM{T: t, Dir: dir}
+	tp.T = t
 }
 
 // Extend extends PCR pcr of the sha256 bank by sha256(data), as the stub does

@@ -1,0 +1,315 @@
+package netboot
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/peerboot/peerboot/attest"
+	"github.com/peerboot/peerboot/internal/swtpmtest"
+)
+
+// stubPCR11 is a FAKE predictor standing in for measure.Predict (systemd-stub's
+// rules, tested in measure): PCR 11 after extending sha256(uki) and the phase
+// word. The swtpm below extends the same two events, so the collector's flow
+// (prediction per build, compare, refuse) runs against genuine quotes.
+func stubPCR11(uki []byte) ([32]byte, error) {
+	var v [32]byte
+	for _, e := range [][]byte{uki, []byte(attest.PhaseEnterInitrd)} {
+		d := sha256.Sum256(e)
+		v = sha256.Sum256(append(v[:], d[:]...))
+	}
+	return v, nil
+}
+
+// measureBoot is what the stub does to a fresh TPM for uki, under stubPCR11's rules.
+func measureBoot(t *testing.T, tp *swtpmtest.TPM, uki []byte) {
+	t.Helper()
+	for _, e := range [][]byte{uki, []byte(attest.PhaseEnterInitrd)} {
+		if err := tp.Extend(11, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (e *testEnv) postAttested(t *testing.T, path, token, header string, body []byte) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", e.http.URL+path, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	if header != "" {
+		req.Header.Set(attest.Header, header)
+	}
+	resp, err := e.http.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	return resp, b.String()
+}
+
+var nonceArg = regexp.MustCompile(`peerboot\.nonce=([0-9a-f]{32})`)
+
+// clock is a settable Now.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
+
+func TestAttestedReports(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	e := newEnv(t, Options{PredictPCR11: stubPCR11, Now: clk.now, RateBurst: 100, SourceBurst: 100})
+	const mac = "52:54:00:aa:00:01"
+	b := e.build(t, "default")
+	uki, err := os.ReadFile(filepath.Join(b.Dir, "peerboot.efi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := e.srv.Token(b.ID, mac)
+	path := "/reports?node=" + mac
+	tp := swtpmtest.Start(t)
+
+	// 1. A boot: the script carries a nonce; the TPM measures the UKI served; the
+	// report goes with its quote and is stored attested.
+	_, script := e.get(t, "/boot.ipxe?mac="+mac)
+	m := nonceArg.FindStringSubmatch(script)
+	if m == nil {
+		t.Fatalf("no nonce in the script:\n%s", script)
+	}
+	measureBoot(t, tp, uki)
+	pass := reportBody(t, Epyc4GPU, 0, false)
+	ev, err := tp.Quote(m[1], pass, attest.PhaseEnterInitrd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr, err := attest.Encode(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, out := e.postAttested(t, path, tok, hdr, pass)
+	if resp.StatusCode != 201 || !strings.Contains(out, `"attestation":"attested"`) {
+		t.Fatalf("attested PASS: %d %s", resp.StatusCode, out)
+	}
+	akName, _ := attest.AKName(ev.AKPublic)
+	if ak, err := e.store.(AttestStore).NodeAK(context.Background(), mac); err != nil || ak == nil || ak.AKName != akName {
+		t.Fatalf("AK not recorded on first use: %+v %v", ak, err)
+	}
+	var nv NodeView
+	_, api := e.get(t, "/api/nodes/"+mac)
+	if err := json.Unmarshal([]byte(api), &nv); err != nil || nv.Latest == nil || nv.Latest.Attestation != Attested || nv.Latest.AKName != akName {
+		t.Fatalf("API: %v %s", err, api)
+	}
+	if _, page := e.get(t, "/"); !strings.Contains(page, `data-attestation="attested"`) {
+		t.Errorf("fleet page lacks the attested report:\n%s", page)
+	}
+
+	// 2. The same header and body again: the nonce is spent.
+	resp, out = e.postAttested(t, path, tok, hdr, pass)
+	if resp.StatusCode != 409 || !strings.Contains(out, "nonce already used") {
+		t.Errorf("replay: %d %s", resp.StatusCode, out)
+	}
+
+	// 3. A forged report under the token only: stored, unattested.
+	forged := reportBody(t, Epyc4GPU, 1, false)
+	resp, out = e.postAttested(t, path, tok, "", forged)
+	if resp.StatusCode != 201 || !strings.Contains(out, `"attestation":"unattested"`) {
+		t.Errorf("token only: %d %s", resp.StatusCode, out)
+	}
+
+	// 4. A second boot of a UKI with one byte changed, the nonce from POST
+	// /attest/nonce: the TPM's PCR 11 is not the served build's prediction.
+	resp, out = e.postAttested(t, "/attest/nonce?node="+mac, tok, "", nil)
+	var nr struct{ Nonce, Build string }
+	if err := json.Unmarshal([]byte(out), &nr); resp.StatusCode != 200 || err != nil || nr.Build != b.ID {
+		t.Fatalf("POST /attest/nonce: %d %s", resp.StatusCode, out)
+	}
+	tp.Reboot()
+	changed := bytes.Clone(uki)
+	changed[len(changed)-1] ^= 1
+	measureBoot(t, tp, changed)
+	second := reportBody(t, Epyc4GPU, 2, false)
+	ev2, err := tp.Quote(nr.Nonce, second, attest.PhaseEnterInitrd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr2, _ := attest.Encode(ev2)
+	resp, out = e.postAttested(t, path, tok, hdr2, second)
+	if resp.StatusCode != 403 || !strings.Contains(out, "PCR 11 mismatch") {
+		t.Errorf("changed UKI: %d %s", resp.StatusCode, out)
+	}
+
+	// 5. Another TPM (a swapped board, or a forger's) under a fresh nonce: AK changed.
+	_, script = e.get(t, "/boot.ipxe?mac="+mac)
+	n3 := nonceArg.FindStringSubmatch(script)[1]
+	tp2 := swtpmtest.Start(t)
+	measureBoot(t, tp2, uki)
+	third := reportBody(t, Epyc4GPU, 3, false)
+	ev3, _ := tp2.Quote(n3, third, attest.PhaseEnterInitrd, nil)
+	hdr3, _ := attest.Encode(ev3)
+	resp, out = e.postAttested(t, path, tok, hdr3, third)
+	if resp.StatusCode != 403 || !strings.Contains(out, "AK changed") {
+		t.Errorf("other TPM: %d %s", resp.StatusCode, out)
+	}
+
+	// 6. Another node's nonce, an expired one, garbage.
+	_, script = e.get(t, "/boot.ipxe?mac=52:54:00:aa:00:02")
+	foreign := nonceArg.FindStringSubmatch(script)[1]
+	tp.Reboot()
+	measureBoot(t, tp, uki)
+	ev4, _ := tp.Quote(foreign, third, attest.PhaseEnterInitrd, nil)
+	hdr4, _ := attest.Encode(ev4)
+	resp, out = e.postAttested(t, path, tok, hdr4, third)
+	if resp.StatusCode != 403 || !strings.Contains(out, "nonce unknown or expired") {
+		t.Errorf("another node's nonce: %d %s", resp.StatusCode, out)
+	}
+	_, script = e.get(t, "/boot.ipxe?mac="+mac)
+	n5 := nonceArg.FindStringSubmatch(script)[1]
+	ev5, _ := tp.Quote(n5, third, attest.PhaseEnterInitrd, nil)
+	hdr5, _ := attest.Encode(ev5)
+	clk.add(3 * time.Hour)
+	resp, out = e.postAttested(t, path, tok, hdr5, third)
+	if resp.StatusCode != 403 || !strings.Contains(out, "nonce unknown or expired") {
+		t.Errorf("expired nonce: %d %s", resp.StatusCode, out)
+	}
+	resp, out = e.postAttested(t, path, tok, "e30", third)
+	if resp.StatusCode != 400 || !strings.Contains(out, "malformed evidence") {
+		t.Errorf("garbage header: %d %s", resp.StatusCode, out)
+	}
+
+	// What the node's page and API show: two reports (attested, unattested), and
+	// the refusals with their reasons.
+	nv = NodeView{}
+	_, api = e.get(t, "/api/nodes/"+mac)
+	if err := json.Unmarshal([]byte(api), &nv); err != nil {
+		t.Fatal(err)
+	}
+	var states []string
+	for _, h := range nv.History {
+		states = append(states, h.Attestation)
+	}
+	if got := strings.Join(states, " "); got != "unattested attested" {
+		t.Errorf("history attestation %q, want newest first: unattested attested", got)
+	}
+	var reasons []string
+	for _, r := range nv.Refusals {
+		reasons = append(reasons, r.Reason)
+	}
+	all := strings.Join(reasons, "\n")
+	for _, want := range []string{"malformed evidence", "nonce unknown or expired", "AK changed", "PCR 11 mismatch", "nonce already used"} {
+		if !strings.Contains(all, want) {
+			t.Errorf("refusals lack %q:\n%s", want, all)
+		}
+	}
+	if nv.Refused != 6 {
+		t.Errorf("refused %d, want 6", nv.Refused)
+	}
+	_, page := e.get(t, "/nodes/"+mac)
+	for _, want := range []string{`id="attestation" data-attestation="unattested"`, `class="refusal"`, "PCR 11 mismatch", "AK changed"} {
+		if !strings.Contains(page, want) {
+			t.Errorf("node page lacks %q", want)
+		}
+	}
+	_, page = e.get(t, "/nodes/"+mac+"?report=1")
+	if !strings.Contains(page, `id="attestation" data-attestation="attested"`) || !strings.Contains(page, akName) {
+		t.Errorf("node page of report 1 does not show it attested by %s", akName)
+	}
+}
+
+// TestNonceSpentOnce: of concurrent spenders of one nonce exactly one wins, on
+// SQLite and on PostgreSQL (replicas share the database).
+func TestNonceSpentOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		open func(t *testing.T) Store
+	}{
+		{"sqlite", func(t *testing.T) Store {
+			st, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "r.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}},
+		{"postgres", func(t *testing.T) Store {
+			st, err := OpenPostgres(context.Background(), postgresDSN(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := tc.open(t)
+			defer st.Close()
+			as := st.(AttestStore)
+			ctx := context.Background()
+			now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+			for i, n := range []string{"n1", "n2", "n3"} {
+				if err := as.IssueNonce(ctx, Nonce{Nonce: n, NodeID: "node", Build: "b", PCR11: "00", IssuedAt: now.Add(time.Duration(i) * time.Second), Expires: now.Add(time.Hour)}, 2); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := as.LookupNonce(ctx, "n1", "node"); err != ErrNotFound {
+				t.Errorf("the oldest beyond keep=2 stays: %v", err)
+			}
+			if _, err := as.LookupNonce(ctx, "n2", "other"); err != ErrNotFound {
+				t.Errorf("another node's nonce found: %v", err)
+			}
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			wins := 0
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ok, err := as.SpendNonce(ctx, "n2", "node", now.Add(time.Minute))
+					if err != nil {
+						t.Error(err)
+					}
+					if ok {
+						mu.Lock()
+						wins++
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			if wins != 1 {
+				t.Errorf("%d spenders won, want 1", wins)
+			}
+			if ok, _ := as.SpendNonce(ctx, "n3", "node", now.Add(2*time.Hour)); ok {
+				t.Error("an expired nonce was spent")
+			}
+			if n, err := as.LookupNonce(ctx, "n2", "node"); err != nil || n.UsedAt.IsZero() {
+				t.Errorf("spent nonce reads unspent: %+v %v", n, err)
+			}
+			// TOFU: the first AK recorded stays.
+			a, _ := as.RecordAK(ctx, NodeAK{NodeID: "node", AKName: "first", AKPublic: []byte{1}, RecordedAt: now})
+			b, _ := as.RecordAK(ctx, NodeAK{NodeID: "node", AKName: "second", AKPublic: []byte{2}, RecordedAt: now})
+			if a == nil || b == nil || a.AKName != "first" || b.AKName != "first" {
+				t.Errorf("AK records %+v %+v", a, b)
+			}
+			for i := range 5 {
+				if err := as.AddRefusal(ctx, AttestRefusal{NodeID: "node", At: now, Reason: string(rune('a' + i))}, 3); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rs, err := as.Refusals(ctx, "node", 10)
+			if err != nil || len(rs) != 3 || rs[0].Reason != "e" {
+				t.Errorf("refusals kept %+v %v", rs, err)
+			}
+		})
+	}
+}

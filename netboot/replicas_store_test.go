@@ -203,3 +203,84 @@ func TestReplicasPGPruneTogether(t *testing.T) {
 		t.Errorf("%d boots kept, want %d", boots, ret.BootsPerNode)
 	}
 }
+
+// TestReplicasPGPruneUnreported: two replicas record boots of new nodes and reports of
+// some of them while both bound the nodes that never reported: no prune fails, no
+// report is lost, and the bound holds.
+func TestReplicasPGPruneUnreported(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts PostgreSQL")
+	}
+	dsn := postgresDSN(t)
+	ctx := context.Background()
+	var stores [2]Store
+	for i := range stores {
+		st, err := OpenPostgres(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		stores[i] = st
+	}
+	ret := Retention{UnreportedNodes: 3}
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed []error
+		stored int
+	)
+	note := func(err error) {
+		if err != nil {
+			mu.Lock()
+			failed = append(failed, err)
+			mu.Unlock()
+		}
+	}
+	const each = 80
+	for _, st := range stores {
+		for g := 0; g < 3; g++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; i < each; i++ {
+					// Both replicas see the same nodes boot: node i of goroutine g.
+					node := fmt.Sprintf("n-%d-%d", g, i)
+					note(st.RecordBoot(ctx, Boot{NodeID: node, Recipe: "default", Build: "b1"}))
+					if i%4 == 0 {
+						_, err := st.AddReport(ctx, report(node, fmt.Sprintf(`{"g":%d,"i":%d}`, g, i), t0()))
+						if errors.Is(err, ErrDuplicate) {
+							err = nil
+						} else if err == nil {
+							mu.Lock()
+							stored++
+							mu.Unlock()
+						}
+						note(err)
+					}
+					_, err := st.Prune(ctx, "", ret)
+					note(err)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	for i, err := range failed {
+		if i < 5 {
+			t.Error(err)
+		}
+	}
+	if len(failed) > 0 {
+		t.Fatalf("%d calls failed", len(failed))
+	}
+	if n, _ := stores[0].Count(ctx); n != int64(stored) {
+		t.Errorf("%d reports in the database, %d stored", n, stored)
+	}
+	if _, err := stores[1].Prune(ctx, "", ret); err != nil {
+		t.Fatal(err)
+	}
+	var unreported int
+	stores[0].(*sqlStore).db.QueryRow(`SELECT COUNT(*) FROM nodes n WHERE NOT EXISTS (SELECT 1 FROM reports r WHERE r.node_id = n.id)`).Scan(&unreported)
+	if unreported != ret.UnreportedNodes {
+		t.Errorf("%d nodes without reports kept, want %d", unreported, ret.UnreportedNodes)
+	}
+}

@@ -709,21 +709,70 @@ func (s *sqlStore) Prune(ctx context.Context, nodeID string, ret Retention) (int
 		if err != nil {
 			return deleted, fmt.Errorf("retention: %w", err)
 		}
-		if excess := n - int64(ret.UnreportedNodes); excess > 0 {
-			err := s.write(ctx, func(tx *sql.Tx) error {
-				sel := `SELECT n.id ` + unreported + ` ORDER BY n.last_seen, n.id LIMIT $1`
-				if _, err := tx.ExecContext(ctx, `DELETE FROM boots WHERE node_id IN (`+sel+`)`, excess); err != nil {
-					return err
-				}
-				_, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id IN (`+sel+`)`, excess)
-				return err
-			})
-			if err != nil {
+		if n > int64(ret.UnreportedNodes) {
+			if err := s.write(ctx, func(tx *sql.Tx) error { return pruneUnreported(ctx, tx, s.d, unreported, ret.UnreportedNodes) }); err != nil {
 				return deleted, fmt.Errorf("retention: nodes without reports: %w", err)
 			}
 		}
 	}
 	return deleted, nil
+}
+
+// pruneUnreported deletes the least recently seen nodes without a report beyond keep,
+// with their boots. In PostgreSQL replicas prune one at a time (an advisory lock; each
+// counts again under it, else both would delete the excess), and a node a boot or a
+// report is writing right now is skipped (FOR UPDATE SKIP LOCKED): deleting it under
+// that write would break the boots' or reports' foreign key.
+func pruneUnreported(ctx context.Context, tx *sql.Tx, d dialect, unreported string, keep int) error {
+	lock := ""
+	if d.name == "postgres" {
+		if _, err := tx.ExecContext(ctx, `SELECT pg_advisory_xact_lock(727267)`); err != nil {
+			return err
+		}
+		lock = ` FOR UPDATE SKIP LOCKED`
+	}
+	var n int64
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) `+unreported).Scan(&n); err != nil {
+		return err
+	}
+	if n <= int64(keep) {
+		return nil
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT n.id `+unreported+` ORDER BY n.last_seen, n.id LIMIT $1`+lock, n-int64(keep))
+	if err != nil {
+		return err
+	}
+	var ids []any
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), 500)]
+		ids = ids[len(chunk):]
+		marks := make([]string, len(chunk))
+		for i := range chunk {
+			marks[i] = fmt.Sprintf("$%d", i+1)
+		}
+		in := `(` + strings.Join(marks, ",") + `)`
+		// Asked again, each statement seeing every commit so far: a report committed
+		// after the SELECT's snapshot (the rows it locked came from it) keeps its node.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM boots WHERE node_id IN `+in+` AND NOT EXISTS (SELECT 1 FROM reports r WHERE r.node_id = boots.node_id)`, chunk...); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id IN `+in+` AND NOT EXISTS (SELECT 1 FROM reports r WHERE r.node_id = nodes.id)`, chunk...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *sqlStore) Count(ctx context.Context) (int64, error) {

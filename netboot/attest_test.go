@@ -116,8 +116,14 @@ func TestAttestedReports(t *testing.T) {
 		t.Errorf("fleet page lacks the attested report:\n%s", page)
 	}
 
-	// 2. The same header and body again: the nonce is spent.
+	// 2. The same header and body again, a retry whose answer was lost: the stored
+	// report, named a duplicate (the POST is idempotent). Another body under the spent
+	// nonce is a replay.
 	resp, out = e.postAttested(t, path, tok, hdr, pass)
+	if resp.StatusCode != 200 || !strings.Contains(out, `"duplicate":true`) {
+		t.Errorf("retry: %d %s", resp.StatusCode, out)
+	}
+	resp, out = e.postAttested(t, path, tok, hdr, reportBody(t, Epyc4GPU, 5, false))
 	if resp.StatusCode != 409 || !strings.Contains(out, "nonce already used") {
 		t.Errorf("replay: %d %s", resp.StatusCode, out)
 	}

@@ -93,6 +93,9 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	sum := sha256.Sum256(body)
+	if s.answerRetry(w, r, node, buildID, recipe, rep.Verdict, hex.EncodeToString(sum[:])) {
+		return
+	}
 	att, ok := s.attestReport(w, r, node, buildID, remote, body, hex.EncodeToString(sum[:]))
 	if !ok {
 		return

@@ -1,9 +1,14 @@
 package netboot
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/peerboot/peerboot/attest"
 )
 
 // duplicate answers a report this node already stored: 200 with the stored report's
@@ -15,4 +20,42 @@ func (s *Server) duplicate(w http.ResponseWriter, node string, id int64, verdict
 	w.Header().Set("Location", fmt.Sprintf("/api/reports/%d", id))
 	w.WriteHeader(http.StatusOK)
 	json.NewEncoder(w).Encode(map[string]any{"id": id, "node": node, "verdict": verdict, "sha256": sum, "duplicate": true})
+}
+
+// answerRetry answers an attested POST of a report this node already stored (a retry
+// whose answer was lost) as a duplicate, before its evidence is checked: the first
+// try spent the nonce it carries, so the check would refuse the retry as a replay.
+// Another body under that nonce still is one.
+func (s *Server) answerRetry(w http.ResponseWriter, r *http.Request, node, buildID, recipe, verdict, sum string) bool {
+	if r.Header.Get(attest.Header) == "" {
+		return false // unattested: AddReport's duplicate answers it
+	}
+	l, ok := s.opt.Store.(interface {
+		storedReportID(ctx context.Context, node, sum string) (int64, error)
+	})
+	if !ok {
+		return false
+	}
+	id, err := l.storedReportID(r.Context(), node, sum)
+	if err != nil {
+		s.log.Error("looking up a retried report", "node", node, "error", err.Error())
+		return false
+	}
+	if id == 0 {
+		return false
+	}
+	// Once per report in the store: a no-op unless the first try died before it.
+	s.applyRollout(r.Context(), &StoredReport{ID: id, NodeID: node, Recipe: recipe, Build: buildID, Verdict: verdict, SHA256: sum, ReceivedAt: s.opt.Now()})
+	s.duplicate(w, node, id, verdict, sum)
+	return true
+}
+
+// storedReportID is the id of node's stored report with this sha256, 0 if none.
+func (s *sqlStore) storedReportID(ctx context.Context, node, sum string) (int64, error) {
+	var id int64
+	err := s.db.QueryRowContext(ctx, `SELECT id FROM reports WHERE sha256 = $1 AND node_id = $2`, sum, node).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return id, err
 }

@@ -229,14 +229,9 @@ func (s *Server) attestReport(w http.ResponseWriter, r *http.Request, node, buil
 	if err != nil {
 		return refuse(http.StatusForbidden, err)
 	}
-	spent, err := as.SpendNonce(r.Context(), n.Nonce, node, s.opt.Now())
-	if err != nil {
-		s.fail(w, r, http.StatusServiceUnavailable, "report not stored", err, "node", node)
-		return attestation{}, false
-	}
-	if !spent {
-		return refuse(http.StatusConflict, errors.New("nonce already used: another POST spent it first (a replayed report)"))
-	}
+	// The nonce is spent in the report's transaction (insertAttestation), so a replica
+	// killed before that commit leaves it for the node's retry; a POST that loses the
+	// race to spend it is refused there (nonceRaceLost).
 	if res.FirstUse {
 		got, err := as.RecordAK(r.Context(), NodeAK{NodeID: node, AKName: res.AKName, AKPublic: ev.AKPublic, EKName: res.EKName, RecordedAt: s.opt.Now()})
 		if err != nil {

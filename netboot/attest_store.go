@@ -90,6 +90,10 @@ type AttestRefusal struct {
 	Remote       string    `json:"remote"`
 }
 
+// ErrNonceSpent is AddReport's answer for an attested report whose nonce another
+// POST spent first (or that expired meanwhile): nothing is stored.
+var ErrNonceSpent = errors.New("nonce already used")
+
 // AttestStore is what attestation needs of a Store; the SQL stores implement it.
 type AttestStore interface {
 	// IssueNonce stores n, drops expired nonces, and keeps at most keep unspent
@@ -166,20 +170,28 @@ func (s *sqlStore) LookupNonce(ctx context.Context, nonce, node string) (*Nonce,
 }
 
 func (s *sqlStore) SpendNonce(ctx context.Context, nonce, node string, now time.Time) (bool, error) {
-	var n int64
+	var spent bool
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE attest_nonces SET used_at = $1 WHERE nonce = $2 AND node_id = $3 AND used_at = 0 AND expires_at > $1`,
-			now.UnixMicro(), nonce, node)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
+		var err error
+		spent, err = spendNonce(ctx, tx, nonce, node, now)
 		return err
 	})
 	if err != nil {
 		return false, fmt.Errorf("spending a nonce of %s: %w", node, err)
 	}
-	return n == 1, nil
+	return spent, nil
+}
+
+// spendNonce marks the nonce used in tx: true if this transaction spent it. An
+// attested report's nonce is spent in the report's own transaction (insertAttestation).
+func spendNonce(ctx context.Context, tx *sql.Tx, nonce, node string, now time.Time) (bool, error) {
+	res, err := tx.ExecContext(ctx, `UPDATE attest_nonces SET used_at = $1 WHERE nonce = $2 AND node_id = $3 AND used_at = 0 AND expires_at > $1`,
+		now.UnixMicro(), nonce, node)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 func (s *sqlStore) NodeAK(ctx context.Context, node string) (*NodeAK, error) {
@@ -302,6 +314,17 @@ func insertAttestation(ctx context.Context, tx *sql.Tx, r *StoredReport) error {
 	status := r.Attestation
 	if status == "" {
 		status = Unattested
+	}
+	// The nonce is spent with the report, all or nothing: a replica killed before
+	// the commit leaves it unspent, so the node's retry (at any replica) is stored.
+	if status == Attested {
+		spent, err := spendNonce(ctx, tx, r.Nonce, r.NodeID, r.ReceivedAt)
+		if err != nil {
+			return err
+		}
+		if !spent {
+			return ErrNonceSpent
+		}
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO report_attestations (report_id, status, ak_name, nonce) VALUES ($1, $2, $3, $4)`,
 		r.ID, status, r.AKName, r.Nonce)

@@ -112,6 +112,9 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, ErrDuplicate):
 		s.fail(w, r, http.StatusConflict, "report refused", fmt.Errorf("replayed: report sha256 %s was already received", sr.SHA256[:16]), "node", node)
 		return
+	case errors.Is(err, ErrNonceSpent):
+		s.nonceRaceLost(w, r, node, remote, sr.SHA256)
+		return
 	case err != nil:
 		s.fail(w, r, http.StatusServiceUnavailable, "report not stored", err, "node", node)
 		return

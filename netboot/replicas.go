@@ -59,3 +59,15 @@ func (s *sqlStore) storedReportID(ctx context.Context, node, sum string) (int64,
 	}
 	return id, err
 }
+
+// nonceRaceLost refuses an attested POST whose nonce another POST spent between its
+// check and its commit, and records the refusal as attestReport records its own.
+func (s *Server) nonceRaceLost(w http.ResponseWriter, r *http.Request, node, remote, sum string) {
+	err := errors.New("nonce already used: another POST spent it first (a replayed report)")
+	if as, ok := s.opt.Store.(AttestStore); ok {
+		if rerr := as.AddRefusal(r.Context(), AttestRefusal{NodeID: node, At: s.opt.Now(), Reason: err.Error(), ReportSHA256: sum, Remote: remote}, refusalsPerNode); rerr != nil {
+			s.log.Error("recording a refusal", "node", node, "error", rerr.Error())
+		}
+	}
+	s.fail(w, r, http.StatusConflict, "attested report refused", err, "node", node)
+}

@@ -190,6 +190,27 @@ channel = "canary"
 	if res.retries == 0 {
 		t.Errorf("no request was retried: the kill came after the burst")
 	}
+	// The survivor's API shows every node, whichever replica it reported to, each
+	// with all its reports.
+	resp, err := http.Get(reps[1].base + "/api/nodes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []struct {
+		ID      string `json:"id"`
+		Reports int64  `json:"reports"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&listed)
+	resp.Body.Close()
+	short := 0
+	for _, n := range listed {
+		if n.Reports != int64(perNode) {
+			short++
+		}
+	}
+	if err != nil || len(listed) != nodes || short > 0 {
+		t.Errorf("the survivor's /api/nodes: %d nodes, %d without their %d reports (%v); want %d", len(listed), short, perNode, err, nodes)
+	}
 	t.Logf("reference, 1 replica over PostgreSQL: %s", ref)
 	t.Logf("2 replicas over PostgreSQL: %s; %.2fx the reference's reports/s", calm, calm.rate()/ref.rate())
 	t.Logf("2 replicas over PostgreSQL, replica 0 SIGKILLed after %d acks: %s; %d requests retried on the survivor, "+

@@ -21,6 +21,8 @@ type Store interface {
 	// AddReport stores one report atomically: it is durable when AddReport returns nil.
 	// A report whose SHA256 is already stored gives ErrDuplicate and changes nothing;
 	// the id is then the stored report's when it is the same node's (a retry), else 0.
+	// An attested report's nonce is spent in the same transaction: ErrNonceSpent when
+	// another report spent it first.
 	AddReport(ctx context.Context, r *StoredReport) (int64, error)
 	// RecordBoot notes that a node fetched its boot script, updating its MAC, hostname
 	// and serial when given.

@@ -35,9 +35,25 @@ type ISO struct {
 func StandardISO(seed string, epoch int64, uki []byte) ISO {
 	size := max(int64(len(uki))+isoSlack, 64<<20)
 	size = (size + (1 << 20) - 1) &^ ((1 << 20) - 1)
+	files := map[string][]byte{UKIPath: uki}
+	// FAT32 with one-sector clusters (up to 260 MiB) spends 1/64 of the
+	// volume on its two FATs, more than isoSlack past ~64 MiB: grow by whole
+	// MiB until the UKI fits. Sizes that fitted before are kept as they were.
+	for {
+		_, err := fat.Write(discardAt{}, fat.Params{Size: size, Type: fat.Auto, Label: ESPLabel, Files: files})
+		if !errors.Is(err, fat.ErrNoSpace) {
+			break // fits, or fails for a reason WriteISO will report
+		}
+		size += 1 << 20
+	}
 	return ISO{Epoch: epoch, ESP: Partition{Size: size, Label: ESPLabel,
-		VolumeID: DeriveVolumeID(seed, "iso-esp"), Files: map[string][]byte{UKIPath: uki}}}
+		VolumeID: DeriveVolumeID(seed, "iso-esp"), Files: files}}
 }
+
+// discardAt is an io.WriterAt that keeps nothing, for sizing a FAT.
+type discardAt struct{}
+
+func (discardAt) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
 
 // WriteISO writes the ISO to f, truncating it first; the result depends on
 // iso alone and holes stay sparse.

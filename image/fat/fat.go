@@ -534,6 +534,9 @@ func labelBytes(label string) ([11]byte, bool, error) {
 // type it chose. Clusters that hold no data are not written: the caller must
 // hand in zeroed space (a freshly truncated file, which also keeps it sparse)
 // for the result to be reproducible.
+// ErrNoSpace is Write's error when the files do not fit in p.Size.
+var ErrNoSpace = errors.New("fat: files do not fit in the filesystem")
+
 func Write(w io.WriterAt, p Params) (Type, error) {
 	g, err := chooseGeometry(p.Type, p.Size)
 	if err != nil {
@@ -562,7 +565,7 @@ func Write(w io.WriterAt, p Params) (Type, error) {
 		}
 		n := uint32((int64(bytes) + int64(g.clusterSize) - 1) / int64(g.clusterSize))
 		if next+n > limit || next+n < next {
-			return 0, 0, errors.New("fat: files do not fit in the filesystem")
+			return 0, 0, ErrNoSpace
 		}
 		start := next
 		next += n

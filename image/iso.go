@@ -18,8 +18,8 @@ const (
 	ISOVolumeID = "PEERBOOT"
 	// ISOImageName is the ESP image's file name in the ISO's root.
 	ISOImageName = "EFIBOOT.IMG"
-	// isoSlack is what the ESP keeps free beyond the UKI (FAT metadata and
-	// the directories fit in it many times over).
+	// isoSlack is what the ESP keeps free beyond the UKI and the FAT tables
+	// (the reserved sectors and the directories fit in it many times over).
 	isoSlack = 1 << 20
 )
 
@@ -31,9 +31,11 @@ type ISO struct {
 
 // StandardISO is the ISO around uki: the smallest whole-MiB ESP holding it
 // (at least the 64 MiB FAT32 needs with room to spare), its volume id
-// derived from seed (the recipe digest), every date epoch.
+// derived from seed (the recipe digest), every date epoch. FAT32 below 260
+// MiB has 512-byte clusters, so its two tables take 8 bytes per 512 of the
+// UKI (len/64): 1.3 MiB for an 85 MiB UKI, more than isoSlack alone.
 func StandardISO(seed string, epoch int64, uki []byte) ISO {
-	size := max(int64(len(uki))+isoSlack, 64<<20)
+	size := max(int64(len(uki))+int64(len(uki))/64+isoSlack, 64<<20)
 	size = (size + (1 << 20) - 1) &^ ((1 << 20) - 1)
 	files := map[string][]byte{UKIPath: uki}
 	// FAT32 with one-sector clusters (up to 260 MiB) spends 1/64 of the

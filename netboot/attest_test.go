@@ -319,3 +319,46 @@ func TestNonceSpentOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestNonceEndpoint: POST /attest/nonce takes the report token (a build's, or a
+// static one: then the node's build by the inventory), and refuses the rest.
+func TestNonceEndpoint(t *testing.T) {
+	e := newEnv(t, Options{PredictPCR11: stubPCR11, StaticTokens: []string{"static-t0k"}})
+	b := e.build(t, "default")
+	for _, tc := range []struct {
+		name, node, token string
+		status            int
+		want              string
+	}{
+		{"build token", "52:54:00:aa:00:09", e.srv.Token(b.ID, "52:54:00:aa:00:09"), 200, `"build": "` + b.ID + `"`},
+		{"static token, named node", "tpm-node", "static-t0k", 200, `"node": "tpm-node"`},
+		{"no token", "tpm-node", "", 401, "no token"},
+		{"another node's token", "52:54:00:aa:00:08", e.srv.Token(b.ID, "52:54:00:aa:00:09"), 403, "not one this server issued"},
+		{"bad node", "a b", "static-t0k", 400, "node:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest("POST", e.http.URL+"/attest/nonce?node="+strings.ReplaceAll(tc.node, " ", "%20"), nil)
+			if tc.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			resp, err := e.http.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var buf bytes.Buffer
+			buf.ReadFrom(resp.Body)
+			if resp.StatusCode != tc.status || !strings.Contains(buf.String(), tc.want) {
+				t.Fatalf("%d %s, want %d with %q", resp.StatusCode, buf.String(), tc.status, tc.want)
+			}
+			if tc.status == 200 {
+				var v struct{ Nonce string }
+				json.Unmarshal(buf.Bytes(), &v)
+				n, err := e.store.(AttestStore).LookupNonce(context.Background(), v.Nonce, tc.node)
+				if err != nil || n.Build != b.ID || n.PCR11 == "" {
+					t.Fatalf("stored nonce %+v %v", n, err)
+				}
+			}
+		})
+	}
+}

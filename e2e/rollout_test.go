@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -195,6 +197,20 @@ func TestRolloutHaltsAndRollsBack(t *testing.T) {
 	}
 	if n := srv.nodeRollout(t); n.HeldBack || n.Hold != nil {
 		t.Errorf("the node API still shows a hold after clear: %+v", n)
+	}
+	// Cleared, the node's next boot script is its channel's build again (fetched
+	// here as iPXE would, instead of a fourth boot).
+	resp, err := http.Get(url + "/boot.ipxe?mac=" + rolloutNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(script), "/builds/default/"+b.ID+"/pxe/") {
+		t.Errorf("after clear the boot script (%s) is not canary's build B %s:\n%s", resp.Status, b.ID, script)
+	}
+	if n := srv.nodeRollout(t); n.LastServedBuild != b.ID {
+		t.Errorf("after clear the node was last served %q, want B %s", n.LastServedBuild, b.ID)
 	}
 }
 

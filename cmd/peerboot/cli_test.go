@@ -129,7 +129,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"plan", "--no-such-flag"}, 2, "unknown flag"},
 		{[]string{"version", "extra"}, 2, "want at most 0"},
 		{[]string{"plan", filepath.Join(dir, "absent.toml")}, 3, "no such file"},
-		{[]string{"run", "--iso", "--pxe", dir}, 2, "choose one of --uefi, --iso and --pxe"},
+		{[]string{"run", "--iso", "--pxe", dir}, 2, "choose one of --uefi, --iso, --pxe and --uefi-pxe"},
 		{[]string{"run", "--iso", "--efi", bad}, 2, "--efi boots a UKI from a disk, not --iso"},
 	}
 	for _, c := range cases {

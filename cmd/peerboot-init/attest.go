@@ -27,9 +27,9 @@ type nodeTPM struct {
 // openTPM finds the TPM, and extends PCR 11 with the phase word as
 // systemd-pcrphase does when the initrd starts: the collector predicts PCR 11
 // as the stub's measurements followed by "enter-initrd". Only when the stub
-// measured (PCR 11 not zero): a kernel booted without systemd-stub keeps its
-// zero PCR 11, which the collector names as such. Without a TPM the reports
-// go unattested, under the token alone, and one console line says why.
+// measured (PCR 11 not zero): a kernel booted without systemd-stub has nothing
+// to attest, so, as without a TPM, its reports go unattested under the token
+// alone, and one console line says why.
 func (m *machine) openTPM() *nodeTPM {
 	if m.tpmOpen == nil {
 		return nil
@@ -46,8 +46,14 @@ func (m *machine) openTPM() *nodeTPM {
 		return nil
 	}
 	if pcrs[tpmquote.PhasePCR] == ([32]byte{}) {
-		m.say("TPM %s: PCR 11 is zero (not booted through systemd-stub): no phase extended", path)
-	} else if err := tpmquote.ExtendPhase(t, attest.PhaseEnterInitrd); err != nil {
+		// A kernel and initrd booted by iPXE's script, not through the stub: no
+		// image was measured, so a quote could prove nothing and the collector
+		// would refuse it. The report goes under the token, unattested.
+		m.say("TPM %s: PCR 11 is zero (not booted through systemd-stub, so no image was measured): reports go unattested", path)
+		t.Close()
+		return nil
+	}
+	if err := tpmquote.ExtendPhase(t, attest.PhaseEnterInitrd); err != nil {
 		m.say("TPM %s: %v", path, err)
 	} else {
 		m.say("TPM %s: PCR 11 %s (systemd-stub's measurements) extended with %q; PCR 4 %s, PCR 7 %s", path,

@@ -98,11 +98,13 @@ func TestBootUnattested(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		tpm     bool
+		stub    bool // PCR 11 as systemd-stub leaves it; false: zero, a kernel iPXE booted without the stub
 		askErr  error
 		wantMsg string
 	}{
 		{name: "no TPM", wantMsg: "TPM: none usable, reports go unattested: no TPM 2.0"},
-		{name: "collector gives no nonce", tpm: true, askErr: errors.New("HTTP 404"), wantMsg: "attestation: no nonce from the collector, the report goes unattested: HTTP 404"},
+		{name: "collector gives no nonce", tpm: true, stub: true, askErr: errors.New("HTTP 404"), wantMsg: "attestation: no nonce from the collector, the report goes unattested: HTTP 404"},
+		{name: "PXE boot without the stub", tpm: true, wantMsg: "PCR 11 is zero (not booted through systemd-stub, so no image was measured): reports go unattested"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := newFakeBox(t, "peerboot.on_fail=poweroff peerboot.report_url=http://10.0.2.2:9/reports peerboot.token=tok", &kmodtest.Loader{Errs: map[string]error{"nvidia": unix.ENODEV}})
@@ -114,15 +116,24 @@ func TestBootUnattested(t *testing.T) {
 			b.m.tpmOpen = func() (transport.TPMCloser, string, error) { return nil, "", tpmquote.ErrNoTPM }
 			if tc.tpm {
 				tp := swtpmtest.Start(t)
+				if tc.stub {
+					if err := tp.Extend(tpmquote.PhasePCR, []byte("the UKI's sections")); err != nil {
+						t.Fatal(err)
+					}
+				}
 				b.m.tpmOpen = func() (transport.TPMCloser, string, error) { return closeless{tp.T}, "/dev/tpm0", nil }
 			}
-			b.m.askNonce = func(string, string) (string, error) { return "", tc.askErr }
+			asked := 0
+			b.m.askNonce = func(string, string) (string, error) { asked++; return "", tc.askErr }
 			b.m.run(&bootState{})
 			if len(posts) != 1 || posts[0].attestation != "" || posts[0].token != "tok" {
 				t.Fatalf("posts %+v", posts)
 			}
 			if n := strings.Count(b.console.String(), "unattested"); n != 1 || !strings.Contains(b.console.String(), tc.wantMsg) {
 				t.Errorf("want one line %q, console:\n%s", tc.wantMsg, b.console.String())
+			}
+			if !tc.stub && asked != 0 {
+				t.Errorf("asked the collector for a nonce %d times with nothing to attest", asked)
 			}
 		})
 	}

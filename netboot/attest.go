@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/peerboot/peerboot/attest"
@@ -108,25 +107,8 @@ func (s *Server) issueNonce(ctx context.Context, node string, b *Build) (string,
 // token a report would: a build's token names the build; a static token gets
 // the build the inventory (and rollout) gives the node now.
 func (s *Server) postNonce(w http.ResponseWriter, r *http.Request) {
-	remote := remoteIP(r)
-	if wait := s.source.take(remote); wait > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
-		s.fail(w, r, http.StatusTooManyRequests, "nonce refused", fmt.Errorf("%s asks too often: retry in %s", remote, wait.Round(time.Second)))
-		return
-	}
-	tok := bearer(r)
-	if tok == "" {
-		s.fail(w, r, http.StatusUnauthorized, "nonce refused", errors.New("no token: send Authorization: Bearer TOKEN (the report token)"))
-		return
-	}
-	node, err := reportNode(r)
-	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, "nonce refused", err)
-		return
-	}
-	buildID, ok := s.checkToken(tok, node)
+	node, buildID, ok := s.authNode(w, r, "nonce refused", "asks too often", "the report token")
 	if !ok {
-		s.fail(w, r, http.StatusForbidden, "nonce refused", fmt.Errorf("the token is not one this server issued to node %s", node), "node", node)
 		return
 	}
 	var b *Build
@@ -142,6 +124,7 @@ func (s *Server) postNonce(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, http.StatusNotFound, "nonce refused", fmt.Errorf("no inventory rule for node %s and no default recipe", node), "node", node)
 			return
 		}
+		var err error
 		if b, err = s.chooseBuild(r.Context(), m, node); err != nil {
 			s.fail(w, r, http.StatusNotFound, "nonce refused", err, "node", node)
 			return

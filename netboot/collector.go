@@ -17,6 +17,36 @@ import (
 	"github.com/peerboot/peerboot/selftest"
 )
 
+// authNode is the prologue of a node's POST (a report, a nonce request): the
+// client address's rate (429), the token (401 missing), the node (400), the
+// token against the node (403). On false the refusal is written; refused names
+// the request in the log, tooOften says what the client does too often, and
+// tokenHint where the node gets its token.
+func (s *Server) authNode(w http.ResponseWriter, r *http.Request, refused, tooOften, tokenHint string) (node, buildID string, ok bool) {
+	remote := remoteIP(r)
+	if wait := s.source.take(remote); wait > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
+		s.fail(w, r, http.StatusTooManyRequests, refused, fmt.Errorf("%s %s: retry in %s", remote, tooOften, wait.Round(time.Second)))
+		return "", "", false
+	}
+	tok := bearer(r)
+	if tok == "" {
+		s.fail(w, r, http.StatusUnauthorized, refused, fmt.Errorf("no token: send Authorization: Bearer TOKEN (%s)", tokenHint))
+		return "", "", false
+	}
+	node, err := reportNode(r)
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, refused, err)
+		return "", "", false
+	}
+	buildID, ok = s.checkToken(tok, node)
+	if !ok {
+		s.fail(w, r, http.StatusForbidden, refused, fmt.Errorf("the token is not one this server issued to node %s", node), "node", node)
+		return "", "", false
+	}
+	return node, buildID, true
+}
+
 // postReport stores one self-test report. In order: the client address's rate (429),
 // the token (401 missing), the node (400), the token against the node (403), the
 // node's rate (429), the size (413), the body's arrival (408), the JSON (400), the
@@ -28,24 +58,8 @@ import (
 func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 	start := s.opt.Now()
 	remote := remoteIP(r)
-	if wait := s.source.take(remote); wait > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
-		s.fail(w, r, http.StatusTooManyRequests, "report refused", fmt.Errorf("%s sends reports too often: retry in %s", remote, wait.Round(time.Second)))
-		return
-	}
-	tok := bearer(r)
-	if tok == "" {
-		s.fail(w, r, http.StatusUnauthorized, "report refused", errors.New("no token: send Authorization: Bearer TOKEN (the image gets it as peerboot.token=)"))
-		return
-	}
-	node, err := reportNode(r)
-	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, "report refused", err)
-		return
-	}
-	buildID, ok := s.checkToken(tok, node)
+	node, buildID, ok := s.authNode(w, r, "report refused", "sends reports too often", "the image gets it as peerboot.token=")
 	if !ok {
-		s.fail(w, r, http.StatusForbidden, "report refused", fmt.Errorf("the token is not one this server issued to node %s", node), "node", node)
 		return
 	}
 	if wait := s.limit.take(node); wait > 0 {

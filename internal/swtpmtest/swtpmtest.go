@@ -5,13 +5,11 @@ package swtpmtest
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 
 	"github.com/peerboot/peerboot/attest"
 	"github.com/peerboot/peerboot/internal/testguard"
+	"github.com/peerboot/peerboot/node/tpmquote"
 )
 
 // TPM is one running swtpm with a state directory of its own.
@@ -132,76 +131,17 @@ func (tp *TPM) Extend(pcr int, data []byte) error {
 	return nil
 }
 
-// Selection is the sha256 bank's PCRs 4, 7 and 11.
-func Selection() tpm2.TPMLPCRSelection {
-	return tpm2.TPMLPCRSelection{PCRSelections: []tpm2.TPMSPCRSelection{{
-		Hash: tpm2.TPMAlgSHA256, PCRSelect: tpm2.PCClientCompatible.PCRs(4, 7, 11)}}}
-}
+// AKTemplate is the node's attestation key (tpmquote.AKTemplate); a copy, so
+// a test may alter it to make a key the collector must refuse.
+var AKTemplate = tpmquote.AKTemplate
 
-// AKTemplate is a restricted ECDSA P-256 signing key: TPM2_Quote with it signs
-// only TPM-made structures.
-var AKTemplate = tpm2.TPMTPublic{
-	Type:    tpm2.TPMAlgECC,
-	NameAlg: tpm2.TPMAlgSHA256,
-	ObjectAttributes: tpm2.TPMAObject{
-		FixedTPM: true, FixedParent: true, SensitiveDataOrigin: true, UserWithAuth: true,
-		Restricted: true, SignEncrypt: true, NoDA: true,
-	},
-	Parameters: tpm2.NewTPMUPublicParms(tpm2.TPMAlgECC, &tpm2.TPMSECCParms{
-		Scheme: tpm2.TPMTECCScheme{Scheme: tpm2.TPMAlgECDSA,
-			Details: tpm2.NewTPMUAsymScheme(tpm2.TPMAlgECDSA, &tpm2.TPMSSigSchemeECDSA{HashAlg: tpm2.TPMAlgSHA256})},
-		CurveID: tpm2.TPMECCNistP256,
-	}),
-}
-
-// Quote makes the evidence a node would send with body: an EK and an AK
-// (primaries under the endorsement hierarchy, so the same TPM gives the same
-// keys), the PCR values, and a quote bound to nonce and body. akTemplate nil
-// is AKTemplate.
+// Quote makes the evidence a node would send with body, by the node's own
+// code (tpmquote.QuoteWith): an EK and an AK (primaries under the endorsement
+// hierarchy, so the same TPM gives the same keys), the PCR values, and a
+// quote bound to nonce and body. akTemplate nil is AKTemplate.
 func (tp *TPM) Quote(nonce string, body []byte, phase string, akTemplate *tpm2.TPMTPublic) (*attest.Evidence, error) {
 	if akTemplate == nil {
 		akTemplate = &AKTemplate
 	}
-	primary := func(tmpl tpm2.TPMTPublic) (*tpm2.CreatePrimaryResponse, error) {
-		return tpm2.CreatePrimary{
-			PrimaryHandle: tpm2.AuthHandle{Handle: tpm2.TPMRHEndorsement, Auth: tpm2.PasswordAuth(nil)},
-			InPublic:      tpm2.New2B(tmpl),
-		}.Execute(tp.T)
-	}
-	ek, err := primary(tpm2.RSAEKTemplate)
-	if err != nil {
-		return nil, fmt.Errorf("creating the EK: %w", err)
-	}
-	defer tpm2.FlushContext{FlushHandle: ek.ObjectHandle}.Execute(tp.T)
-	ak, err := primary(*akTemplate)
-	if err != nil {
-		return nil, fmt.Errorf("creating the AK: %w", err)
-	}
-	defer tpm2.FlushContext{FlushHandle: ak.ObjectHandle}.Execute(tp.T)
-	rd, err := tpm2.PCRRead{PCRSelectionIn: Selection()}.Execute(tp.T)
-	if err != nil {
-		return nil, fmt.Errorf("reading PCRs: %w", err)
-	}
-	if len(rd.PCRValues.Digests) != len(attest.QuotedPCRs) {
-		return nil, fmt.Errorf("PCR read gave %d values, want %d", len(rd.PCRValues.Digests), len(attest.QuotedPCRs))
-	}
-	pcrs := map[string]string{}
-	for i, n := range attest.QuotedPCRs {
-		pcrs[strconv.Itoa(n)] = hex.EncodeToString(rd.PCRValues.Digests[i].Buffer)
-	}
-	sum := sha256.Sum256(body)
-	q, err := tpm2.Quote{
-		SignHandle:     tpm2.AuthHandle{Handle: ak.ObjectHandle, Name: ak.Name, Auth: tpm2.PasswordAuth(nil)},
-		QualifyingData: tpm2.TPM2BData{Buffer: attest.QualifyingData(nonce, sum)},
-		InScheme:       tpm2.TPMTSigScheme{Scheme: tpm2.TPMAlgNull},
-		PCRSelect:      Selection(),
-	}.Execute(tp.T)
-	if err != nil {
-		return nil, fmt.Errorf("quoting: %w", err)
-	}
-	return &attest.Evidence{
-		Version: attest.Version, Nonce: nonce, ReportSHA256: hex.EncodeToString(sum[:]), Phase: phase, PCRs: pcrs,
-		Quote: q.Quoted.Bytes(), Signature: tpm2.Marshal(q.Signature),
-		AKPublic: ak.OutPublic.Bytes(), EKPublic: ek.OutPublic.Bytes(),
-	}, nil
+	return tpmquote.QuoteWith(tp.T, *akTemplate, nonce, body, phase)
 }

@@ -145,6 +145,12 @@ func ExtendPhase(t transport.TPM, phase string) error {
 // the server's, phase what ExtendPhase extended. The keys are flushed again
 // before it returns, so a TPM without a resource manager is left as found.
 func Quote(t transport.TPM, nonce string, body []byte, phase string) (*attest.Evidence, error) {
+	return QuoteWith(t, AKTemplate, nonce, body, phase)
+}
+
+// QuoteWith is Quote by an AK made from akTemplate: the node always uses
+// AKTemplate; tests pass another to show the collector refuses such a key.
+func QuoteWith(t transport.TPM, akTemplate tpm2.TPMTPublic, nonce string, body []byte, phase string) (*attest.Evidence, error) {
 	primary := func(what string, tmpl tpm2.TPMTPublic) (*tpm2.CreatePrimaryResponse, error) {
 		rsp, err := tpm2.CreatePrimary{
 			PrimaryHandle: tpm2.AuthHandle{Handle: tpm2.TPMRHEndorsement, Auth: tpm2.PasswordAuth(nil)},
@@ -160,7 +166,7 @@ func Quote(t transport.TPM, nonce string, body []byte, phase string) (*attest.Ev
 		return nil, err
 	}
 	defer tpm2.FlushContext{FlushHandle: ek.ObjectHandle}.Execute(t)
-	ak, err := primary("AK", AKTemplate)
+	ak, err := primary("AK", akTemplate)
 	if err != nil {
 		return nil, err
 	}

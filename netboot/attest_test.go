@@ -41,6 +41,21 @@ func measureBoot(t *testing.T, tp *swtpmtest.TPM, uki []byte) {
 	}
 }
 
+// quoted is tp's evidence for body under nonce, as a node makes it after
+// PhaseEnterInitrd, and that evidence as the report's header.
+func quoted(t *testing.T, tp *swtpmtest.TPM, nonce string, body []byte) (*attest.Evidence, string) {
+	t.Helper()
+	ev, err := tp.Quote(nonce, body, attest.PhaseEnterInitrd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr, err := attest.Encode(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev, hdr
+}
+
 func (e *testEnv) postAttested(t *testing.T, path, token, header string, body []byte) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest("POST", e.http.URL+path, bytes.NewReader(body))
@@ -91,14 +106,7 @@ func TestAttestedReports(t *testing.T) {
 	}
 	measureBoot(t, tp, uki)
 	pass := reportBody(t, Epyc4GPU, 0, false)
-	ev, err := tp.Quote(m[1], pass, attest.PhaseEnterInitrd, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hdr, err := attest.Encode(ev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ev, hdr := quoted(t, tp, m[1], pass)
 	resp, out := e.postAttested(t, path, tok, hdr, pass)
 	if resp.StatusCode != 201 || !strings.Contains(out, `"attestation":"attested"`) {
 		t.Fatalf("attested PASS: %d %s", resp.StatusCode, out)
@@ -147,11 +155,7 @@ func TestAttestedReports(t *testing.T) {
 	changed[len(changed)-1] ^= 1
 	measureBoot(t, tp, changed)
 	second := reportBody(t, Epyc4GPU, 2, false)
-	ev2, err := tp.Quote(nr.Nonce, second, attest.PhaseEnterInitrd, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hdr2, _ := attest.Encode(ev2)
+	_, hdr2 := quoted(t, tp, nr.Nonce, second)
 	resp, out = e.postAttested(t, path, tok, hdr2, second)
 	if resp.StatusCode != 403 || !strings.Contains(out, "PCR 11 mismatch") {
 		t.Errorf("changed UKI: %d %s", resp.StatusCode, out)
@@ -163,8 +167,7 @@ func TestAttestedReports(t *testing.T) {
 	tp2 := swtpmtest.Start(t)
 	measureBoot(t, tp2, uki)
 	third := reportBody(t, Epyc4GPU, 3, false)
-	ev3, _ := tp2.Quote(n3, third, attest.PhaseEnterInitrd, nil)
-	hdr3, _ := attest.Encode(ev3)
+	_, hdr3 := quoted(t, tp2, n3, third)
 	resp, out = e.postAttested(t, path, tok, hdr3, third)
 	if resp.StatusCode != 403 || !strings.Contains(out, "AK changed") {
 		t.Errorf("other TPM: %d %s", resp.StatusCode, out)
@@ -175,16 +178,14 @@ func TestAttestedReports(t *testing.T) {
 	foreign := nonceArg.FindStringSubmatch(script)[1]
 	tp.Reboot()
 	measureBoot(t, tp, uki)
-	ev4, _ := tp.Quote(foreign, third, attest.PhaseEnterInitrd, nil)
-	hdr4, _ := attest.Encode(ev4)
+	_, hdr4 := quoted(t, tp, foreign, third)
 	resp, out = e.postAttested(t, path, tok, hdr4, third)
 	if resp.StatusCode != 403 || !strings.Contains(out, "nonce unknown or expired") {
 		t.Errorf("another node's nonce: %d %s", resp.StatusCode, out)
 	}
 	_, script = e.get(t, "/boot.ipxe?mac="+mac)
 	n5 := nonceArg.FindStringSubmatch(script)[1]
-	ev5, _ := tp.Quote(n5, third, attest.PhaseEnterInitrd, nil)
-	hdr5, _ := attest.Encode(ev5)
+	_, hdr5 := quoted(t, tp, n5, third)
 	clk.add(3 * time.Hour)
 	resp, out = e.postAttested(t, path, tok, hdr5, third)
 	if resp.StatusCode != 403 || !strings.Contains(out, "nonce unknown or expired") {
@@ -237,25 +238,7 @@ func TestAttestedReports(t *testing.T) {
 // TestNonceSpentOnce: of concurrent spenders of one nonce exactly one wins, on
 // SQLite and on PostgreSQL (replicas share the database).
 func TestNonceSpentOnce(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		open func(t *testing.T) Store
-	}{
-		{"sqlite", func(t *testing.T) Store {
-			st, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "r.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st
-		}},
-		{"postgres", func(t *testing.T) Store {
-			st, err := OpenPostgres(context.Background(), postgresDSN(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st
-		}},
-	} {
+	for _, tc := range storeKinds {
 		t.Run(tc.name, func(t *testing.T) {
 			st := tc.open(t)
 			defer st.Close()

@@ -83,18 +83,24 @@ args = "peerboot.token=stolen"
 		{"wrong type", "default = 3\n", []string{`inv.toml:1: incompatible types: TOML value has type int64; destination has type string`}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseInventory("inv.toml", []byte(tt.src))
-			if err == nil {
-				t.Fatal("no error")
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error lacks %q:\n%v", w, err)
-				}
-			}
-		})
+		t.Run(tt.name, func(t *testing.T) { parseFails(t, tt.src, tt.want) })
 	}
+}
+
+// parseFails parses src as inv.toml, wants it refused with every error in want,
+// and returns the error.
+func parseFails(t *testing.T, src string, want []string) error {
+	t.Helper()
+	_, err := ParseInventory("inv.toml", []byte(src))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error lacks %q:\n%v", w, err)
+		}
+	}
+	return err
 }
 
 func TestNormalizeMAC(t *testing.T) {

@@ -13,35 +13,38 @@ import (
 	"github.com/peerboot/peerboot/internal/swtpmtest"
 )
 
+// storeKinds opens a fresh store of each kind the collector runs on: SQLite
+// and PostgreSQL (which replicas share).
+var storeKinds = []struct {
+	name string
+	open func(t *testing.T) Store
+}{
+	{"sqlite", func(t *testing.T) Store {
+		st, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "r.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}},
+	{"postgres", func(t *testing.T) Store {
+		st, err := OpenPostgres(context.Background(), postgresDSN(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}},
+}
+
 // TestNonceSpentWithReport: an attested report's nonce is spent in the report's own
 // transaction, so a POST that does not store its report (a replica killed before the
 // commit; here, a report refused by the store) leaves the nonce for the node's retry,
 // and a second report under a spent nonce stores nothing. SQLite and PostgreSQL.
 func TestNonceSpentWithReport(t *testing.T) {
-	opens := []struct {
-		name string
-		open func(t *testing.T) Store
-	}{
-		{"sqlite", func(t *testing.T) Store {
-			st, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "r.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st
-		}},
-		{"postgres", func(t *testing.T) Store {
-			if testing.Short() {
+	for _, tc := range storeKinds {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "postgres" && testing.Short() {
 				t.Skip("starts PostgreSQL")
 			}
-			st, err := OpenPostgres(context.Background(), postgresDSN(t))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return st
-		}},
-	}
-	for _, tc := range opens {
-		t.Run(tc.name, func(t *testing.T) {
 			st := tc.open(t)
 			defer st.Close()
 			as := st.(AttestStore)

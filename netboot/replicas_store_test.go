@@ -74,21 +74,9 @@ func TestReplicasPGStartTogether(t *testing.T) {
 // as stored and one as a duplicate. The same body under another node stays a replay
 // (ErrDuplicate with no id).
 func TestReplicasPGSameReport(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL")
-	}
-	dsn := postgresDSN(t)
+	stores := pgReplicas(t)
+	a, b := stores[0], stores[1]
 	ctx := context.Background()
-	a, err := OpenPostgres(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	b, err := OpenPostgres(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
 	const reports = 100
 	for i := 0; i < reports; i++ {
 		node := fmt.Sprintf("node-%d", i%7)
@@ -128,24 +116,32 @@ func TestReplicasPGSameReport(t *testing.T) {
 	}
 }
 
-// TestReplicasPGPruneTogether: two replicas apply retention to the same node at once,
-// over and over, while reports arrive at both: no prune fails, and the node ends with
-// exactly its bound.
-func TestReplicasPGPruneTogether(t *testing.T) {
+// pgReplicas opens two stores on one fresh PostgreSQL database, as two
+// replicas do, closed at cleanup. -short skips: it starts PostgreSQL.
+func pgReplicas(t *testing.T) [2]Store {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
 	}
 	dsn := postgresDSN(t)
-	ctx := context.Background()
 	var stores [2]Store
 	for i := range stores {
-		st, err := OpenPostgres(ctx, dsn)
+		st, err := OpenPostgres(context.Background(), dsn)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer st.Close()
+		t.Cleanup(func() { st.Close() })
 		stores[i] = st
 	}
+	return stores
+}
+
+// TestReplicasPGPruneTogether: two replicas apply retention to the same node at once,
+// over and over, while reports arrive at both: no prune fails, and the node ends with
+// exactly its bound.
+func TestReplicasPGPruneTogether(t *testing.T) {
+	stores := pgReplicas(t)
+	ctx := context.Background()
 	ret := Retention{ReportsPerNode: 5, BootsPerNode: 5}
 	var (
 		wg      sync.WaitGroup
@@ -208,20 +204,8 @@ func TestReplicasPGPruneTogether(t *testing.T) {
 // some of them while both bound the nodes that never reported: no prune fails, no
 // report is lost, and the bound holds.
 func TestReplicasPGPruneUnreported(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL")
-	}
-	dsn := postgresDSN(t)
+	stores := pgReplicas(t)
 	ctx := context.Background()
-	var stores [2]Store
-	for i := range stores {
-		st, err := OpenPostgres(ctx, dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer st.Close()
-		stores[i] = st
-	}
 	ret := Retention{UnreportedNodes: 3}
 	var (
 		wg     sync.WaitGroup

@@ -16,14 +16,7 @@ import (
 	"github.com/peerboot/peerboot/internal/testguard"
 )
 
-const rolloutTestInventory = `default = "default"
-
-[[rollout]]
-recipe = "default"
-channels = ["canary", "stable"]
-promote_after = 2
-window = "6h"
-
+const rolloutTestInventory = rolloutPolicy + `
 [[node]]
 mac = "52:54:00:00:00:01"
 channel = "canary"

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/peerboot/peerboot/attest"
 	"github.com/peerboot/peerboot/measure"
-	"github.com/peerboot/peerboot/qemu"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -51,12 +49,7 @@ func TestAttestedReportFromServe(t *testing.T) {
 		t.Skip("builds the default image and boots it twice in QEMU with swtpm")
 	}
 	outRoot := t.TempDir()
-	if out, code := peerboot(t, "fetch"); code != 0 {
-		t.Fatalf("fetch: exit %d\n%s", code, out)
-	}
-	if out, code := peerboot(t, "build", "--out", outRoot); code != 0 {
-		t.Fatalf("build: exit %d\n%s", code, out)
-	}
+	fetchBuildDefault(t, outRoot)
 	uki, err := os.ReadFile(filepath.Join(outRoot, "default", "peerboot.efi"))
 	if err != nil {
 		t.Fatal(err)
@@ -117,29 +110,17 @@ func TestAttestedReportFromServe(t *testing.T) {
 
 	boot := func(ukiPath string) string {
 		t.Helper()
-		pxe := t.TempDir()
 		script := fmt.Sprintf("#!ipxe\nchain http://10.0.2.2:%d%s console=ttyS0,115200 panic=-1 peerboot.on_pass=poweroff peerboot.on_fail=poweroff "+
 			"peerboot.report_url=http://10.0.2.2:%d/reports?node=%s peerboot.token=%s || shell\n", port, ukiPath, port, node, token)
-		if err := os.WriteFile(filepath.Join(pxe, "boot.ipxe"), []byte(script), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		var console bytes.Buffer
-		res, err := qemu.Boot(context.Background(), qemu.Options{Mode: qemu.UEFIPXE, PXEDir: pxe, WorkDir: t.TempDir(), Timeout: 10 * time.Minute,
-			TPM: true, TPMStateDir: tpmState,
-			Console: &console, KVMHint: filepath.Join(cacheDir(), "hints", "kvm-fails"),
-			Stop:      func(line string) bool { return strings.Contains(line, "report POST") },
-			Succeeded: func() bool { return strings.Contains(console.String(), selftest.Marker) }})
-		if err != nil {
-			t.Fatalf("boot of %s: %v\n%s", ukiPath, err, tailOf(console.String(), 40))
-		}
+		res, console := bootWithTPM(t, script, tpmState)
 		t.Logf("UEFI network boot of %s with a TPM (%s): %s to the report POST", ukiPath, res.Accel, res.Duration.Round(100*time.Millisecond))
 		if res.TimedOut {
-			t.Fatalf("the boot of %s timed out:\n%s\nserver:\n%s", ukiPath, tailOf(console.String(), 40), srv.logs.String())
+			t.Fatalf("the boot of %s timed out:\n%s\nserver:\n%s", ukiPath, tailOf(console, 40), srv.logs.String())
 		}
-		if !strings.Contains(console.String(), "TPM quote over PCRs 4, 7, 11") {
-			t.Fatalf("the node made no quote:\n%s", tailOf(console.String(), 40))
+		if !strings.Contains(console, "TPM quote over PCRs 4, 7, 11") {
+			t.Fatalf("the node made no quote:\n%s", tailOf(console, 40))
 		}
-		return console.String()
+		return console
 	}
 	last := func() reportPost {
 		mu.Lock()

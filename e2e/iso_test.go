@@ -31,12 +31,7 @@ func TestISOBootsFromCDROM(t *testing.T) {
 		testguard.Skipf(t, "xorriso not installed (make deps installs it)")
 	}
 	outRoot := t.TempDir()
-	if out, code := peerboot(t, "fetch"); code != 0 {
-		t.Fatalf("fetch: exit %d\n%s", code, out)
-	}
-	if out, code := peerboot(t, "build", "--out", outRoot); code != 0 {
-		t.Fatalf("build: exit %d\n%s", code, out)
-	}
+	fetchBuildDefault(t, outRoot)
 	dir := filepath.Join(outRoot, "default")
 	isoPath := filepath.Join(dir, "peerboot.iso")
 	info, err := os.Stat(isoPath)

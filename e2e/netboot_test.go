@@ -25,12 +25,7 @@ func TestPXEFromServe(t *testing.T) {
 		t.Skip("builds the default image and boots it in QEMU; runs in `make test`")
 	}
 	outRoot := t.TempDir()
-	if out, code := peerboot(t, "fetch"); code != 0 {
-		t.Fatalf("fetch: exit %d\n%s", code, out)
-	}
-	if out, code := peerboot(t, "build", "--out", outRoot); code != 0 {
-		t.Fatalf("build: exit %d\n%s", code, out)
-	}
+	fetchBuildDefault(t, outRoot)
 
 	// The server, as an operator runs it.
 	srv := startServe(t, "--out", outRoot, "--db", filepath.Join(t.TempDir(), "reports.db"))

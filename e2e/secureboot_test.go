@@ -22,12 +22,7 @@ func TestSecureBootDefault(t *testing.T) {
 		}
 	}
 	tmp := t.TempDir()
-	if out, code := peerboot(t, "fetch"); code != 0 {
-		t.Fatalf("fetch: exit %d\n%s", code, out)
-	}
-	if out, code := peerboot(t, "build", "--out", tmp); code != 0 {
-		t.Fatalf("build: exit %d\n%s", code, out)
-	}
+	fetchBuildDefault(t, tmp)
 	dir := filepath.Join(tmp, "default")
 	unsigned := filepath.Join(tmp, "unsigned.efi")
 	b, err := os.ReadFile(filepath.Join(dir, "peerboot.efi"))

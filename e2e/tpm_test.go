@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -16,8 +14,6 @@ import (
 
 	"github.com/peerboot/peerboot/attest"
 	"github.com/peerboot/peerboot/measure"
-	"github.com/peerboot/peerboot/qemu"
-	"github.com/peerboot/peerboot/selftest"
 )
 
 // The default image's UKI booted as a measured boot: OVMF with a TPM 2.0
@@ -33,12 +29,7 @@ func TestTPMQuoteFromUEFIBoot(t *testing.T) {
 		t.Skip("builds the default image and boots it in QEMU with swtpm")
 	}
 	outRoot := t.TempDir()
-	if out, code := peerboot(t, "fetch"); code != 0 {
-		t.Fatalf("fetch: exit %d\n%s", code, out)
-	}
-	if out, code := peerboot(t, "build", "--out", outRoot); code != 0 {
-		t.Fatalf("build: exit %d\n%s", code, out)
-	}
+	fetchBuildDefault(t, outRoot)
 	ukiPath := filepath.Join(outRoot, "default", "peerboot.efi")
 	uki, err := os.ReadFile(ukiPath)
 	if err != nil {
@@ -78,32 +69,20 @@ func TestTPMQuoteFromUEFIBoot(t *testing.T) {
 	port := ln.Addr().(*net.TCPAddr).Port
 
 	const nonce = "e2e-nonce-1"
-	pxe := t.TempDir()
 	script := fmt.Sprintf("#!ipxe\nchain http://10.0.2.2:%d/peerboot.efi console=ttyS0,115200 panic=-1 peerboot.on_pass=poweroff peerboot.on_fail=poweroff "+
 		"peerboot.report_url=http://10.0.2.2:%d/reports?node=tpm-node peerboot.token=t0k peerboot.nonce=%s || shell\n", port, port, nonce)
-	if err := os.WriteFile(filepath.Join(pxe, "boot.ipxe"), []byte(script), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var console bytes.Buffer
-	res, err := qemu.Boot(context.Background(), qemu.Options{Mode: qemu.UEFIPXE, PXEDir: pxe, WorkDir: t.TempDir(), Timeout: 10 * time.Minute,
-		TPM: true, TPMStateDir: filepath.Join(t.TempDir(), "tpm"),
-		Console: &console, KVMHint: filepath.Join(cacheDir(), "hints", "kvm-fails"),
-		Stop:      func(line string) bool { return strings.Contains(line, "report POST") },
-		Succeeded: func() bool { return strings.Contains(console.String(), selftest.Marker) }})
-	if err != nil {
-		t.Fatalf("boot: %v\n%s", err, tailOf(console.String(), 40))
-	}
+	res, console := bootWithTPM(t, script, filepath.Join(t.TempDir(), "tpm"))
 	t.Logf("UEFI network boot with a TPM (%s): %s to the report POST", res.Accel, res.Duration.Round(100*time.Millisecond))
 	if res.TimedOut {
-		t.Fatalf("the boot timed out:\n%s", tailOf(console.String(), 40))
+		t.Fatalf("the boot timed out:\n%s", tailOf(console, 40))
 	}
 	// TPMEventLog=: OVMF handed the kernel its TCG2 event log (it measured).
 	for _, line := range []string{"TPMEventLog=", `extended with "enter-initrd"`, "TPM quote over PCRs 4, 7, 11", "report POSTed"} {
-		if !strings.Contains(console.String(), line) {
-			t.Errorf("console lacks %q:\n%s", line, tailOf(console.String(), 40))
+		if !strings.Contains(console, line) {
+			t.Errorf("console lacks %q:\n%s", line, tailOf(console, 40))
 		}
 	}
-	t.Logf("%s\n%s", lineWith(console.String(), `extended with "enter-initrd"`), lineWith(console.String(), "TPM quote"))
+	t.Logf("%s\n%s", lineWith(console, `extended with "enter-initrd"`), lineWith(console, "TPM quote"))
 	mu.Lock()
 	defer mu.Unlock()
 	if len(posts) != 1 || posts[0].header == "" {

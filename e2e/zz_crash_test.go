@@ -27,12 +27,7 @@ func TestKillBuildAtRandomMoments(t *testing.T) {
 	testguard.Short(t, "builds and kills the pipeline 20 times")
 	const kills, maxAttempts = 20, 60
 	outRoot := t.TempDir()
-	if out, code := peerboot(t, "fetch"); code != 0 {
-		t.Fatalf("fetch: exit %d\n%s", code, out)
-	}
-	if out, code := peerboot(t, "build", "--out", outRoot); code != 0 {
-		t.Fatalf("build: exit %d\n%s", code, out)
-	}
+	fetchBuildDefault(t, outRoot)
 	sums := filepath.Join(outRoot, "default", "SHA256SUMS")
 	ref, err := os.ReadFile(sums)
 	if err != nil {

@@ -38,13 +38,7 @@ func testRSAKey(t *testing.T) string {
 // The PCR key reaches only the image stage: turning it on edits the recipe
 // (config, initramfs, image), a new key file re-runs the image stage alone.
 func TestPCRKeyStageKeys(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, body string) { os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644) }
-	write("t.toml", strings.Replace(strings.Replace(strings.Replace(planRecipe, "%s", strings.Repeat("a", 64), 1), "%s", strings.Repeat("b", 64), 1), "%s", strings.Repeat("c", 64), 1))
-	write("local.config", "CONFIG_NUMA=y\n")
-	write("0001-local.patch", "patch v1\n")
-	write("init", "init v1")
-	write("p2pcheck", "p2pcheck v1")
+	dir, write := planFixture(t)
 	base := planFor(t, dir)
 
 	write("pcr.key", testRSAKey(t))

@@ -93,15 +93,23 @@ func testCert(t *testing.T, serial int64) string {
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }
 
-// Which stages a change re-runs: the keys are the whole story.
-func TestKeysFollowTheirInputs(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, body string) { os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644) }
+// planFixture writes planRecipe (three distinct sha256s) as t.toml with its
+// local files into a new directory, and returns it with a writer for changing
+// them.
+func planFixture(t *testing.T) (dir string, write func(name, body string)) {
+	dir = t.TempDir()
+	write = func(name, body string) { os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644) }
 	write("t.toml", strings.Replace(strings.Replace(strings.Replace(planRecipe, "%s", strings.Repeat("a", 64), 1), "%s", strings.Repeat("b", 64), 1), "%s", strings.Repeat("c", 64), 1))
 	write("local.config", "CONFIG_NUMA=y\n")
 	write("0001-local.patch", "patch v1\n")
 	write("init", "init v1")
 	write("p2pcheck", "p2pcheck v1")
+	return dir, write
+}
+
+// Which stages a change re-runs: the keys are the whole story.
+func TestKeysFollowTheirInputs(t *testing.T) {
+	dir, write := planFixture(t)
 	base := planFor(t, dir)
 
 	cases := []struct {

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 )
 
@@ -278,31 +277,24 @@ func (s *sqlStore) RefusalCounts(ctx context.Context) (map[string]int64, error) 
 
 func (s *sqlStore) Attestations(ctx context.Context, ids []int64) (map[int64]ReportAttestation, error) {
 	out := map[int64]ReportAttestation{}
-	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), 500)]
-		ids = ids[len(chunk):]
-		args := make([]any, len(chunk))
-		marks := make([]string, len(chunk))
-		for i, id := range chunk {
-			args[i], marks[i] = id, fmt.Sprintf("$%d", i+1)
-		}
-		rows, err := s.db.QueryContext(ctx, `SELECT report_id, status, ak_name, nonce FROM report_attestations WHERE report_id IN (`+strings.Join(marks, ",")+`)`, args...)
+	err := inChunks(ids, func(in string, args []any) error {
+		rows, err := s.db.QueryContext(ctx, `SELECT report_id, status, ak_name, nonce FROM report_attestations WHERE report_id IN `+in, args...)
 		if err != nil {
-			return nil, fmt.Errorf("reading attestations: %w", err)
+			return err
 		}
+		defer rows.Close()
 		for rows.Next() {
 			var id int64
 			var a ReportAttestation
 			if err := rows.Scan(&id, &a.Status, &a.AKName, &a.Nonce); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("reading attestations: %w", err)
+				return err
 			}
 			out[id] = a
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("reading attestations: %w", err)
-		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading attestations: %w", err)
 	}
 	return out, nil
 }

@@ -689,17 +689,10 @@ func (s *sqlStore) Prune(ctx context.Context, nodeID string, ret Retention) (int
 				total -= size
 			}
 			rows.Close()
-			for len(ids) > 0 {
-				chunk := ids[:min(len(ids), 500)]
-				ids = ids[len(chunk):]
-				args := make([]any, len(chunk))
-				marks := make([]string, len(chunk))
-				for i, id := range chunk {
-					args[i], marks[i] = id, fmt.Sprintf("$%d", i+1)
-				}
-				if err := del(`DELETE FROM reports WHERE id IN (`+strings.Join(marks, ",")+`)`, args...); err != nil {
-					return deleted, fmt.Errorf("retention: over %d bytes: %w", ret.ReportBytes, err)
-				}
+			if err := inChunks(ids, func(in string, args []any) error {
+				return del(`DELETE FROM reports WHERE id IN `+in, args...)
+			}); err != nil {
+				return deleted, fmt.Errorf("retention: over %d bytes: %w", ret.ReportBytes, err)
 			}
 		}
 	}
@@ -755,20 +748,29 @@ func pruneUnreported(ctx context.Context, tx *sql.Tx, d dialect, unreported stri
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), 500)]
-		ids = ids[len(chunk):]
-		marks := make([]string, len(chunk))
-		for i := range chunk {
-			marks[i] = fmt.Sprintf("$%d", i+1)
-		}
-		in := `(` + strings.Join(marks, ",") + `)`
+	return inChunks(ids, func(in string, chunk []any) error {
 		// Asked again, each statement seeing every commit so far: a report committed
 		// after the SELECT's snapshot (the rows it locked came from it) keeps its node.
 		if _, err := tx.ExecContext(ctx, `DELETE FROM boots WHERE node_id IN `+in+` AND NOT EXISTS (SELECT 1 FROM reports r WHERE r.node_id = boots.node_id)`, chunk...); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id IN `+in+` AND NOT EXISTS (SELECT 1 FROM reports r WHERE r.node_id = nodes.id)`, chunk...); err != nil {
+		_, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id IN `+in+` AND NOT EXISTS (SELECT 1 FROM reports r WHERE r.node_id = nodes.id)`, chunk...)
+		return err
+	})
+}
+
+// inChunks calls f with vals 500 at a time, as an SQL IN list ("($1,$2,...)")
+// and its arguments: a statement's parameters are bounded, a list of ids is not.
+func inChunks[T any](vals []T, f func(in string, args []any) error) error {
+	for len(vals) > 0 {
+		chunk := vals[:min(len(vals), 500)]
+		vals = vals[len(chunk):]
+		args := make([]any, len(chunk))
+		marks := make([]string, len(chunk))
+		for i, v := range chunk {
+			args[i], marks[i] = v, fmt.Sprintf("$%d", i+1)
+		}
+		if err := f("("+strings.Join(marks, ",")+")", args); err != nil {
 			return err
 		}
 	}

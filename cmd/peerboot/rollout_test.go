@@ -1,17 +1,13 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
-	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestRolloutCommand runs the real serve with a rollout and steers it with the real
@@ -30,24 +26,8 @@ window = "6h"
 mac = "52:54:00:12:34:56"
 channel = "canary"
 `), 0o644)
-	cmd := exec.Command(peerboot, "serve", "--out", out, "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "r.db"),
+	addr := startServe(t, "--out", out, "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "r.db"),
 		"--inventory", inv, "--page-token", "sekrit")
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
-	sc := bufio.NewScanner(stdout)
-	addr := ""
-	for deadline := time.Now().Add(20 * time.Second); addr == "" && time.Now().Before(deadline) && sc.Scan(); {
-		if m := regexp.MustCompile(`listening on (127\.0\.0\.1:\d+)`).FindStringSubmatch(sc.Text()); m != nil {
-			addr = m[1]
-		}
-	}
-	if addr == "" {
-		t.Fatal("serve did not say where it listens")
-	}
-	go io.Copy(io.Discard, stdout)
 	srv := []string{"--server", "http://" + addr, "--token", "sekrit"}
 	rollout := func(args ...string) (string, string, int) {
 		t.Helper()

@@ -63,17 +63,17 @@ func TestServeUsageErrors(t *testing.T) {
 	}
 }
 
-// TestServeCommand starts the real command and fetches a boot script from it.
-func TestServeCommand(t *testing.T) {
-	out := t.TempDir()
-	fakeOutput(t, out, "default")
-	db := filepath.Join(t.TempDir(), "r.db")
-	cmd := exec.Command(peerboot, "serve", "--out", out, "--listen", "127.0.0.1:0", "--db", db, "--body-timeout", "2s")
+// startServe runs the real `peerboot serve` with args (which listen on
+// 127.0.0.1:0), interrupted at cleanup, and returns the address it says it
+// listens on.
+func startServe(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(peerboot, append([]string{"serve"}, args...)...)
 	stdout, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() }()
+	t.Cleanup(func() { cmd.Process.Signal(os.Interrupt); cmd.Wait() })
 	sc := bufio.NewScanner(stdout)
 	addr := ""
 	deadline := time.Now().Add(20 * time.Second)
@@ -86,6 +86,15 @@ func TestServeCommand(t *testing.T) {
 		t.Fatal("serve did not say where it listens")
 	}
 	go io.Copy(io.Discard, stdout)
+	return addr
+}
+
+// TestServeCommand starts the real command and fetches a boot script from it.
+func TestServeCommand(t *testing.T) {
+	out := t.TempDir()
+	fakeOutput(t, out, "default")
+	db := filepath.Join(t.TempDir(), "r.db")
+	addr := startServe(t, "--out", out, "--listen", "127.0.0.1:0", "--db", db, "--body-timeout", "2s")
 	resp, err := http.Get("http://" + addr + "/boot.ipxe?mac=52:54:00:12:34:56")
 	if err != nil {
 		t.Fatal(err)

@@ -11,10 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/peerboot/peerboot/debfile"
+	"github.com/peerboot/peerboot/internal/stubtest"
 	"github.com/peerboot/peerboot/internal/testguard"
-	"github.com/peerboot/peerboot/lock"
-	"github.com/peerboot/peerboot/store"
 )
 
 const (
@@ -351,56 +349,9 @@ func TestWriteUKIObjdump(t *testing.T) {
 	checkObjdump(t, buildUKI(t, testUKI(t)), testSA, testFA)
 }
 
-// realStub is systemd's linuxx64.efi.stub from the systemd-boot-efi .deb the
-// default recipe pins (role efi-stub in recipes/default.lock), read from the
-// store `peerboot fetch` fills ($PEERBOOT_CACHE, else the default; `make test`
-// fetches first). PEERBOOT_STUB names another stub file instead.
-func realStub(t *testing.T) []byte {
-	t.Helper()
-	if path := os.Getenv("PEERBOOT_STUB"); path != "" {
-		stub, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return stub
-	}
-	const lockPath = "../recipes/default.lock"
-	lf, err := lock.Read(lockPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var deb *lock.Deb
-	for i, d := range lf.Debs {
-		if d.Role == lock.RoleEFIStub {
-			deb = &lf.Debs[i]
-		}
-	}
-	if deb == nil {
-		t.Fatalf("%s pins no %s package", lockPath, lock.RoleEFIStub)
-	}
-	st, err := store.Open(store.DefaultRoot())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !st.HasBlob(deb.SHA256) {
-		testguard.Skipf(t, "%s %s (sha256 %s) is not in the store %s: run `peerboot fetch recipes/default.toml` (make test does)",
-			deb.Package, deb.Version, deb.SHA256, st.Root)
-	}
-	if err := st.CheckBlob(deb.SHA256); err != nil {
-		t.Fatal(err)
-	}
-	f, err := st.Open(deb.SHA256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	const stubPath = "usr/lib/systemd/boot/efi/linuxx64.efi.stub"
-	stub, err := debfile.DataFile(f, stubPath)
-	if err != nil {
-		t.Fatalf("%s: %v", deb.Filename, err)
-	}
-	return stub
-}
+// realStub is systemd's linuxx64.efi.stub as the default lock pins it
+// (stubtest.Real: from the store `peerboot fetch` fills, or PEERBOOT_STUB).
+func realStub(t *testing.T) []byte { return stubtest.Real(t, "../recipes/default.lock") }
 
 // TestWriteUKIRealStub runs against systemd's own stub (realStub); the other
 // UKI tests use the synthetic stub above.

@@ -15,12 +15,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/peerboot/peerboot/debfile"
 	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/internal/stubtest"
 	"github.com/peerboot/peerboot/internal/testguard"
-	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/measure"
-	"github.com/peerboot/peerboot/store"
 )
 
 // synthStub is a minimal PE32+ EFI application (.text, .data), enough for
@@ -71,42 +69,9 @@ func fakeKernel(n int, soi uint32) []byte {
 	return k
 }
 
-// realStub is systemd-boot-efi's linuxx64.efi.stub as the default lock pins
-// it, from the store `peerboot fetch` fills (make test fetches first).
-func realStub(t *testing.T) []byte {
-	t.Helper()
-	const lockPath = "../recipes/default.lock"
-	lf, err := lock.Read(lockPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var deb *lock.Deb
-	for i, d := range lf.Debs {
-		if d.Role == lock.RoleEFIStub {
-			deb = &lf.Debs[i]
-		}
-	}
-	if deb == nil {
-		t.Fatalf("%s pins no %s package", lockPath, lock.RoleEFIStub)
-	}
-	st, err := store.Open(store.DefaultRoot())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !st.HasBlob(deb.SHA256) {
-		testguard.Skipf(t, "%s %s is not in the store %s: run `peerboot fetch recipes/default.toml` (make test does)", deb.Package, deb.Version, st.Root)
-	}
-	f, err := st.Open(deb.SHA256)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	stub, err := debfile.DataFile(f, "usr/lib/systemd/boot/efi/linuxx64.efi.stub")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return stub
-}
+// realStub is systemd's linuxx64.efi.stub as the default lock pins it
+// (stubtest.Real: from the store `peerboot fetch` fills, or PEERBOOT_STUB).
+func realStub(t *testing.T) []byte { return stubtest.Real(t, "../recipes/default.lock") }
 
 func testKey(t *testing.T) *rsa.PrivateKey {
 	t.Helper()

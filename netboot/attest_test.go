@@ -75,6 +75,17 @@ func (e *testEnv) postAttested(t *testing.T, path, token, header string, body []
 
 var nonceArg = regexp.MustCompile(`peerboot\.nonce=([0-9a-f]{32})`)
 
+// bootNonce is the nonce in the boot script served to mac.
+func (e *testEnv) bootNonce(t *testing.T, mac string) string {
+	t.Helper()
+	_, script := e.get(t, "/boot.ipxe?mac="+mac)
+	m := nonceArg.FindStringSubmatch(script)
+	if m == nil {
+		t.Fatalf("no nonce in the script:\n%s", script)
+	}
+	return m[1]
+}
+
 // clock is a settable Now.
 type clock struct {
 	mu sync.Mutex
@@ -99,14 +110,10 @@ func TestAttestedReports(t *testing.T) {
 
 	// 1. A boot: the script carries a nonce; the TPM measures the UKI served; the
 	// report goes with its quote and is stored attested.
-	_, script := e.get(t, "/boot.ipxe?mac="+mac)
-	m := nonceArg.FindStringSubmatch(script)
-	if m == nil {
-		t.Fatalf("no nonce in the script:\n%s", script)
-	}
+	nonce := e.bootNonce(t, mac)
 	measureBoot(t, tp, uki)
 	pass := reportBody(t, Epyc4GPU, 0, false)
-	ev, hdr := quoted(t, tp, m[1], pass)
+	ev, hdr := quoted(t, tp, nonce, pass)
 	resp, out := e.postAttested(t, path, tok, hdr, pass)
 	if resp.StatusCode != 201 || !strings.Contains(out, `"attestation":"attested"`) {
 		t.Fatalf("attested PASS: %d %s", resp.StatusCode, out)
@@ -162,8 +169,7 @@ func TestAttestedReports(t *testing.T) {
 	}
 
 	// 5. Another TPM (a swapped board, or a forger's) under a fresh nonce: AK changed.
-	_, script = e.get(t, "/boot.ipxe?mac="+mac)
-	n3 := nonceArg.FindStringSubmatch(script)[1]
+	n3 := e.bootNonce(t, mac)
 	tp2 := swtpmtest.Start(t)
 	measureBoot(t, tp2, uki)
 	third := reportBody(t, Epyc4GPU, 3, false)
@@ -174,8 +180,7 @@ func TestAttestedReports(t *testing.T) {
 	}
 
 	// 6. Another node's nonce, an expired one, garbage.
-	_, script = e.get(t, "/boot.ipxe?mac=52:54:00:aa:00:02")
-	foreign := nonceArg.FindStringSubmatch(script)[1]
+	foreign := e.bootNonce(t, "52:54:00:aa:00:02")
 	tp.Reboot()
 	measureBoot(t, tp, uki)
 	_, hdr4 := quoted(t, tp, foreign, third)
@@ -183,8 +188,7 @@ func TestAttestedReports(t *testing.T) {
 	if resp.StatusCode != 403 || !strings.Contains(out, "nonce unknown or expired") {
 		t.Errorf("another node's nonce: %d %s", resp.StatusCode, out)
 	}
-	_, script = e.get(t, "/boot.ipxe?mac="+mac)
-	n5 := nonceArg.FindStringSubmatch(script)[1]
+	n5 := e.bootNonce(t, mac)
 	_, hdr5 := quoted(t, tp, n5, third)
 	clk.add(3 * time.Hour)
 	resp, out = e.postAttested(t, path, tok, hdr5, third)

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/peerboot/peerboot/attest"
 	"github.com/peerboot/peerboot/internal/swtpmtest"
 )
 
@@ -107,23 +106,13 @@ func TestAttestedRaceOneNonce(t *testing.T) {
 	}
 	tok := e.srv.Token(b.ID, mac)
 	tp := swtpmtest.Start(t)
-	_, script := e.get(t, "/boot.ipxe?mac="+mac)
-	m := nonceArg.FindStringSubmatch(script)
-	if m == nil {
-		t.Fatalf("no nonce in the script:\n%s", script)
-	}
+	nonce := e.bootNonce(t, mac)
 	measureBoot(t, tp, uki)
 	var bodies [2][]byte
 	var hdrs [2]string
 	for i := range bodies {
 		bodies[i] = reportBody(t, Epyc4GPU, 10+i, false)
-		ev, err := tp.Quote(m[1], bodies[i], attest.PhaseEnterInitrd, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if hdrs[i], err = attest.Encode(ev); err != nil {
-			t.Fatal(err)
-		}
+		_, hdrs[i] = quoted(t, tp, nonce, bodies[i])
 	}
 	var wg sync.WaitGroup
 	var codes [2]int

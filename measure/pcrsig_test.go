@@ -196,4 +196,3 @@ func TestSignMatchesSystemdMeasure(t *testing.T) {
 		t.Errorf(".pcrsig differs from systemd-measure sign:\n ours:    %s\n systemd: %s", got, out)
 	}
 }
-

@@ -1,6 +1,6 @@
 // Package swtpmtest starts swtpm (Debian's software TPM 2.0) for tests and
-// makes genuine TPM2 quotes with it over go-tpm's unix-socket transport. It is
-// a test helper: the node's own quoting lives in the init.
+// makes genuine TPM2 quotes with it over go-tpm's unix-socket transport, by
+// the node's own code (node/tpmquote). It is a test helper.
 package swtpmtest
 
 import (

@@ -75,6 +75,7 @@ type Options struct {
 	SHA256  string // the pin of the file; "" = not checked here
 	Version string // driver.version: the one version the files may carry (required)
 	Scratch string // where taken files are staged; "" = the system's temporary directory
+	Limits  Limits // bounds on what the file may make Unpack decompress and stage; zeros: DefaultLimits
 }
 
 // Unpacked is what Unpack took; Close removes the staged bytes.
@@ -91,8 +92,10 @@ func (u *Unpacked) Close() error { return os.RemoveAll(u.dir) }
 
 // Unpack reads the installer at file, checks it (the pin, the header, the header's
 // CRC and MD5, the manifest's version against opt.Version) and stages exactly the
-// files the image needs. It never runs any part of the file. On error nothing is
-// left behind.
+// files the image needs. It never runs any part of the file. Every size the file
+// declares is checked against opt.Limits and the file's size before anything is
+// allocated or written for it, and files are streamed to Scratch, never held in
+// memory. On error nothing is left behind.
 func Unpack(ctx context.Context, file string, opt Options) (_ *Unpacked, err error) {
 	name := filepath.Base(file)
 	defer func() {
@@ -130,6 +133,10 @@ func Unpack(ctx context.Context, file string, opt Options) (_ *Unpacked, err err
 	if err != nil {
 		return nil, err
 	}
+	if int64(h.Skip) > size {
+		// Line n starts after at least n-1 bytes: said before reading the file through.
+		return nil, fmt.Errorf("%w: the header puts the payload at line %d, past the file's %d bytes", ErrTruncated, h.Skip, size)
+	}
 	if h.VersionString != "" && h.VersionString != opt.Version {
 		return nil, fmt.Errorf("%w: the header's version_string is %s, driver.version is %s: the userspace must match the kernel driver exactly", ErrVersion, h.VersionString, opt.Version)
 	}
@@ -164,8 +171,14 @@ func Unpack(ctx context.Context, file string, opt Options) (_ *Unpacked, err err
 		return nil, err
 	}
 	br := bufio.NewReaderSize(raw, 1<<20)
-	manifest, staged, err := readPayload(br, u, dir)
+	lim := opt.Limits.withDefaults()
+	payload := size - offs[h.Skip]
+	bud := &budget{lim: lim, bound: lim.payloadBound(payload), payload: payload}
+	manifest, staged, err := readPayload(br, u, dir, bud)
 	if err != nil {
+		if errors.Is(err, ErrTooLarge) {
+			return nil, err
+		}
 		if src.eof {
 			return nil, fmt.Errorf("%w: the payload ends before its archive does (%d bytes): %v", ErrTruncated, size, err)
 		}
@@ -197,13 +210,14 @@ func Unpack(ctx context.Context, file string, opt Options) (_ *Unpacked, err err
 
 // readPayload walks the payload's tar, keeping .manifest and staging every file
 // whose name the image might take.
-func readPayload(br *bufio.Reader, u *Unpacked, dir string) ([]byte, map[string]staged, error) {
-	dec, err := decompressor(br, u)
+func readPayload(br *bufio.Reader, u *Unpacked, dir string, bud *budget) ([]byte, map[string]staged, error) {
+	dec, err := decompressor(br, u, bud.lim)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer dec.Close()
-	tr := tar.NewReader(dec)
+	bud.r = dec
+	tr := tar.NewReader(bud)
 	var manifest []byte
 	files := map[string]staged{}
 	for {
@@ -223,6 +237,9 @@ func readPayload(br *bufio.Reader, u *Unpacked, dir string) ([]byte, map[string]
 			if manifest != nil {
 				return nil, nil, fmt.Errorf(".manifest appears twice")
 			}
+			if err := bud.admit(".manifest", hd.Size, maxManifest, false); err != nil {
+				return nil, nil, err
+			}
 			if manifest, err = io.ReadAll(io.LimitReader(tr, maxManifest+1)); err != nil {
 				return nil, nil, err
 			}
@@ -230,8 +247,11 @@ func readPayload(br *bufio.Reader, u *Unpacked, dir string) ([]byte, map[string]
 			if _, dup := files[p]; dup {
 				return nil, nil, fmt.Errorf("%s appears twice", p)
 			}
+			if err := bud.admit(p, hd.Size, bud.lim.File, true); err != nil {
+				return nil, nil, err
+			}
 			dst := filepath.Join(dir, strings.ReplaceAll(p, "/", "__"))
-			n, err := stage(tr, dst)
+			n, err := stage(tr, dst, hd.Size)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -245,12 +265,13 @@ type staged struct {
 	size int64
 }
 
-func stage(r io.Reader, dst string) (int64, error) {
+// stage streams exactly size bytes (the entry's declared, admitted size) to dst.
+func stage(r io.Reader, dst string, size int64) (int64, error) {
 	w, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return 0, err
 	}
-	n, err := io.Copy(w, r)
+	n, err := io.CopyN(w, r, size)
 	if cerr := w.Close(); err == nil {
 		err = cerr
 	}
@@ -261,17 +282,29 @@ type nopCloser struct{ io.Reader }
 
 func (nopCloser) Close() error { return nil }
 
-// decompressor picks the payload's decompressor by its magic bytes.
-func decompressor(br *bufio.Reader, u *Unpacked) (io.ReadCloser, error) {
+// decompressor picks the payload's decompressor by its magic bytes. A window
+// or dictionary the stream declares past lim.Window is refused before the
+// decoder allocates it (xz: the first block's; zstd: every frame's, by the
+// decoder's own bound; gzip and bzip2 have small fixed ones).
+func decompressor(br *bufio.Reader, u *Unpacked, lim Limits) (io.ReadCloser, error) {
 	magic, _ := br.Peek(512)
 	switch {
 	case bytes.HasPrefix(magic, []byte{0xFD, '7', 'z', 'X', 'Z', 0x00}):
 		u.Compression = "xz"
+		// Peek only as far as the block header goes: reading past the payload's
+		// end here would make a corrupt payload look truncated.
+		hdr := magic
+		if len(magic) > 12 {
+			hdr, _ = br.Peek(13 + int(magic[12])*4 + 3)
+		}
+		if d, ok := xzDict(hdr); ok && d > lim.Window {
+			return nil, fmt.Errorf("%w: the xz stream declares a %d-byte dictionary, more than %d", ErrTooLarge, d, lim.Window)
+		}
 		r, err := xz.ReaderConfig{SingleStream: true}.NewReader(br)
 		return nopCloser{r}, err
 	case bytes.HasPrefix(magic, []byte{0x28, 0xB5, 0x2F, 0xFD}):
 		u.Compression = "zstd"
-		r, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1))
+		r, err := zstd.NewReader(br, zstd.WithDecoderConcurrency(1), zstd.WithDecoderMaxWindow(uint64(lim.Window)), zstd.WithDecoderMaxMemory(uint64(lim.Window)))
 		if err != nil {
 			return nil, err
 		}

@@ -27,6 +27,10 @@ type Spec struct {
 	Files       map[string][]byte // payload path -> bytes; nil: Default(Version)
 	Manifest    string            // "" = Manifest(Version)
 	NoMD5       bool              // MD5 all zeros, as makeself writes without md5sum (CRCsum stays)
+	// Hostile archives: Tar replaces the payload's tar stream (Files and
+	// Manifest are then unused), Payload the compressed payload itself.
+	Tar     []byte
+	Payload []byte
 }
 
 // Manifest is a .manifest in nvidia-installer's form for version v: the eight
@@ -113,6 +117,10 @@ func Build(s Spec) ([]byte, error) {
 	if err := tw.Close(); err != nil {
 		return nil, err
 	}
+	if s.Tar != nil {
+		tarBuf.Reset()
+		tarBuf.Write(s.Tar)
+	}
 	var payload bytes.Buffer
 	switch s.Compression {
 	case "", "xz":
@@ -140,6 +148,10 @@ func Build(s Spec) ([]byte, error) {
 		}
 	default:
 		return nil, fmt.Errorf("nvruntest: compression %q", s.Compression)
+	}
+	if s.Payload != nil {
+		payload.Reset()
+		payload.Write(s.Payload)
 	}
 
 	// The stub, as NVIDIA's makeself writes it: the assignment block, a banner,

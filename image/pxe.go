@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,7 +69,7 @@ func WritePXE(dir string, p PXE) error {
 		name string
 		data []byte
 	}{{pxeKernel, p.Kernel}, {pxeInitrd, p.Initrd}, {pxeScript, []byte(script)}} {
-		if err := writeFileAtomic(filepath.Join(dir, f.name), f.data); err != nil {
+		if err := writeFileAtomic(filepath.Join(dir, f.name), bytes.NewReader(f.data)); err != nil {
 			return fmt.Errorf("pxe: %w", err)
 		}
 	}
@@ -90,25 +91,28 @@ func LinkPXE(dir string, p PXE, kernelFile, initrdFile string) error {
 	for _, f := range []struct{ name, src string }{{pxeKernel, kernelFile}, {pxeInitrd, initrdFile}} {
 		dst := filepath.Join(dir, f.name)
 		if err := os.Link(f.src, dst); err != nil {
-			data, rerr := os.ReadFile(f.src)
+			// Streamed: the initrd carries the whole userspace, never held in memory.
+			src, rerr := os.Open(f.src)
 			if rerr != nil {
 				return fmt.Errorf("pxe: %w", rerr)
 			}
-			if err := writeFileAtomic(dst, data); err != nil {
+			err := writeFileAtomic(dst, src)
+			src.Close()
+			if err != nil {
 				return fmt.Errorf("pxe: %w", err)
 			}
 		}
 	}
-	return writeFileAtomic(filepath.Join(dir, pxeScript), []byte(script))
+	return writeFileAtomic(filepath.Join(dir, pxeScript), strings.NewReader(script))
 }
 
-func writeFileAtomic(path string, data []byte) error {
+func writeFileAtomic(path string, r io.Reader) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if _, err := bytes.NewReader(data).WriteTo(tmp); err != nil {
+	if _, err := io.Copy(tmp, r); err != nil {
 		tmp.Close()
 		return fmt.Errorf("write %s: %w", path, err)
 	}

@@ -72,11 +72,8 @@ func extractDeb(debPath, root string) error {
 		case tar.TypeDir:
 			err = t.mkdirAll(p)
 		case tar.TypeReg:
-			var buf bytes.Buffer
-			if _, err := io.Copy(&buf, body); err != nil {
-				return err
-			}
-			err = t.writeFile(p, buf.Bytes(), os.FileMode(h.Mode).Perm())
+			// Streamed: a package's file is never held in memory whole.
+			err = t.writeFile(p, body, os.FileMode(h.Mode).Perm())
 		case tar.TypeSymlink:
 			if usrMergeLinks[p] && path.Clean(strings.TrimPrefix(h.Name, "./")) != p {
 				return nil // ./lib -> usr/lib: the tree's own usr-merge link
@@ -105,6 +102,11 @@ func extractDeb(debPath, root string) error {
 // the same checks as package entries: no directory on the way may be a symlink,
 // and a symlink at p is replaced, not written through.
 func writeFile(root, p string, data []byte, mode os.FileMode) error {
+	return writeFrom(root, p, bytes.NewReader(data), mode)
+}
+
+// writeFrom is writeFile for bytes streamed from r.
+func writeFrom(root, p string, r io.Reader, mode os.FileMode) error {
 	ip, ok := mergedPath(p)
 	if !ok {
 		return fmt.Errorf("%s: not a path inside the image", p)
@@ -114,7 +116,7 @@ func writeFile(root, p string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	defer t.Close()
-	if err := t.writeFile(ip, data, mode); err != nil {
+	if err := t.writeFile(ip, r, mode); err != nil {
 		return fmt.Errorf("/%s: %w", ip, err)
 	}
 	return nil
@@ -215,7 +217,7 @@ func (t *tree) clear(p string) error {
 	return t.root.Remove(p)
 }
 
-func (t *tree) writeFile(p string, data []byte, mode os.FileMode) error {
+func (t *tree) writeFile(p string, r io.Reader, mode os.FileMode) error {
 	if err := t.mkdirAll(path.Dir(p)); err != nil {
 		return err
 	}
@@ -227,7 +229,7 @@ func (t *tree) writeFile(p string, data []byte, mode os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(data)
+	_, err = io.Copy(f, r)
 	if err == nil {
 		err = f.Chmod(mode) // umask must not change what lands in the image
 	}
@@ -272,10 +274,6 @@ func (t *tree) copyEntry(p, target string) error {
 	if err != nil {
 		return err
 	}
-	data, err := io.ReadAll(f)
-	f.Close()
-	if err != nil {
-		return err
-	}
-	return t.writeFile(p, data, info.Mode().Perm())
+	defer f.Close()
+	return t.writeFile(p, f, info.Mode().Perm())
 }

@@ -136,11 +136,15 @@ func layInstaller(ctx context.Context, opt UserspaceOptions, root string) error 
 			}
 			continue
 		}
-		b, err := os.ReadFile(f.Src)
+		// Streamed from nvrun's staging: a GSP image or libcuda is ~100 MB,
+		// never held in memory whole.
+		src, err := os.Open(f.Src)
 		if err != nil {
 			return err
 		}
-		if err := writeFile(root, dest(f), b, f.Mode); err != nil {
+		err = writeFrom(root, dest(f), src, f.Mode)
+		src.Close()
+		if err != nil {
 			return err
 		}
 	}

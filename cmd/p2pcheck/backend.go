@@ -2,25 +2,21 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
 	"github.com/peerboot/peerboot/node/assemble/phases"
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/cuda"
-	"github.com/peerboot/peerboot/selftest/gpufake"
 	"github.com/peerboot/peerboot/selftest/nccl"
 	"github.com/peerboot/peerboot/selftest/nvml"
 	"github.com/peerboot/peerboot/selftest/pcie"
 )
 
 // backend answers the phases. realBackend asks sysfs and the NVIDIA libraries;
-// fakeBackend (tests only) runs the same CUDA and NCCL code over the FAKE driver of
-// selftest/gpufake and answers NVML from a scenario file's raw codes, because a box
+// fakeBackend (tests only, fake.go, compiled in with -tags gpufake so the image's
+// p2pcheck carries no FAKE code) runs the same CUDA and NCCL code over the FAKE driver
+// of selftest/gpufake and answers NVML from a scenario file's raw codes, because a box
 // with eight broken GPUs cannot be had on demand. The precheck is always real: the
 // tests point --root at a generated sysfs tree instead.
 type backend interface {
@@ -131,121 +127,4 @@ func (realBackend) ncclWith(ctx context.Context, in *phaseInput, cudaLib, ncclLi
 		Env:         in.Env,
 		LogPath:     in.LogPath,
 	})
-}
-
-// fakeScenario is a FAKE backend's script, in raw symptoms only: the numbers the
-// FAKE libnvidia-ml's entry points return (nvmlReturn_t of nvmlInit_v2,
-// nvmlGpuP2PStatus_t and nvmlGpuTopologyLevel_t per pair, run through the real
-// selftest/nvml probe), the box the FAKE CUDA driver and NCCL of
-// selftest/gpufake emulate (devices, rates, raw faults such as a flipped word or an
-// error code, the NCCL INFO lines libnccl logs), kernel-log lines "printed" while the
-// NVML phase runs, a phase that hangs. Nothing in it is a finding or an interpreted
-// answer: the real CUDA engine, NCCL sweep, log parser, kernel-log classifier and
-// verdict have to get from these to the report.
-type fakeScenario struct {
-	Fake  string              `json:"fake"` // what it simulates, for the test log
-	NVML  *gpufake.FakeNVML   `json:"nvml"` // the FAKE libnvidia-ml
-	Box   *gpufake.FakeConfig `json:"box"`  // the FAKE libcuda and libnccl
-	Hang  string              `json:"hang"` // phase that never returns
-	Kmsg  []string            `json:"kmsg"`
-	Error map[string]string   `json:"error"` // phase -> error its probe returns
-}
-
-type fakeBackend struct{ s fakeScenario }
-
-func loadFake(path string) (*fakeBackend, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("FAKE scenario: %w", err)
-	}
-	var fb fakeBackend
-	if err := json.Unmarshal(b, &fb.s); err != nil {
-		return nil, fmt.Errorf("FAKE scenario %s: %w", path, err)
-	}
-	return &fb, nil
-}
-
-func (f *fakeBackend) gate(ctx context.Context, phase string) error {
-	if f.s.Hang == phase {
-		<-ctx.Done() // only the parent's SIGKILL ends this
-		select {}
-	}
-	if e := f.s.Error[phase]; e != "" {
-		return fmt.Errorf("%s", e)
-	}
-	return nil
-}
-
-func (f *fakeBackend) precheck(ctx context.Context, in *phaseInput) (*pcie.Result, error) {
-	if err := f.gate(ctx, selftest.PhasePrecheck); err != nil {
-		return nil, err
-	}
-	return pcie.Scan(in.Root)
-}
-
-// nvml runs the real NVML probe over the FAKE libnvidia-ml.
-func (f *fakeBackend) nvml(ctx context.Context, in *phaseInput) (*phases.NVML, error) {
-	if len(f.s.Kmsg) > 0 && in.KmsgPath != "" {
-		if err := appendLines(in.KmsgPath, f.s.Kmsg); err != nil {
-			return nil, err
-		}
-	}
-	if err := f.gate(ctx, selftest.PhaseNVML); err != nil {
-		return nil, err
-	}
-	if f.s.NVML == nil {
-		return nil, fmt.Errorf("FAKE scenario has no nvml answer")
-	}
-	return realBackend{}.nvmlWith(ctx, in, gpufake.NewNVML(*f.s.NVML))
-}
-
-// bar1 runs the real NVML probe over the FAKE libnvidia-ml as it answers after the copies.
-func (f *fakeBackend) bar1(ctx context.Context, in *phaseInput) (*phases.NVML, error) {
-	if err := f.gate(ctx, selftest.PhaseBAR1); err != nil {
-		return nil, err
-	}
-	if f.s.NVML == nil {
-		return nil, fmt.Errorf("FAKE scenario has no nvml answer")
-	}
-	return realBackend{}.nvmlWith(ctx, in, gpufake.NewNVML(f.s.NVML.After()))
-}
-
-// cuda runs the real copy phase over the FAKE driver.
-func (f *fakeBackend) cuda(ctx context.Context, in *phaseInput) (*cuda.Result, error) {
-	if err := f.gate(ctx, selftest.PhaseCUDA); err != nil {
-		return nil, err
-	}
-	if f.s.Box == nil {
-		return nil, fmt.Errorf("FAKE scenario has no box")
-	}
-	return realBackend{}.cudaWith(ctx, in, gpufake.New(*f.s.Box).CUDA())
-}
-
-// nccl runs the real all-reduce phase over the FAKE driver and NCCL.
-func (f *fakeBackend) nccl(ctx context.Context, in *phaseInput) (*selftest.NCCL, error) {
-	if err := f.gate(ctx, selftest.PhaseNCCL); err != nil {
-		return nil, err
-	}
-	if f.s.Box == nil {
-		return nil, fmt.Errorf("FAKE scenario has no box")
-	}
-	box := gpufake.New(*f.s.Box)
-	return realBackend{}.ncclWith(ctx, in, box.CUDA(), box.NCCL(), box.Now)
-}
-
-func appendLines(path string, lines []string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	fh, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return fmt.Errorf("FAKE kernel log: %w", err)
-	}
-	defer fh.Close()
-	for _, l := range lines {
-		if _, err := fmt.Fprintln(fh, l); err != nil {
-			return fmt.Errorf("FAKE kernel log: %w", err)
-		}
-	}
-	return nil
 }

@@ -29,7 +29,7 @@ type faultCase struct {
 	layout func() pcietest.Layout
 	recipe string // testdata file; "" runs without --recipe
 	// mutate changes the healthy answers; nil keeps them.
-	mutate   func(t *testing.T, s *fakeScenario, pre *pcie.Result)
+	mutate   func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result)
 	layoutFx func(l *pcietest.Layout) // changes the box before it is built
 	args     []string
 	want     []string // "status id" findings that must be present
@@ -52,7 +52,7 @@ func faultCases() []faultCase {
 		{name: "healthy-epyc-no-recipe", layout: pcietest.EPYC4GPU, pass: true, check: allVerified},
 		{
 			name: "unpatched-driver-all-cns", layout: pcietest.Xeon8GPU, recipe: "xeon-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, pre *pcie.Result) {
+			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
 				for i := range s.NVML.Pairs {
 					s.NVML.Pairs[i].Read, s.NVML.Pairs[i].Write = 1, 1 // NVML_P2P_STATUS_CHIPSET_NOT_SUPPORTED
 				}
@@ -70,7 +70,7 @@ func faultCases() []faultCase {
 		},
 		{
 			name: "bar1-below-vram-static-driver-nccl-stall", layout: pcietest.Xeon8GPU, recipe: "xeon-static24.toml",
-			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) { s.Hang = selftest.PhaseNCCL },
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) { s.Hang = selftest.PhaseNCCL },
 			args:   []string{"--deadline", "20s"},
 			want:   []string{"fail bar1.size", "fail deadline"},
 		},
@@ -89,7 +89,7 @@ func faultCases() []faultCase {
 		},
 		{
 			name: "nccl-uses-shm", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
 				s.Box.NCCLLog = gpufake.DefaultNCCLLog(4)
 				s.Box.NCCLLog[2] = "node:77:78 [1] NCCL INFO Channel 00/0 : 1[1] -> 2[2] via SHM/direct/direct"
 			},
@@ -97,7 +97,7 @@ func faultCases() []faultCase {
 		},
 		{
 			name: "nccl-cumem-is-p2p", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
 				s.Box.NCCLLog = gpufake.DefaultNCCLLog(4)
 				for i, l := range s.Box.NCCLLog {
 					s.Box.NCCLLog[i] = strings.Replace(l, "P2P/direct pointer", "P2P/CUMEM/read", 1)
@@ -107,7 +107,7 @@ func faultCases() []faultCase {
 		},
 		{
 			name: "nccl-over-net", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
 				s.Box.NCCLLog = gpufake.DefaultNCCLLog(4)
 				s.Box.NCCLLog[0] = "node:77:78 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/Socket/0"
 			},
@@ -115,14 +115,14 @@ func faultCases() []faultCase {
 		},
 		{
 			name: "corrupted-peer-copy", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
 				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultFlip, Copy: "0->1", Method: "ce", Offset: 4096}}
 			},
 			want: []string{"fail copy.corrupt"}, msg: []string{"GPU0->GPU1 ce write corrupted data: 1 word(s) differ, first at byte 0x1000"},
 		},
 		{
 			name: "short-local-copy", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
 				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultShort, Copy: "2->2", Method: "sm"}}
 			},
 			want: []string{"fail copy.corrupt"}, msg: []string{"GPU2 local sm copy corrupted data: 2048 word(s) differ, first at byte 0x2000"},
@@ -133,28 +133,28 @@ func faultCases() []faultCase {
 		},
 		{
 			name: "peer-enable-map-failed", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
 				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuCtxEnablePeerAccess", Code: 205}}
 			},
 			want: []string{"fail copy.error"}, msg: []string{"CUDA_ERROR_MAP_FAILED"},
 		},
 		{
 			name: "above-bar1-window-misses", layout: pcietest.Xeon8GPU, recipe: "xeon-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, pre *pcie.Result) {
+			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
 				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultWindow, GPU: 3, Window: pre.GPUs[3].BAR1Bytes}}
 			},
 			want: []string{"fail highmem.copy"}, msg: []string{"above-BAR1 probe on GPU3"},
 		},
 		{
 			name: "nccl-wrong-sum", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
 				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultSum, Rank: 1, Elem: 0, Count: 5}}
 			},
 			want: []string{"fail nccl.data"}, msg: []string{"5 element(s)"},
 		},
 		{
 			name: "verify-off-in-recipe", layout: pcietest.EPYC4GPU, recipe: "epyc-noverify.toml",
-			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
 				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultFlip, Copy: "0->1", Method: "sm"}}
 			},
 			want: []string{"warn copy.unverified"}, pass: true,
@@ -168,7 +168,7 @@ func faultCases() []faultCase {
 		},
 		{
 			name: "bandwidth-above-link", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) { s.Box.PairGBps[0][1] = 128 },
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) { s.Box.PairGBps[0][1] = 128 },
 			want:   []string{"fail copy.overrate"}, msg: []string{"GPU0->GPU1 ce write measured 128.0 GB/s"},
 		},
 		{
@@ -177,7 +177,7 @@ func faultCases() []faultCase {
 		},
 		{
 			name: "display-gpu-dynamic-bar1", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", bootVGA: -1,
-			mutate: func(t *testing.T, s *fakeScenario, pre *pcie.Result) {
+			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
 				s.NVML.GPUs[2].DisplayMode, s.NVML.GPUs[2].Display = 1, 1 // NVML_FEATURE_ENABLED
 			},
 			want: []string{"info gpu.display"}, msg: []string{"nvml display_mode=1, nvml display_active=1"}, pass: true,
@@ -193,7 +193,7 @@ func faultCases() []faultCase {
 		},
 		{
 			name: "iommu-fault-and-xid", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, pre *pcie.Result) {
+			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
 				s.Kmsg = []string{
 					"3,2210,91234567,-;AMD-Vi: Event logged [IO_PAGE_FAULT device=" + pre.GPUs[1].BDF + " domain=0x000e address=0x3ffffe000 flags=0x0020]",
 					"4,2211,91234600,-;NVRM: Xid (PCI:" + pre.GPUs[1].BDF[:10] + "): 79, pid=1234, name=p2pcheck, GPU has fallen off the bus.",
@@ -203,7 +203,7 @@ func faultCases() []faultCase {
 		},
 		{
 			name: "missing-gsp-firmware", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, pre *pcie.Result) {
+			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
 				s.Kmsg = []string{"3,1001,5123456,-;nvidia " + pre.GPUs[0].BDF + ": Direct firmware load for nvidia/550.163.01/gsp_ga10x.bin failed with error -2"}
 			},
 			want: []string{"fail kernel.firmware"},
@@ -222,7 +222,7 @@ func faultCases() []faultCase {
 		},
 		{
 			name: "libcuda-not-module-version", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
 				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuInit", Code: 803}}
 				s.NVML.Init = 18 // NVML_ERROR_LIB_RM_VERSION_MISMATCH
 			},
@@ -233,7 +233,7 @@ func faultCases() []faultCase {
 		// NVML's BAR1 used grows by 2 GiB on GPU 3 over the copies and stays: a leak
 		// warns, the verdict stands, and every GPU has its before and after figures.
 		name: "bar1-leak", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", pass: true,
-		mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) {
+		mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
 			for i := range s.NVML.GPUs {
 				s.NVML.GPUs[i].BAR1Used = 5 << 20
 			}
@@ -263,7 +263,7 @@ func faultCases() []faultCase {
 	for _, phase := range []string{selftest.PhasePrecheck, selftest.PhaseNVML, selftest.PhaseCUDA, selftest.PhaseNCCL, selftest.PhaseBAR1} {
 		cases = append(cases, faultCase{
 			name: "hang-in-" + phase, layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
-			mutate: func(t *testing.T, s *fakeScenario, _ *pcie.Result) { s.Hang = phase },
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) { s.Hang = phase },
 			args:   []string{"--deadline", "10s"},
 			want:   []string{"fail deadline"},
 		})

@@ -75,6 +75,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.phase != "" {
 		return childMain(o.phase, os.Stdin, stdout, stderr)
 	}
+	if o.fake != "" {
+		// A scenario that cannot be read, or a binary without the FAKE backend (the
+		// image's), is a usage error here, not four crashed phases.
+		if _, err := loadFake(o.fake); err != nil {
+			fmt.Fprintf(stderr, "p2pcheck: %v\n", err)
+			return exitUsage
+		}
+	}
 	r := check(&o, stderr)
 	return emit(&o, r, stdout, stderr)
 }
@@ -101,7 +109,7 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fl.BoolVar(&o.noSM, "no-sm", false, "skip the SM-kernel copies")
 	fl.BoolVar(&o.corrupt, "inject-corruption", false, "flip one word after the first copy, to prove the verification catches it (the run must fail)")
 	fl.TextVar(&o.highMemBAR1, "high-mem-bar1", recipe.Size(0), "run the above-BAR1 probe as if BAR1 were this size, e.g. 32GiB (to exercise it on a card with a large BAR1)")
-	fl.StringVar(&o.fake, "fake", "", "FAKE backend: replay the NVML/CUDA/NCCL answers of this scenario file (tests only)")
+	fl.StringVar(&o.fake, "fake", "", "FAKE backend: replay the NVML/CUDA/NCCL answers of this scenario file (tests only; in binaries built with -tags gpufake)")
 	fl.StringVar(&o.phase, "phase", "", "internal: run one phase as a child process")
 	return fl
 }

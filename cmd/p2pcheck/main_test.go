@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,11 +20,16 @@ import (
 )
 
 // The tests run the real binary: purego's dlopen path, exit codes and stdout are what
-// the init depends on, and they only exist in a built executable.
+// the init depends on, and they only exist in a built executable. It is built with the
+// FAKE backend (-tags gpufake) that the fault catalogue drives through --fake; the
+// image's p2pcheck is built without it (TestImageBinaryHasNoFake).
 var binary string
 
+// fakeTag is the build tag that compiles the FAKE backend (fake.go) in.
+const fakeTag = "gpufake"
+
 func TestMain(m *testing.M) {
-	dir := testbin.MustBuildTemp(map[string]string{"p2pcheck": "."})
+	dir := testbin.MustBuildTempTags(fakeTag, map[string]string{"p2pcheck": "."})
 	binary = filepath.Join(dir, "p2pcheck")
 	code := m.Run()
 	os.RemoveAll(dir)
@@ -230,6 +236,39 @@ func TestLinkage(t *testing.T) {
 		default:
 			t.Errorf("unexpected DT_NEEDED %s", l)
 		}
+	}
+}
+
+// The image's p2pcheck (built as make does, without tags) links none of the FAKE
+// stand-in; the tests' binary, built with the tag, does. The first is what issue 29
+// asks (go tool nm bin/p2pcheck | grep gpufake finds nothing); the second proves the
+// check looks at the right thing.
+func TestImageBinaryHasNoFake(t *testing.T) {
+	const pkg = "github.com/peerboot/peerboot/selftest/gpufake"
+	deps := func(tags string) []string {
+		out, err := exec.Command("go", "list", "-tags="+tags, "-deps", ".").Output()
+		if err != nil {
+			t.Fatalf("go list -tags=%q -deps: %v", tags, err)
+		}
+		return strings.Fields(string(out))
+	}
+	if slices.Contains(deps(""), pkg) {
+		t.Errorf("p2pcheck built without tags imports %s: the image would carry the FAKE backend", pkg)
+	}
+	if !slices.Contains(deps(fakeTag), pkg) {
+		t.Errorf("p2pcheck built with -tags %s does not import %s: the fault catalogue would have no FAKE backend", fakeTag, pkg)
+	}
+	f, err := elf.Open(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.Symbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(syms, func(s elf.Symbol) bool { return strings.HasPrefix(s.Name, pkg+".") }) {
+		t.Errorf("the test binary (-tags %s) has no %s symbols", fakeTag, pkg)
 	}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,10 +18,10 @@ import (
 // access between all of them and copy rates of 75 % of each path's link; the FAKE
 // libnccl logs "via P2P/direct pointer" for a ring over every rank. Fault tests
 // change one raw thing.
-func healthyScenario(t *testing.T, pre *pcie.Result, vram int64) *fakeScenario {
+func healthyScenario(t *testing.T, pre *pcie.Result, vram int64) *gpufake.Scenario {
 	t.Helper()
 	n := len(pre.GPUs)
-	s := &fakeScenario{Fake: "healthy patched box"}
+	s := &gpufake.Scenario{Fake: "healthy patched box"}
 	s.NVML = &gpufake.FakeNVML{Init: 0, DriverVersion: "550.163.01", CUDAVersion: 12040}
 	for _, g := range pre.GPUs {
 		s.NVML.GPUs = append(s.NVML.GPUs, gpufake.FakeNVMLGPU{BDF: g.BDF, Name: "NVIDIA GeForce RTX 4090", BAR1Total: uint64(g.BAR1Bytes), FBTotal: uint64(vram),
@@ -57,7 +56,7 @@ func nvmlLevel(t *testing.T, class string) int {
 	return -1
 }
 
-func writeScenario(t *testing.T, s *fakeScenario) string {
+func writeScenario(t *testing.T, s *gpufake.Scenario) string {
 	t.Helper()
 	b, err := json.MarshalIndent(s, "", " ")
 	if err != nil {
@@ -69,5 +68,3 @@ func writeScenario(t *testing.T, s *fakeScenario) string {
 	}
 	return p
 }
-
-func (s *fakeScenario) String() string { return fmt.Sprintf("FAKE %q", s.Fake) }

@@ -15,8 +15,14 @@ import (
 // into dir under the given binary name, as `make` does: static, trimmed paths,
 // no build id. It returns dir.
 func Build(dir string, pkgs map[string]string) (string, error) {
+	return BuildTags(dir, "", pkgs)
+}
+
+// BuildTags is Build with build tags (go build -tags), e.g. "gpufake" for the
+// p2pcheck the tests drive with --fake.
+func BuildTags(dir, tags string, pkgs map[string]string) (string, error) {
 	for name, pkg := range pkgs {
-		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-buildid=", "-o", filepath.Join(dir, name), pkg)
+		cmd := exec.Command("go", "build", "-tags="+tags, "-trimpath", "-ldflags=-buildid=", "-o", filepath.Join(dir, name), pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return "", fmt.Errorf("building %s: %w\n%s", pkg, err, out)
@@ -28,11 +34,16 @@ func Build(dir string, pkgs map[string]string) (string, error) {
 // MustBuildTemp builds into a new temporary directory for a TestMain; it panics on
 // failure (there is no *testing.T yet) and returns the directory to remove.
 func MustBuildTemp(pkgs map[string]string) string {
+	return MustBuildTempTags("", pkgs)
+}
+
+// MustBuildTempTags is MustBuildTemp with build tags.
+func MustBuildTempTags(tags string, pkgs map[string]string) string {
 	dir, err := os.MkdirTemp("", "peerboot-testbin")
 	if err != nil {
 		panic(err)
 	}
-	if _, err := Build(dir, pkgs); err != nil {
+	if _, err := BuildTags(dir, tags, pkgs); err != nil {
 		panic(err)
 	}
 	return dir

@@ -36,28 +36,31 @@ const (
 // Report is what one boot's self-test found. Everything but StartedAt and the
 // durations is a function of the box, the image and the kernel's answers.
 type Report struct {
-	Schema           int         `json:"schema"`
-	Verdict          string      `json:"verdict"`
-	Findings         []Finding   `json:"findings"`
-	Recipe           RecipeRef   `json:"recipe"`
-	Kernel           Kernel      `json:"kernel"`
-	Modules          []Module    `json:"modules"`
-	GPUs             []GPU       `json:"gpus"`
-	CUDA             CUDA        `json:"cuda"`
-	NVML             NVML        `json:"nvml"`
-	Pairs            []Pair      `json:"pairs"` // every unordered GPU pair, A < B
-	IOMMU            IOMMU       `json:"iommu"`
-	Copies           []Copy      `json:"copies"`        // timed, verified copies (local and peer)
-	HighMem          []HighMem   `json:"high_mem"`      // probes above BAR1, one per GPU where BAR1 < VRAM
-	Latencies        []Latency   `json:"latencies"`     // small-write latency, local and per ordered pair with peer access
-	BAR1             []BAR1Usage `json:"bar1"`          // NVML's BAR1 used/total per GPU, before and after the copies
-	NCCL             *NCCL       `json:"nccl"`          // nil: the phase did not run
-	KernelEvents     []KEvent    `json:"kernel_events"` // Xid, IOMMU faults, firmware failures seen during the run
-	Durations        []Duration  `json:"durations"`
-	StartedAt        string      `json:"started_at"`        // RFC 3339, UTC
-	DeadlineExceeded string      `json:"deadline_exceeded"` // the phase that stalled, or ""
-	Stall            *Stall      `json:"stall"`             // details of that stall
-	Tool             string      `json:"tool"`              // p2pcheck version
+	Schema    int         `json:"schema"`
+	Verdict   string      `json:"verdict"`
+	Findings  []Finding   `json:"findings"`
+	Recipe    RecipeRef   `json:"recipe"`
+	Kernel    Kernel      `json:"kernel"`
+	Modules   []Module    `json:"modules"`
+	GPUs      []GPU       `json:"gpus"`
+	CUDA      CUDA        `json:"cuda"`
+	NVML      NVML        `json:"nvml"`
+	Pairs     []Pair      `json:"pairs"` // every unordered GPU pair, A < B
+	IOMMU     IOMMU       `json:"iommu"`
+	Copies    []Copy      `json:"copies"`    // timed, verified copies (local and peer)
+	HighMem   []HighMem   `json:"high_mem"`  // probes above BAR1, one per GPU where BAR1 < VRAM
+	Latencies []Latency   `json:"latencies"` // small-write latency, local and per ordered pair with peer access
+	BAR1      []BAR1Usage `json:"bar1"`      // NVML's BAR1 used/total per GPU, before and after the copies
+	// PeerMem is the peermem phase: managed, VMM and exported-handle memory between GPUs.
+	// Absent (nil) when the phase did not run, as in reports of older p2pchecks.
+	PeerMem          []PeerMem  `json:"peer_mem,omitempty"`
+	NCCL             *NCCL      `json:"nccl"`          // nil: the phase did not run
+	KernelEvents     []KEvent   `json:"kernel_events"` // Xid, IOMMU faults, firmware failures seen during the run
+	Durations        []Duration `json:"durations"`
+	StartedAt        string     `json:"started_at"`        // RFC 3339, UTC
+	DeadlineExceeded string     `json:"deadline_exceeded"` // the phase that stalled, or ""
+	Stall            *Stall     `json:"stall"`             // details of that stall
+	Tool             string     `json:"tool"`              // p2pcheck version
 }
 
 // Finding is one observation; any "fail" finding makes the verdict fail. IDs are
@@ -114,12 +117,17 @@ type GPU struct {
 	BAR1Bytes int64  `json:"bar1_bytes"`
 	VRAMBytes *int64 `json:"vram_bytes,omitempty"` // only once a driver tells us
 	// Schema 2. Upstream runs from the root port down to the GPU's own upstream link.
-	Upstream   []Bridge    `json:"upstream"`
-	RootBus    string      `json:"root_bus"`           // "pci0000:00": the host bridge it hangs off
-	IOMMUGroup int         `json:"iommu_group"`        // -1: none
-	BootVGA    bool        `json:"boot_vga,omitempty"` // sysfs boot_vga = 1: the firmware's console card
-	NVML       *NVMLGPU    `json:"nvml,omitempty"`
-	CUDA       *CUDADevice `json:"cuda,omitempty"`
+	Upstream   []Bridge `json:"upstream"`
+	RootBus    string   `json:"root_bus"`           // "pci0000:00": the host bridge it hangs off
+	IOMMUGroup int      `json:"iommu_group"`        // -1: none
+	BootVGA    bool     `json:"boot_vga,omitempty"` // sysfs boot_vga = 1: the firmware's console card
+	// P2PMode is the BAR1 mode the patched driver chose for this GPU (static, dynamic),
+	// from its "peerboot-p2p:" kernel line, and P2PModeLine that line; "" when the
+	// driver logged none (a stock driver, or one from before the line existed).
+	P2PMode     string      `json:"p2p_mode,omitempty"`
+	P2PModeLine string      `json:"p2p_mode_line,omitempty"`
+	NVML        *NVMLGPU    `json:"nvml,omitempty"`
+	CUDA        *CUDADevice `json:"cuda,omitempty"`
 }
 
 // Link is the PCIe link as trained now and at most.

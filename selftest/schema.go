@@ -227,6 +227,51 @@ type Transport struct {
 	P2P     bool   `json:"p2p"` // Via starts with "P2P/"
 }
 
+// Peer-memory forms the peermem phase checks (PeerMem.Kind).
+const (
+	MemManaged = "managed" // cuMemAllocManaged, migrated and mapped by UVM (cudaMallocManaged)
+	MemVMM     = "vmm"     // cuMemCreate + cuMemMap, peer access by cuMemSetAccess (NCCL's P2P/CUMEM)
+	MemIPC     = "ipc"     // a cuMemCreate allocation exported as a POSIX file descriptor and imported again
+)
+
+// PeerMem steps (PeerMem.Step): where in the check a failure or mismatch came from.
+const (
+	StepSetup     = "setup"      // allocating, advising, mapping, granting access, exporting
+	StepPeerRead  = "peer read"  // the peer's kernel checks what the owner wrote
+	StepPeerWrite = "peer write" // the owner checks what the peer's kernel wrote
+	StepPeerCopy  = "peer copy"  // the peer's copy engine copies out of the memory
+)
+
+// PeerMem is one check of a form of peer memory other than cuMemAlloc's (which the
+// copies cover): memory of GPU Owner, written by a kernel on Owner, read and written by
+// a kernel on GPU Peer and copied out by Peer's copy engine, each step verified on a
+// GPU. Owner == Peer is the local form (one GPU: the calls and data path without a
+// peer). Added after schema 2 shipped; absent from reports whose p2pcheck did not run
+// the peermem phase.
+type PeerMem struct {
+	Kind  string `json:"kind"`  // managed, vmm, ipc
+	Owner int    `json:"owner"` // CUDA ordinal whose memory it is
+	Peer  int    `json:"peer"`  // CUDA ordinal that reads and writes it
+	Bytes int64  `json:"bytes"`
+	// Calls lists what was done, in order ("cuMemAllocManaged(32 MiB) on GPU 0",
+	// "cuMemAdvise(SET_ACCESSED_BY, GPU 1)"), so a report shows which driver path ran.
+	Calls    []string  `json:"calls"`
+	Verified bool      `json:"verified"`           // every step ran and every word matched
+	Step     string    `json:"step,omitempty"`     // the step of Mismatch, Refused or Error
+	Mismatch *Mismatch `json:"mismatch,omitempty"` // wrong data at Step
+	// Refused is set when the driver declined a setup call with an error code before any
+	// data moved: the form is unavailable here, which is not corruption.
+	Refused string `json:"refused,omitempty"`
+	Error   string `json:"error,omitempty"` // a call failed after data started to move (a kernel fault, a failed copy)
+}
+
+// P2P modes the patched driver logs per GPU at BAR1 setup (GPU.P2PMode), in a kernel
+// line "peerboot-p2p: ..." (driver/patches/README.md).
+const (
+	P2PModeStatic  = "static"  // BAR1 maps all of the GPU's memory once; peers use that window
+	P2PModeDynamic = "dynamic" // BAR1 windows are mapped per peer allocation
+)
+
 // Kernel-log event kinds.
 const (
 	KEventXid      = "xid"

@@ -114,8 +114,29 @@ func Validate(r *Report) error {
 		v.mismatch(k+".mismatch", h.Mismatch, 0)
 		v.checked(k, h.Verified, h.Mismatch)
 	}
+	for i := range r.PeerMem {
+		m := &r.PeerMem[i]
+		k := fmt.Sprintf("peer_mem[%d]", i)
+		v.ordinal(k+".owner", m.Owner, ords)
+		v.ordinal(k+".peer", m.Peer, ords)
+		switch m.Kind {
+		case MemManaged, MemVMM, MemIPC:
+		default:
+			v.add(k+".kind", "%q, want managed, vmm or ipc", m.Kind)
+		}
+		if m.Bytes < 0 {
+			v.add(k+".bytes", "%d, want 0 or more", m.Bytes)
+		}
+		v.mismatch(k+".mismatch", m.Mismatch, m.Bytes)
+		v.checked(k, m.Verified, m.Mismatch)
+	}
 	for i, g := range r.GPUs {
 		k := fmt.Sprintf("gpus[%d]", i)
+		switch g.P2PMode {
+		case "", P2PModeStatic, P2PModeDynamic:
+		default:
+			v.add(k+".p2p_mode", "%q, want static, dynamic or empty", g.P2PMode)
+		}
 		if g.BAR1Bytes < 0 || (g.VRAMBytes != nil && *g.VRAMBytes < 0) {
 			v.add(k, "negative BAR1 or VRAM size")
 		}

@@ -61,6 +61,11 @@ func Classify(line string) (selftest.KEvent, bool) {
 	if msg == "" {
 		return selftest.KEvent{}, false
 	}
+	if strings.Contains(msg, P2PTag) {
+		// The patched driver's mode line (P2PMode) is a statement, not an event, even
+		// when it gives a reason in words such as "refused".
+		return selftest.KEvent{}, false
+	}
 	ev := selftest.KEvent{Line: msg}
 	if len(ev.Line) > maxLine {
 		n := maxLine

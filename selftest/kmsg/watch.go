@@ -140,3 +140,23 @@ func (w *Watch) Close() error {
 	}
 	return nil
 }
+
+// Backlog returns the text of every record the kernel log holds now, oldest first,
+// without record headers: the lines logged before a Watch started (the driver's
+// per-GPU lines at BAR1 setup are logged when the GPU is first opened, which may be
+// long before the self-test runs). A regular file (tests) is read whole.
+func Backlog(path string) ([]string, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening the kernel log %s: %w", path, err)
+	}
+	w := &Watch{path: path, fd: fd}
+	defer w.Close()
+	out := []string{}
+	err = w.drain(func(line string) {
+		if msg := message(line); msg != "" {
+			out = append(out, msg)
+		}
+	})
+	return out, err
+}

@@ -121,9 +121,10 @@ type GPU struct {
 	RootBus    string   `json:"root_bus"`           // "pci0000:00": the host bridge it hangs off
 	IOMMUGroup int      `json:"iommu_group"`        // -1: none
 	BootVGA    bool     `json:"boot_vga,omitempty"` // sysfs boot_vga = 1: the firmware's console card
-	// P2PMode is the BAR1 mode the patched driver chose for this GPU (static, dynamic),
-	// from its "peerboot-p2p:" kernel line, and P2PModeLine that line; "" when the
-	// driver logged none (a stock driver, or one from before the line existed).
+	// P2PMode is the BAR1 P2P mode the patched driver chose for this GPU (static,
+	// dynamic, none), from its "peerboot-p2p: bar1-mode" kernel line, and P2PModeLine
+	// that line; "" when the driver logged none (a stock driver, or one built before the
+	// line existed).
 	P2PMode     string      `json:"p2p_mode,omitempty"`
 	P2PModeLine string      `json:"p2p_mode_line,omitempty"`
 	NVML        *NVMLGPU    `json:"nvml,omitempty"`

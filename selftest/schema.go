@@ -265,11 +265,13 @@ type PeerMem struct {
 	Error   string `json:"error,omitempty"` // a call failed after data started to move (a kernel fault, a failed copy)
 }
 
-// P2P modes the patched driver logs per GPU at BAR1 setup (GPU.P2PMode), in a kernel
-// line "peerboot-p2p: ..." (driver/patches/README.md).
+// P2P modes the patched driver logs per GPU at BAR1 setup (GPU.P2PMode), in its kernel
+// line "peerboot-p2p: bar1-mode ... mode=<m> why=<rule>" (driver/patches/README.md). A
+// pair talks BAR1 P2P only when both GPUs have the same mode and it is not none.
 const (
 	P2PModeStatic  = "static"  // BAR1 maps all of the GPU's memory once; peers use that window
 	P2PModeDynamic = "dynamic" // BAR1 windows are mapped per peer allocation
+	P2PModeNone    = "none"    // no BAR1 P2P on this GPU (BAR1 too small, regkeys, RM refused)
 )
 
 // Kernel-log event kinds.

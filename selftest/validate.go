@@ -133,9 +133,9 @@ func Validate(r *Report) error {
 	for i, g := range r.GPUs {
 		k := fmt.Sprintf("gpus[%d]", i)
 		switch g.P2PMode {
-		case "", P2PModeStatic, P2PModeDynamic:
+		case "", P2PModeStatic, P2PModeDynamic, P2PModeNone:
 		default:
-			v.add(k+".p2p_mode", "%q, want static, dynamic or empty", g.P2PMode)
+			v.add(k+".p2p_mode", "%q, want static, dynamic, none or empty", g.P2PMode)
 		}
 		if g.BAR1Bytes < 0 || (g.VRAMBytes != nil && *g.VRAMBytes < 0) {
 			v.add(k, "negative BAR1 or VRAM size")

@@ -13,15 +13,16 @@ func TestP2PMode(t *testing.T) {
 	for _, tc := range []struct {
 		line, bdf, mode string
 	}{
-		{"6,812,4123456,-;NVRM: peerboot-p2p: GPU 0000:01:00.0 mode=dynamic bar1=32768MiB fb=49140MiB reason=bar1<fb", "0000:01:00.0", "dynamic"},
-		{"[   12.5] NVRM: peerboot-p2p: GPU 0000:C1:00.0 mode=static bar1=32768MiB fb=32607MiB forced (AUTO refused: padding)", "0000:c1:00.0", "static"},
-		{"NVRM: GPU at PCI:0000:41:00: peerboot-p2p: static (BAR1 covers FB)", "0000:41:00.0", "static"},
-		{"<6>nvidia 0000:02:00.0: peerboot-p2p: mode: DYNAMIC", "0000:02:00.0", "dynamic"},
-		{"NVRM: peerboot-p2p: GPU 0000:01:00.0 mode=turbo", "", ""}, // unknown mode
-		{"NVRM: peerboot-p2p: mode=static", "", ""},                 // no GPU named
-		{"NVRM: GPU 0000:01:00.0 static BAR1 mode=static", "", ""},  // no tag
-		{"NVRM: peerboot-p2p: GPU 0000:01:00.0 bar1=32GiB", "", ""}, // no mode
-		{"NVRM: peerboot-p2p: GPU 0000:01:00.0 mode=static", "0000:01:00.0", "static"},
+		// driver/patches/README.md's example and variations the grammar allows
+		{"6,812,4123456,-;NVRM: peerboot-p2p: bar1-mode gpu=0 pci=0000:41:00.0 chip=AD102 bar1_mib=32768 fb_mib=49140 mode=dynamic why=bar1-below-fb", "0000:41:00.0", "dynamic"},
+		{"[   12.5] NVRM: kbusInitBar1_GM107: peerboot-p2p: bar1-mode gpu=1 pci=0000:C1:00.0 chip=GB202 bar1_mib=32768 fb_mib=32607 mode=static why=forced", "0000:c1:00.0", "static"},
+		{"<6>NVRM: peerboot-p2p: bar1-mode mode=none why=small-bar1 pci=00000000:02:00.0 gpu=2 newkey=x", "0000:02:00.0", "none"},
+		{"NVRM: peerboot-p2p: bar1-mode gpu=0 pci=0000:01:00.0 mode=turbo why=auto", "", ""}, // unknown mode
+		{"NVRM: peerboot-p2p: bar1-mode gpu=0 chip=AD102 mode=static why=auto", "", ""},      // no pci
+		{"NVRM: peerboot-p2p: bar1-mode gpu=0 pci=0000:01:00 mode=static", "", ""},           // no function
+		{"NVRM: peerboot-p2p: bar1-mode gpu=0 pci=0000:01:00.0 chip=AD102", "", ""},          // no mode
+		{"NVRM: peerboot-p2p: GPU0 BAR1 P2P mode static (auto)", "", ""},                     // the older prose line
+		{"NVRM: GPU 0000:01:00.0 mode=static", "", ""},                                       // no tag
 	} {
 		bdf, mode, msg, ok := P2PMode(tc.line)
 		if bdf != tc.bdf || mode != tc.mode || ok != (tc.bdf != "") {
@@ -41,10 +42,10 @@ func TestP2PMode(t *testing.T) {
 func TestP2PModesBacklog(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "kmsg")
 	text := strings.Join([]string{
-		"6,1,100,-;NVRM: peerboot-p2p: GPU 0000:01:00.0 mode=static",
-		"6,2,101,-;NVRM: peerboot-p2p: GPU 0000:02:00.0 mode=dynamic",
+		"6,1,100,-;NVRM: peerboot-p2p: bar1-mode gpu=0 pci=0000:01:00.0 mode=static why=auto",
+		"6,2,101,-;NVRM: peerboot-p2p: bar1-mode gpu=1 pci=0000:02:00.0 mode=dynamic why=bar1-below-fb",
 		" SUBSYSTEM=pci",
-		"6,3,200,-;NVRM: peerboot-p2p: GPU 0000:01:00.0 mode=dynamic",
+		"6,3,200,-;NVRM: peerboot-p2p: bar1-mode gpu=0 pci=0000:01:00.0 mode=dynamic why=regkey-off",
 		"6,4,201,-;unrelated",
 	}, "\n") + "\n"
 	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
@@ -59,7 +60,7 @@ func TestP2PModesBacklog(t *testing.T) {
 	}
 	m := P2PModes(lines)
 	if len(m) != 2 || m["0000:01:00.0"].Mode != selftest.P2PModeDynamic || m["0000:02:00.0"].Mode != selftest.P2PModeDynamic ||
-		m["0000:01:00.0"].Line != "NVRM: peerboot-p2p: GPU 0000:01:00.0 mode=dynamic" {
+		m["0000:01:00.0"].Line != "NVRM: peerboot-p2p: bar1-mode gpu=0 pci=0000:01:00.0 mode=dynamic why=regkey-off" {
 		t.Errorf("modes %+v", m)
 	}
 	if _, err := Backlog(filepath.Join(t.TempDir(), "absent")); err == nil {
@@ -69,9 +70,9 @@ func TestP2PModesBacklog(t *testing.T) {
 
 func FuzzP2PMode(f *testing.F) {
 	for _, s := range []string{
-		"6,812,4123456,-;NVRM: peerboot-p2p: GPU 0000:01:00.0 mode=dynamic bar1=32768MiB fb=49140MiB",
-		"NVRM: GPU at PCI:0000:41:00: peerboot-p2p: static",
-		"peerboot-p2p:",
+		"6,812,4123456,-;NVRM: peerboot-p2p: bar1-mode gpu=0 pci=0000:41:00.0 chip=AD102 bar1_mib=32768 fb_mib=49140 mode=dynamic why=bar1-below-fb",
+		"NVRM: peerboot-p2p: bar1-mode pci=0000:01:00.0 mode=none",
+		"peerboot-p2p: bar1-mode ",
 	} {
 		f.Add(s)
 	}
@@ -83,7 +84,7 @@ func FuzzP2PMode(f *testing.F) {
 			}
 			return
 		}
-		if mode != selftest.P2PModeStatic && mode != selftest.P2PModeDynamic {
+		if mode != selftest.P2PModeStatic && mode != selftest.P2PModeDynamic && mode != selftest.P2PModeNone {
 			t.Errorf("mode %q", mode)
 		}
 		if bdf != strings.ToLower(bdf) || strings.Count(bdf, ":") != 2 || !strings.Contains(bdf, ".") {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/debfile"
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/image"
@@ -25,13 +26,12 @@ import (
 
 // Stage output layouts read by later stages.
 const (
-	initrdFile    = "initrd.img"
-	ukiFile       = "peerboot.efi"
-	diskFile      = "disk.img"
-	isoFile       = "peerboot.iso"
-	pxeDir        = "pxe"
-	stubPath      = "usr/lib/systemd/boot/efi/linuxx64.efi.stub"
-	imageRecipeAt = "etc/peerboot/recipe.toml"
+	initrdFile = "initrd.img"
+	ukiFile    = "peerboot.efi"
+	diskFile   = "disk.img"
+	isoFile    = "peerboot.iso"
+	pxeDir     = "pxe"
+	stubPath   = "usr/lib/systemd/boot/efi/linuxx64.efi.stub"
 )
 
 // initrdLayers are the layer stages whose segments make the initrd, in the
@@ -254,7 +254,7 @@ func efiStub(sr *stageRun) ([]byte, error) {
 
 // generatedFiles are the image files written from the recipe.
 func generatedFiles(r *recipe.Resolved) map[string][]byte {
-	files := map[string][]byte{imageRecipeAt: r.Canonical()}
+	files := map[string][]byte{bootproto.InImage(bootproto.RecipePath): r.Canonical()}
 	short := strings.TrimPrefix(r.Digest, "sha256:")[:12]
 	files["etc/os-release"] = []byte(fmt.Sprintf(
 		"NAME=\"peerboot\"\nID=peerboot\nPRETTY_NAME=\"peerboot %s (nvidia-open %s)\"\nIMAGE_ID=%s\nIMAGE_VERSION=%s\nVERSION_ID=%s\n",

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/driver"
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/initramfs"
@@ -129,7 +130,7 @@ func configStage() *stage {
 				return nil, nil, fmt.Errorf("overlay: %w", err)
 			}
 			var unresolved []string
-			for _, t := range []struct{ at, path string }{{"init", pc.Tools.Init}, {"usr/bin/p2pcheck", pc.Tools.P2PCheck}} {
+			for _, t := range []struct{ at, path string }{{bootproto.InImage(bootproto.InitPath), pc.Tools.Init}, {bootproto.InImage(bootproto.P2PCheckPath), pc.Tools.P2PCheck}} {
 				b, err := os.ReadFile(t.path)
 				if err != nil {
 					unresolved = append(unresolved, fmt.Sprintf("image binary /%s not found at %s: run make", t.at, t.path))

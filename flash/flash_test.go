@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/selftest"
@@ -99,7 +100,7 @@ func testImage(t *testing.T) string {
 		DiskGUID: image.DeriveGUID(seed, "disk"), Epoch: 1700000000,
 		ESP: image.Partition{Size: 40 << 20, GUID: image.DeriveGUID(seed, "esp"), Label: "ESP", VolumeID: 1,
 			Files: map[string][]byte{"EFI/BOOT/BOOTX64.EFI": efi}},
-		Reports: image.Partition{Size: 32 << 20, GUID: image.DeriveGUID(seed, "reports"), Label: image.ReportsLabel, VolumeID: 2,
+		Reports: image.Partition{Size: 32 << 20, GUID: image.DeriveGUID(seed, "reports"), Label: bootproto.ReportsLabel, VolumeID: 2,
 			Files: map[string][]byte{"reports/": nil, "report-20250601T120000Z.json": testReport("2025-06-01T12:00:00Z")}},
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/image/fat"
 	"github.com/peerboot/peerboot/progress"
@@ -67,13 +68,13 @@ func growReports(f *os.File, path string, log io.Writer) (*GrowResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	p, ok := g.Find(image.ReportsLabel)
+	p, ok := g.Find(bootproto.ReportsLabel)
 	if !ok {
-		return nil, fmt.Errorf("%s has no %s partition to grow", path, image.ReportsLabel)
+		return nil, fmt.Errorf("%s has no %s partition to grow", path, bootproto.ReportsLabel)
 	}
 	for _, o := range g.Partitions {
 		if o.FirstLBA > p.FirstLBA {
-			return nil, fmt.Errorf("%s: partition %d (%s) lies after %s, which therefore cannot grow", path, o.Index+1, o.Name, image.ReportsLabel)
+			return nil, fmt.Errorf("%s: partition %d (%s) lies after %s, which therefore cannot grow", path, o.Index+1, o.Name, bootproto.ReportsLabel)
 		}
 	}
 	sizeLBA := uint64(size / 512)
@@ -83,22 +84,22 @@ func growReports(f *os.File, path string, log io.Writer) (*GrowResult, error) {
 	res := &GrowResult{OldSize: p.Size()}
 	if newLast <= p.LastLBA {
 		res.NewSize = p.Size()
-		fmt.Fprintf(log, "%s: the %s partition already fills the disk (%s)\n", path, image.ReportsLabel, progress.Bytes(p.Size()))
+		fmt.Fprintf(log, "%s: the %s partition already fills the disk (%s)\n", path, bootproto.ReportsLabel, progress.Bytes(p.Size()))
 		return res, nil
 	}
 
 	// 1. Everything on the old filesystem, into memory (it is small).
 	old, err := fat.Open(io.NewSectionReader(f, p.Offset(), p.Size()), p.Size())
 	if err != nil {
-		return nil, fmt.Errorf("%s: %s partition: %w", path, image.ReportsLabel, err)
+		return nil, fmt.Errorf("%s: %s partition: %w", path, bootproto.ReportsLabel, err)
 	}
 	files, err := old.Files()
 	if err != nil {
-		return nil, fmt.Errorf("%s: reading the files on the %s partition: %w", path, image.ReportsLabel, err)
+		return nil, fmt.Errorf("%s: reading the files on the %s partition: %w", path, bootproto.ReportsLabel, err)
 	}
 	label, volID := old.Label(), old.VolumeID()
 	if label == "" {
-		label = image.ReportsLabel
+		label = bootproto.ReportsLabel
 	}
 	for k := range files {
 		if k[len(k)-1] != '/' {
@@ -122,18 +123,18 @@ func growReports(f *os.File, path string, log io.Writer) (*GrowResult, error) {
 	}
 
 	// 3. A fresh filesystem over the grown partition, with the files back in.
-	grown, _ := g.Find(image.ReportsLabel)
+	grown, _ := g.Find(bootproto.ReportsLabel)
 	typ, err := fat.Write(io.NewOffsetWriter(f, grown.Offset()), fat.Params{
 		Size: grown.Size(), Type: fat.Auto, Label: label, VolumeID: volID,
 		Epoch: time.Now().Unix(), HiddenSectors: uint32(grown.FirstLBA), Files: files,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%s: writing the grown %s filesystem (its %d file(s) were read first and are lost if this failed): %w", path, image.ReportsLabel, res.Kept, err)
+		return nil, fmt.Errorf("%s: writing the grown %s filesystem (its %d file(s) were read first and are lost if this failed): %w", path, bootproto.ReportsLabel, res.Kept, err)
 	}
 	if err := f.Sync(); err != nil {
 		return nil, fmt.Errorf("flushing %s: %w", path, err)
 	}
 	res.NewSize, res.Type = grown.Size(), typ
-	fmt.Fprintf(log, "%s: %s partition grown from %s to %s (%v), %d file(s) kept\n", path, image.ReportsLabel, progress.Bytes(res.OldSize), progress.Bytes(res.NewSize), typ, res.Kept)
+	fmt.Fprintf(log, "%s: %s partition grown from %s to %s (%v), %d file(s) kept\n", path, bootproto.ReportsLabel, progress.Bytes(res.OldSize), progress.Bytes(res.NewSize), typ, res.Kept)
 	return res, nil
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/image/fat"
 	"github.com/peerboot/peerboot/selftest"
@@ -43,28 +44,28 @@ func ReadReports(p string) ([]Found, error) {
 	g, err := image.ReadGPT(f)
 	switch {
 	case err == nil:
-		part, ok := g.Find(image.ReportsLabel)
+		part, ok := g.Find(bootproto.ReportsLabel)
 		if !ok {
-			return nil, fmt.Errorf("%s: no partition named %s in its GPT (%d partitions): not a peerboot disk", p, image.ReportsLabel, len(g.Partitions))
+			return nil, fmt.Errorf("%s: no partition named %s in its GPT (%d partitions): not a peerboot disk", p, bootproto.ReportsLabel, len(g.Partitions))
 		}
 		if part.Offset()+part.Size() > size {
-			return nil, fmt.Errorf("%s: the %s partition ends past the end of the disk (%d bytes)", p, image.ReportsLabel, size)
+			return nil, fmt.Errorf("%s: the %s partition ends past the end of the disk (%d bytes)", p, bootproto.ReportsLabel, size)
 		}
 		if fsys, err = fat.Open(io.NewSectionReader(f, part.Offset(), part.Size()), part.Size()); err != nil {
-			return nil, fmt.Errorf("%s: %s partition: %w", p, image.ReportsLabel, err)
+			return nil, fmt.Errorf("%s: %s partition: %w", p, bootproto.ReportsLabel, err)
 		}
 	case errors.Is(err, image.ErrNoGPT):
 		if fsys, err = fat.Open(f, size); err != nil {
 			return nil, fmt.Errorf("%s: neither a GPT disk nor a FAT volume: %w", p, err)
 		}
-		if !strings.EqualFold(fsys.Label(), image.ReportsLabel) {
-			return nil, fmt.Errorf("%s: FAT volume labelled %q, not %s", p, fsys.Label(), image.ReportsLabel)
+		if !strings.EqualFold(fsys.Label(), bootproto.ReportsLabel) {
+			return nil, fmt.Errorf("%s: FAT volume labelled %q, not %s", p, fsys.Label(), bootproto.ReportsLabel)
 		}
 	default:
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	var out []Found
-	for _, dir := range []string{"", "reports"} {
+	for _, dir := range []string{"", bootproto.ReportsDir} {
 		ents, err := fsys.ReadDir(dir)
 		if err != nil {
 			if dir != "" && fat.IsNotExist(err) {

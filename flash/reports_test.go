@@ -11,6 +11,7 @@ import (
 	"testing"
 	"unicode/utf16"
 
+	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/image/fat"
 	"github.com/peerboot/peerboot/selftest"
@@ -46,7 +47,7 @@ func TestGrowReportsFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, _ := g.Find(image.ReportsLabel)
+	p, _ := g.Find(bootproto.ReportsLabel)
 	f.Close()
 	addFiles(t, img, p, map[string][]byte{
 		"reports/report-20250602T080000Z.json": testReport("2025-06-02T08:00:00Z"),
@@ -76,7 +77,7 @@ func TestGrowReportsFile(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		grown, _ := g.Find(image.ReportsLabel)
+		grown, _ := g.Find(bootproto.ReportsLabel)
 		part := filepath.Join(t.TempDir(), "part")
 		b := make([]byte, grown.Size())
 		f.ReadAt(b, grown.Offset())
@@ -126,7 +127,7 @@ func addFiles(t *testing.T, img string, p image.GPTPartition, extra map[string][
 		files[k] = v
 	}
 	delete(files, "reports/")
-	if _, err := fat.Write(offsetWriter(f, p), fat.Params{Size: p.Size(), Label: image.ReportsLabel, VolumeID: old.VolumeID(), Epoch: 1700000000, Files: files}); err != nil {
+	if _, err := fat.Write(offsetWriter(f, p), fat.Params{Size: p.Size(), Label: bootproto.ReportsLabel, VolumeID: old.VolumeID(), Epoch: 1700000000, Files: files}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -146,7 +147,7 @@ func offsetWriter(f *os.File, p image.GPTPartition) *io.OffsetWriter {
 func FuzzReadReports(f *testing.F) {
 	const stick = 80 << 20
 	w := &memDisk{}
-	if _, err := fat.Write(w, fat.Params{Size: 16 << 20, Label: image.ReportsLabel, HiddenSectors: 34, Files: map[string][]byte{
+	if _, err := fat.Write(w, fat.Params{Size: 16 << 20, Label: bootproto.ReportsLabel, HiddenSectors: 34, Files: map[string][]byte{
 		"reports/": nil, "reports/report-20250601T120000Z.json": testReport("2025-06-01T12:00:00Z"), "x.json": []byte("{}")}}); err != nil {
 		f.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func gptSeed(first, last, sizeLBA uint64) []byte {
 	copy(e[16:32], "fuzz-partition-1")
 	binary.LittleEndian.PutUint64(e[32:], first)
 	binary.LittleEndian.PutUint64(e[40:], last)
-	for i, c := range utf16.Encode([]rune(image.ReportsLabel)) {
+	for i, c := range utf16.Encode([]rune(bootproto.ReportsLabel)) {
 		binary.LittleEndian.PutUint16(e[56+2*i:], c)
 	}
 	h := b[512:]

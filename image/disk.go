@@ -9,6 +9,7 @@ import (
 	"os"
 	"unicode/utf16"
 
+	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/image/fat"
 )
 
@@ -103,7 +104,7 @@ func WriteDisk(f *os.File, d Disk) error {
 		start    int64
 	}{
 		{d.ESP, GUIDTypeESP, fat.FAT32, "ESP", espStart},
-		{d.Reports, GUIDTypeBasicData, fat.Auto, ReportsLabel, repStart},
+		{d.Reports, GUIDTypeBasicData, fat.Auto, bootproto.ReportsLabel, repStart},
 	}
 	entries := make([]byte, gptEntries*gptEntrySize)
 	for i, pt := range parts {

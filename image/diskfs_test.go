@@ -13,6 +13,8 @@ import (
 	"github.com/diskfs/go-diskfs/disk"
 	"github.com/diskfs/go-diskfs/filesystem"
 	"github.com/diskfs/go-diskfs/partition/gpt"
+
+	"github.com/peerboot/peerboot/bootproto"
 )
 
 // go-diskfs, an independent implementation, reads back every image the
@@ -99,7 +101,7 @@ func TestDiskfsReadsTheDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The report partition as a booted node leaves it: a report in reports/.
-	d.Reports.Files = map[string][]byte{ReportsDir + "/": nil, ReportsDir + "/2023-11-14T22-13-20Z-node1.json": []byte(`{"verdict":"pass"}`)}
+	d.Reports.Files = map[string][]byte{bootproto.ReportsDir + "/": nil, bootproto.ReportsDir + "/2023-11-14T22-13-20Z-node1.json": []byte(`{"verdict":"pass"}`)}
 	path := filepath.Join(t.TempDir(), "disk.img")
 	writeDisk(t, path, d)
 
@@ -143,7 +145,7 @@ func TestDiskfsReadsTheDisk(t *testing.T) {
 			t.Fatalf("go-diskfs: partition %d (%s): %v", i+1, want.part.Label, err)
 		}
 		wantType := filesystem.TypeFat32
-		if want.part.Label == ReportsLabel {
+		if want.part.Label == bootproto.ReportsLabel {
 			wantType = filesystem.TypeFat16 // 32 MiB is too small for FAT32's 65525 clusters
 		}
 		if fsys.Type() != wantType || strings.TrimSpace(fsys.Label()) != want.part.Label {

@@ -1,14 +1,16 @@
 package image
 
-import "fmt"
+import (
+	"fmt"
 
-// The one disk layout peerboot writes: the image stage, `sign` (which rebuilds
+	"github.com/peerboot/peerboot/bootproto"
+)
+
+// The one disk layout peerboot writes (the report partition's label and
+// directory are the node's contract, bootproto's): the image stage, `sign` (which rebuilds
 // the disk around the signed UKI), `run --efi`, `flash --grow-reports` and the
 // init all take it from here.
 const (
-	// ReportsLabel names the report partition (GPT name and FAT label): the
-	// init finds it by this label, `reports` and `flash` too.
-	ReportsLabel = "PEERBOOT"
 	// ESPLabel names the EFI System Partition.
 	ESPLabel = "ESP"
 	// ReportsSize is the report partition's size.
@@ -17,8 +19,6 @@ const (
 	DiskOverhead = 2 << 20
 	// UKIPath is where the firmware's removable-media path finds the UKI.
 	UKIPath = "EFI/BOOT/BOOTX64.EFI"
-	// ReportsDir is the report partition's directory for reports.
-	ReportsDir = "reports"
 	// espSlack is what the ESP keeps free beyond the UKI.
 	espSlack = 8 << 20
 )
@@ -35,8 +35,8 @@ func StandardDisk(seed string, size, epoch int64, uki []byte) (Disk, error) {
 		Size: size, DiskGUID: DeriveGUID(seed, "disk"), Epoch: epoch,
 		ESP: Partition{Size: espSize, GUID: DeriveGUID(seed, "esp"), Label: ESPLabel,
 			VolumeID: DeriveVolumeID(seed, "esp"), Files: map[string][]byte{UKIPath: uki}},
-		Reports: Partition{Size: ReportsSize, GUID: DeriveGUID(seed, "reports"), Label: ReportsLabel,
-			VolumeID: DeriveVolumeID(seed, "reports"), Files: map[string][]byte{ReportsDir + "/": nil}},
+		Reports: Partition{Size: ReportsSize, GUID: DeriveGUID(seed, "reports"), Label: bootproto.ReportsLabel,
+			VolumeID: DeriveVolumeID(seed, "reports"), Files: map[string][]byte{bootproto.ReportsDir + "/": nil}},
 	}, nil
 }
 

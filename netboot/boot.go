@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+
+	"github.com/peerboot/peerboot/bootproto"
 )
 
 // nodeWord is what a hostname, serial or node id may be: it is written into boot
@@ -97,15 +99,15 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) {
 	files := base + "/builds/" + b.Recipe + "/" + b.ID + "/pxe/"
 	words := []string{
 		"initrd=initrd.img", b.Cmdline, m.Args,
-		"peerboot.report_url=" + base + "/reports?node=" + id.ID,
-		"peerboot.token=" + s.Token(b.ID, id.ID),
+		bootproto.Arg(bootproto.ArgReportURL, base+"/reports?node="+id.ID),
+		bootproto.Arg(bootproto.ArgToken, s.Token(b.ID, id.ID)),
 	}
 	// A one-time nonce for the node's attested report (attest.go); without one the
 	// node still boots and reports, unattested.
 	if nonce, _, err := s.issueNonce(r.Context(), id.ID, b); err != nil {
 		s.log.Error("issuing a nonce", "node", id.ID, "error", err.Error())
 	} else if nonce != "" {
-		words = append(words, "peerboot.nonce="+nonce)
+		words = append(words, bootproto.Arg(bootproto.ArgNonce, nonce))
 	}
 	args := strings.Join(strings.Fields(strings.Join(words, " ")), " ")
 	var sb strings.Builder

@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/peerboot/peerboot/bootproto"
 )
 
 // Inventory maps nodes to recipes. A file looks like
@@ -267,8 +269,9 @@ func checkArgs(s string) error {
 		}
 	}
 	for _, f := range strings.Fields(s) {
-		if strings.HasPrefix(f, "peerboot.report_url=") || strings.HasPrefix(f, "peerboot.token=") {
-			return fmt.Errorf("%s is set by the server, not the inventory", strings.SplitN(f, "=", 2)[0])
+		switch k, _, _ := strings.Cut(f, "="); k {
+		case bootproto.ArgReportURL, bootproto.ArgToken, bootproto.ArgNonce:
+			return fmt.Errorf("%s is set by the server, not the inventory", k)
 		}
 	}
 	return nil

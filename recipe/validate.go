@@ -9,6 +9,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/peerboot/peerboot/bootproto"
 )
 
 // Limits that no real box exceeds; values beyond them are typos.
@@ -103,8 +105,8 @@ func validate(r *Recipe) Errors {
 		c.add("userspace.packages", "packages need at least one [[repo]] to resolve from")
 	}
 	c.selftest(&r.Selftest)
-	c.oneOf("boot.on_pass", r.Boot.OnPass, "shell", "poweroff", "reboot", "halt")
-	c.oneOf("boot.on_fail", r.Boot.OnFail, "shell", "poweroff", "reboot", "halt")
+	c.oneOf("boot.on_pass", r.Boot.OnPass, bootproto.ActionNames()...)
+	c.oneOf("boot.on_fail", r.Boot.OnFail, bootproto.ActionNames()...)
 	if r.Boot.ReportURL != "" {
 		c.httpURL("boot.report_url", r.Boot.ReportURL)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/google/go-tpm/tpm2/transport"
 
 	"github.com/peerboot/peerboot/attest"
-	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/node/assemble"
 	"github.com/peerboot/peerboot/node/devnodes"
 	"github.com/peerboot/peerboot/node/dhcp"
@@ -25,13 +25,13 @@ import (
 	"github.com/peerboot/peerboot/selftest"
 )
 
-// Paths inside the image.
+// Paths inside the image: the image stage's side of them is bootproto's too.
 const (
-	recipePath   = "/etc/peerboot/recipe.toml"
-	p2pcheckPath = "/usr/bin/p2pcheck"
-	reportsDir   = "/run/peerboot/reports"
-	initRecord   = "/run/peerboot/init.json"
-	modulesRoot  = "/lib/modules"
+	recipePath   = bootproto.RecipePath
+	p2pcheckPath = bootproto.P2PCheckPath
+	reportsMount = bootproto.ReportsMount
+	initRecord   = bootproto.InitRecord
+	modulesRoot  = "/lib/modules" // the kernel's modprobe layout, not ours
 )
 
 // machine is everything the boot sequence does to the outside world. The real one
@@ -173,24 +173,31 @@ func (m *machine) loadDriver(st *bootState, modules []string, params map[string]
 	return results
 }
 
-// mountReports finds the PEERBOOT partition and mounts it; "" if there is none (PXE).
+// mountReports finds the PEERBOOT partition, mounts it and returns its reports
+// directory (bootproto.ReportsDir, made when a stick formatted elsewhere lacks it);
+// "" if there is none (PXE).
 func (m *machine) mountReports(st *bootState) string {
 	list := func() ([]string, error) { return reportpart.BlockDevices(m.path("/proc"), m.path("/dev")) }
-	dev, err := reportpart.Wait(list, image.ReportsLabel, m.partitionWait, m.sleep)
+	dev, err := reportpart.Wait(list, bootproto.ReportsLabel, m.partitionWait, m.sleep)
 	if err != nil {
 		st.finding(selftest.SevInfo, "report.partition", err.Error()+"; the report is on the console only", "")
 		return ""
 	}
-	dir := m.path(reportsDir)
+	mnt := m.path(reportsMount)
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		st.finding(selftest.SevWarn, "report.partition", err.Error(), "")
+		return ""
+	}
+	if err := m.mount(dev, mnt, "vfat", msNoSuidNoDevNoExec, ""); err != nil {
+		st.finding(selftest.SevWarn, "report.partition", fmt.Sprintf("mounting %s: %v", dev, err), "the kernel needs VFAT_FS, NLS_CODEPAGE_437 and NLS_ISO8859_1")
+		return ""
+	}
+	dir := filepath.Join(mnt, bootproto.ReportsDir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		st.finding(selftest.SevWarn, "report.partition", err.Error(), "")
 		return ""
 	}
-	if err := m.mount(dev, dir, "vfat", msNoSuidNoDevNoExec, ""); err != nil {
-		st.finding(selftest.SevWarn, "report.partition", fmt.Sprintf("mounting %s: %v", dev, err), "the kernel needs VFAT_FS, NLS_CODEPAGE_437 and NLS_ISO8859_1")
-		return ""
-	}
-	m.say("reports go to %s (%s)", strings.TrimPrefix(dev, m.root), reportsDir)
+	m.say("reports go to %s (%s)", strings.TrimPrefix(dev, m.root), filepath.Join(reportsMount, bootproto.ReportsDir))
 	return dir
 }
 

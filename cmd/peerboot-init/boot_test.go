@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/image/fat"
 	"github.com/peerboot/peerboot/internal/testfs"
 	"github.com/peerboot/peerboot/node/dhcp"
@@ -54,7 +54,7 @@ func newFakeBox(t *testing.T, cmdline string, loader kmod.Loader) *fakeBox {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fat.Write(part, fat.Params{Size: 16 << 20, Label: image.ReportsLabel, VolumeID: 1, Epoch: 1700000000}); err != nil {
+	if _, err := fat.Write(part, fat.Params{Size: 16 << 20, Label: bootproto.ReportsLabel, VolumeID: 1, Epoch: 1700000000}); err != nil {
 		t.Fatal(err)
 	}
 	part.Close()
@@ -173,7 +173,7 @@ func TestBootSequence(t *testing.T) {
 	if strings.Join(b.mounts, ",") != wantMounts {
 		t.Errorf("mounts %v", b.mounts)
 	}
-	files, _ := filepath.Glob(b.p(reportsDir + "/report-*.json"))
+	files, _ := filepath.Glob(b.p(reportsMount + "/" + bootproto.ReportsDir + "/report-*.json"))
 	if len(files) != 1 {
 		t.Fatalf("report files %v", files)
 	}

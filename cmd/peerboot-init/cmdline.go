@@ -1,22 +1,20 @@
 package main
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/peerboot/peerboot/bootproto"
+)
 
 // Actions the appliance can take after the self-test.
 const (
-	actShell    = "shell"
-	actPoweroff = "poweroff"
-	actReboot   = "reboot"
-	actHalt     = "halt"
+	actShell    = string(bootproto.Shell)
+	actPoweroff = string(bootproto.Poweroff)
+	actReboot   = string(bootproto.Reboot)
+	actHalt     = string(bootproto.Halt)
 )
 
-func validAction(a string) bool {
-	switch a {
-	case actShell, actPoweroff, actReboot, actHalt:
-		return true
-	}
-	return false
-}
+func validAction(a string) bool { return bootproto.Action(a).Valid() }
 
 // parseCmdline splits a kernel command line into key=value pairs the way the kernel
 // does: whitespace separates, double quotes group ("a=\"x y\"" is a=x y), and a bare
@@ -72,7 +70,7 @@ func planBoot(onPass, onFail, reportURL string, cmdline map[string]string) bootP
 	if !validAction(p.onFail) {
 		p.onFail = actShell
 	}
-	for key, dst := range map[string]*string{"peerboot.on_pass": &p.onPass, "peerboot.on_fail": &p.onFail} {
+	for key, dst := range map[string]*string{bootproto.ArgOnPass: &p.onPass, bootproto.ArgOnFail: &p.onFail} {
 		v, ok := cmdline[key]
 		if !ok {
 			continue
@@ -83,10 +81,10 @@ func planBoot(onPass, onFail, reportURL string, cmdline map[string]string) bootP
 		}
 		*dst = v
 	}
-	if v, ok := cmdline["peerboot.report_url"]; ok {
+	if v, ok := cmdline[bootproto.ArgReportURL]; ok {
 		p.reportURL = v
 	}
-	p.reportToken = cmdline["peerboot.token"]
-	p.nonce = cmdline["peerboot.nonce"]
+	p.reportToken = cmdline[bootproto.ArgToken]
+	p.nonce = cmdline[bootproto.ArgNonce]
 	return p
 }

@@ -10,9 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/flash"
-	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -92,7 +92,7 @@ PEERBOOT partition; 2 bad command line. --json prints the list as JSON.`,
 				w = io.Discard
 			}
 			if len(found) == 0 {
-				return exitcode.Tag(exitcode.Selftest, fmt.Errorf("%s: no reports on the %s partition (has the stick been booted?)", src, image.ReportsLabel))
+				return exitcode.Tag(exitcode.Selftest, fmt.Errorf("%s: no reports on the %s partition (has the stick been booted?)", src, bootproto.ReportsLabel))
 			}
 			for _, f := range found {
 				if f.Err != nil {

@@ -1,0 +1,89 @@
+// Package bootproto is the contract between the machine that builds and serves an
+// image and the node that boots it: the kernel arguments serve adds and the init
+// reads, the paths the image stage writes and the init runs, the actions a boot can
+// end in, and where the init leaves its reports. The builder (build, netboot, recipe
+// validation) and the node (cmd/peerboot-init) both take them from here, so neither
+// side can rename one alone. It imports nothing of the module: the init links it.
+package bootproto
+
+import "strings"
+
+// Kernel command-line keys the init reads, each as key=value.
+const (
+	// ArgReportURL is where the init POSTs its report; it overrides the recipe's
+	// boot.report_url (serve adds its collector's URL for the node).
+	ArgReportURL = "peerboot.report_url"
+	// ArgToken is the report collector's bearer token, per node and build (only on
+	// the command line: no recipe can hold it).
+	ArgToken = "peerboot.token"
+	// ArgNonce is the collector's one-time attestation nonce for this boot.
+	ArgNonce = "peerboot.nonce"
+	// ArgOnPass and ArgOnFail override the recipe's boot.on_pass and boot.on_fail.
+	ArgOnPass = "peerboot.on_pass"
+	ArgOnFail = "peerboot.on_fail"
+)
+
+// Arg is the command-line word key=value.
+func Arg(key, value string) string { return key + "=" + value }
+
+// Paths inside the image, as the node sees them.
+const (
+	// InitPath is the init's binary in the initramfs (the kernel runs /init).
+	InitPath = "/init"
+	// RecipePath is the resolved recipe the rootfs stage writes and the init loads.
+	RecipePath = "/etc/peerboot/recipe.toml"
+	// P2PCheckPath is the self-test binary the init runs.
+	P2PCheckPath = "/usr/bin/p2pcheck"
+	// ReportsMount is where the init mounts the report partition.
+	ReportsMount = "/run/peerboot/reports"
+	// InitRecord is the init's record for p2pcheck (modules loaded, findings).
+	InitRecord = "/run/peerboot/init.json"
+)
+
+// InImage is p (one of the paths above) relative to the image's root, as the
+// stages that write the image's trees name it.
+func InImage(p string) string { return strings.TrimPrefix(p, "/") }
+
+// Action is what the node does after the self-test.
+type Action string
+
+// The actions boot.on_pass, boot.on_fail and their kernel arguments take.
+const (
+	Shell    Action = "shell"
+	Poweroff Action = "poweroff"
+	Reboot   Action = "reboot"
+	Halt     Action = "halt"
+)
+
+// Actions are all the actions, in the order messages list them.
+func Actions() []Action { return []Action{Shell, Poweroff, Reboot, Halt} }
+
+// ActionNames are the actions as strings, for validation messages.
+func ActionNames() []string {
+	var out []string
+	for _, a := range Actions() {
+		out = append(out, string(a))
+	}
+	return out
+}
+
+// Valid says whether a is one of Actions.
+func (a Action) Valid() bool {
+	switch a {
+	case Shell, Poweroff, Reboot, Halt:
+		return true
+	}
+	return false
+}
+
+// Where the reports go on the node's disk.
+const (
+	// ReportsLabel names the report partition (GPT name and FAT label): the init
+	// finds it by this label (in any case: a stick formatted FAT elsewhere may
+	// say "peerboot"), and so do `reports` and `flash`.
+	ReportsLabel = "PEERBOOT"
+	// ReportsDir is the report partition's directory the init writes reports
+	// into; the image stage creates it. Images before it existed wrote to the
+	// partition's root, which the host-side reader still reads.
+	ReportsDir = "reports"
+)

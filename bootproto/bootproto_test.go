@@ -1,0 +1,106 @@
+package bootproto
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestOneHome fails when a string literal in the module's code (not its tests) spells
+// one of the protocol's values outside this package: a copy that a rename here would
+// miss. A literal counts when it is the value, or key= for a kernel argument.
+func TestOneHome(t *testing.T) {
+	values := []string{
+		ArgReportURL, ArgToken, ArgNonce, ArgOnPass, ArgOnFail,
+		RecipePath, InImage(RecipePath), P2PCheckPath, InImage(P2PCheckPath),
+		ReportsMount, InitRecord, ReportsLabel,
+	}
+	// Literals that happen to equal a value but mean something else.
+	elsewhere := map[string][]string{
+		ReportsLabel: {
+			"image",         // ISOVolumeID: the ISO's volume identifier
+			"image/iso9660", // the ISO's application identifier
+		},
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	checked := 0
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "out" || n == "bin") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, filepath.Dir(p))
+		rel = filepath.ToSlash(rel)
+		if rel == "bootproto" {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		checked++
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			s, err := strconv.Unquote(lit.Value)
+			if err != nil {
+				return true
+			}
+			for _, v := range values {
+				if s != v && !(strings.HasPrefix(v, "peerboot.") && strings.HasPrefix(s, v+"=")) {
+					continue
+				}
+				allowed := false
+				for _, e := range elsewhere[v] {
+					allowed = allowed || e == rel
+				}
+				if !allowed {
+					t.Errorf("%s: %s spells bootproto's %q: use the constant", fset.Position(lit.Pos()), lit.Value, v)
+				}
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked < 100 {
+		t.Fatalf("checked %d files under %s: not the module's tree", checked, root)
+	}
+}
+
+func TestActions(t *testing.T) {
+	for _, a := range Actions() {
+		if !a.Valid() {
+			t.Errorf("%q: not Valid", a)
+		}
+	}
+	for _, a := range []Action{"", "Shell", "kexec", "shell "} {
+		if a.Valid() {
+			t.Errorf("%q: Valid", a)
+		}
+	}
+	if got := strings.Join(ActionNames(), ","); got != "shell,poweroff,reboot,halt" {
+		t.Errorf("ActionNames() = %s", got)
+	}
+}

@@ -50,6 +50,9 @@ func TestSeriesFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, v := range versions {
+		if !v.IsDir() {
+			continue // patches/README.md: the mode line and decision table all series share
+		}
 		dir := PatchDir(v.Name())
 		listed := readSeries(t, dir)
 		var have []string

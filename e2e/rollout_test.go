@@ -189,7 +189,7 @@ func TestRolloutHaltsAndRollsBack(t *testing.T) {
 	if !reflect.DeepEqual(fromCLI, fromAPI) {
 		t.Errorf("rollout status --json differs from /api/rollouts:\ncli: %v\napi: %v", fromCLI, fromAPI)
 	}
-	if out, code := peerboot(t, "rollout", "clear", rolloutNode, "--server", url); code != 0 {
+	if out, code := peerboot(t, "rollout", "clear", rolloutNode, "--server", url, "--operator-token", filepath.Join(root, "operator.token")); code != 0 {
 		t.Fatalf("rollout clear: exit %d\n%s", code, out)
 	}
 	if h := srv.rollout(t, "default").held(rolloutNode); h != nil {

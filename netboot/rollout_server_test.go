@@ -32,7 +32,16 @@ type rolloutEnv struct {
 	bs *Builds
 }
 
+// testOperator is the operator token of the rollout tests' servers.
+const testOperator = "operator-token-of-the-tests"
+
 func newRolloutEnv(t *testing.T) *rolloutEnv {
+	t.Helper()
+	return newRolloutEnvWith(t, rolloutTestInventory, Options{OperatorToken: testOperator})
+}
+
+// newRolloutEnvWith is newRolloutEnv with another inventory and opt's fields.
+func newRolloutEnvWith(t *testing.T, inventory string, opt Options) *rolloutEnv {
 	t.Helper()
 	root := t.TempDir()
 	a := filepath.Join(root, "a")
@@ -47,12 +56,16 @@ func newRolloutEnv(t *testing.T) *rolloutEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	inv, err := ParseInventory("inv.toml", []byte(rolloutTestInventory))
+	inv, err := ParseInventory("inv.toml", []byte(inventory))
 	if err != nil {
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	s, err := New(context.Background(), Options{Builds: bs, Store: st, Inventory: inv, RateBurst: 100, Log: slog.New(slog.NewTextHandler(logs, nil))})
+	opt.Builds, opt.Store, opt.Inventory, opt.Log = bs, st, inv, slog.New(slog.NewTextHandler(logs, nil))
+	if opt.RateBurst == 0 {
+		opt.RateBurst = 100
+	}
+	s, err := New(context.Background(), opt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,9 +104,9 @@ func (e *rolloutEnv) boot(t *testing.T, mac string) (string, string) {
 	return m[1], m[2]
 }
 
-func (e *rolloutEnv) rollout(t *testing.T) RolloutStatus {
+func (e *rolloutEnv) rollout(t *testing.T, hdr ...string) RolloutStatus {
 	t.Helper()
-	resp, body := e.get(t, "/api/rollouts")
+	resp, body := e.get(t, "/api/rollouts", hdr...)
 	var out []RolloutStatus
 	if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &out) != nil || len(out) != 1 {
 		t.Fatalf("/api/rollouts: %d %s", resp.StatusCode, body)
@@ -182,6 +195,7 @@ func TestRolloutServer(t *testing.T) {
 	plain := func(path string) int {
 		req, _ := http.NewRequest("POST", e.http.URL+path, strings.NewReader(`{}`))
 		req.Header.Set("Content-Type", "text/plain")
+		req.Header.Set("Authorization", "Bearer "+testOperator)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -207,7 +221,7 @@ func TestRolloutServer(t *testing.T) {
 		{"/api/rollouts/default/halt", `{"reason": "maintenance"}`, 200},
 		{"/api/rollouts/default/promote", `{"build": "` + b + `"}`, 200},
 	} {
-		if resp, body := e.post(t, c.path, "", []byte(c.body)); resp.StatusCode != c.want {
+		if resp, body := e.post(t, c.path, testOperator, []byte(c.body)); resp.StatusCode != c.want {
 			t.Errorf("POST %s %s: %d, want %d: %s", c.path, c.body, resp.StatusCode, c.want, body)
 		}
 	}

@@ -66,6 +66,9 @@ type Options struct {
 	// Pages and the JSON API need these when set (the boot files and /reports never do).
 	PageUser, PagePassword string
 	PageToken              string
+	// OperatorToken authorises the writes (operator.go): rollout actions, holds,
+	// AK reset and enrollment. "": every write is refused.
+	OperatorToken string
 	// Secret keys the per-build tokens; nil: the store's (made on first start).
 	Secret []byte
 	// Now is the clock (tests).

@@ -31,6 +31,7 @@ type rolloutStatusJSON struct {
 
 type rolloutFlags struct {
 	server, token, auth string
+	operatorToken       string
 	asJSON              bool
 }
 
@@ -39,8 +40,11 @@ func rolloutCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rollout status|promote|halt|resume|clear",
 		Short: "Show and steer the rollouts of a running peerboot serve",
-		Long: `rollout talks to a running ` + "`peerboot serve`" + ` (its JSON API, protected like the fleet
-pages: --token is its --page-token, --auth its --auth USER:PASSWORD).
+		Long: `rollout talks to a running ` + "`peerboot serve`" + ` (its JSON API). status reads, protected
+like the fleet pages: --token is its --page-token, --auth its --auth USER:PASSWORD.
+Every other command writes, and needs the server's operator token: the file serve
+created 0600 at its --operator-token (default OUT/operator.token), read here from
+--operator-token FILE (default $PEERBOOT_OPERATOR_TOKEN_FILE, else out/operator.token).
 
   status [RECIPE]            channels and their builds, pass/fail per build, halted or
                              not, the nodes held back, the latest events
@@ -64,6 +68,7 @@ a state the action does not apply to, wrong credentials).`,
 	pf.StringVar(&f.server, "server", "", "URL of the peerboot serve (default $PEERBOOT_SERVER or http://127.0.0.1:8080)")
 	pf.StringVar(&f.token, "token", "", "the server's --page-token (default $PEERBOOT_PAGE_TOKEN)")
 	pf.StringVar(&f.auth, "auth", "", "USER:PASSWORD of the server's --auth (default $PEERBOOT_SERVE_AUTH)")
+	pf.StringVar(&f.operatorToken, "operator-token", "", "file of the server's operator token, for writes (default $PEERBOOT_OPERATOR_TOKEN_FILE or out/operator.token)")
 	pf.BoolVar(&f.asJSON, "json", false, "print the result as JSON (shape: README, \"Machine-readable output\")")
 
 	status := &cobra.Command{
@@ -185,7 +190,18 @@ func (f *rolloutFlags) call(cmd *cobra.Command, method, path string, body any, o
 		return exitcode.Tag(exitcode.Usage, err)
 	}
 	if method == "POST" {
+		// A write: the operator token, never the page credentials.
 		req.Header.Set("Content-Type", "application/json")
+		file := f.operatorToken
+		if file == "" {
+			file = defaultOperatorToken("out")
+		}
+		tok, err := readOperatorToken(file)
+		if err != nil {
+			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%w: writes need the file peerboot serve created (--operator-token FILE)", err))
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		return f.do(req, method, path, base, out)
 	}
 	token, auth := f.token, f.auth
 	if token == "" {
@@ -203,6 +219,11 @@ func (f *rolloutFlags) call(cmd *cobra.Command, method, path string, body any, o
 		}
 		req.SetBasicAuth(u, p)
 	}
+	return f.do(req, method, path, base, out)
+}
+
+// do sends req and decodes the JSON answer into out.
+func (f *rolloutFlags) do(req *http.Request, method, path, base string, out any) error {
 	client := &http.Client{Timeout: 30 * time.Second}
 	resp, err := client.Do(req)
 	if err != nil {

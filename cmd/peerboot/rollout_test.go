@@ -28,7 +28,25 @@ channel = "canary"
 `), 0o644)
 	addr := startServe(t, "--out", out, "--listen", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "r.db"),
 		"--inventory", inv, "--page-token", "sekrit")
-	srv := []string{"--server", "http://" + addr, "--token", "sekrit"}
+	opFile := filepath.Join(out, "operator.token")
+	if fi, err := os.Stat(opFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("serve did not create the operator token 0600: %v %v", fi, err)
+	}
+	// Without the operator token a write is refused by the command (no file) and
+	// by the server (the page token is no operator's).
+	if _, e, code := run(t, "rollout", "halt", "default", "--server", "http://"+addr, "--token", "sekrit", "--operator-token", filepath.Join(t.TempDir(), "none")); code != 2 || !strings.Contains(e, "writes need the file peerboot serve created") {
+		t.Errorf("halt without the operator token file: exit %d %s", code, e)
+	}
+	forged := filepath.Join(t.TempDir(), "forged.token")
+	os.WriteFile(forged, []byte(strings.Repeat("f", 64)+"\n"), 0o600)
+	if _, e, code := run(t, "rollout", "halt", "default", "--server", "http://"+addr, "--operator-token", forged); code != 2 || !strings.Contains(e, "401") {
+		t.Errorf("halt with another token: exit %d %s", code, e)
+	}
+	os.Chmod(forged, 0o644)
+	if _, e, code := run(t, "rollout", "halt", "default", "--server", "http://"+addr, "--operator-token", forged); code != 2 || !strings.Contains(e, "chmod 600") {
+		t.Errorf("halt with a token file others can read: exit %d %s", code, e)
+	}
+	srv := []string{"--server", "http://" + addr, "--token", "sekrit", "--operator-token", opFile}
 	rollout := func(args ...string) (string, string, int) {
 		t.Helper()
 		return run(t, append(append([]string{"rollout"}, args...), srv...)...)

@@ -36,6 +36,7 @@ type serveFlags struct {
 	bodyTimeout, writeIdle                        time.Duration
 	tftpMax, tftpPerSource                        int
 	ekCA                                          string
+	operatorToken                                 string
 }
 
 func serveCmd() *cobra.Command {
@@ -63,7 +64,11 @@ Reports are stored with their history per node (MAC, hostname, serial) in SQLite
 DSN: postgres://... or "host=... dbname=..."; several serve processes may share one
 PostgreSQL database as replicas, SQLite is one process's). The fleet pages are at / and /nodes/NODE,
 with the same data as JSON under /api/. --auth USER:PASSWORD (or $PEERBOOT_SERVE_AUTH)
-and --page-token protect the pages, never the boot files. The database is kept bounded
+and --page-token protect the pages, never the boot files. Writes (peerboot rollout
+promote, halt, resume, clear, enroll, ak-reset) need the operator token instead:
+serve creates it 0600 at --operator-token FILE (default OUT/operator.token) on first
+start, and peerboot rollout reads the same file; page credentials never authorise a
+write, and a cross-site request is refused. The database is kept bounded
 (--keep-reports, --keep-report-bytes, --keep-unreported) and is created 0600: it holds
 the token secret. Clients that stall are cut off (--body-timeout, --write-timeout) and
 connections are capped (--max-conns).
@@ -111,6 +116,7 @@ database holding two example nodes (8-GPU and 4-GPU fixture reports).`,
 	fl.BoolVar(&f.logJSON, "log-json", false, "log as JSON lines instead of text")
 	fl.StringVar(&f.tftp, "tftp", "", "also serve TFTP on this address (e.g. :69): the first-stage iPXE of --tftp-dir and a boot.ipxe chaining to HTTP")
 	fl.StringVar(&f.tftpDir, "tftp-dir", "", "first-stage iPXE files served over TFTP, e.g. a copy of Debian's ipxe.efi and undionly.kpxe (cp -L: symlinks out of the directory are refused)")
+	fl.StringVar(&f.operatorToken, "operator-token", "", "file of the operator token that authorises rollout writes, created 0600 if missing (default OUT/operator.token, or $PEERBOOT_OPERATOR_TOKEN_FILE)")
 	fl.StringVar(&f.ekCA, "ek-ca", "", "PEM bundle of TPM EK CA certificates: attested reports must carry an EK certificate chaining to it")
 	fl.StringVar(&f.proxyDHCP, "proxy-dhcp", "", "answer PXE clients on this interface as a ProxyDHCP (the site's DHCP server keeps giving addresses)")
 	return cmd
@@ -230,6 +236,18 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 		}
 	}
 	opt.Store = store
+	opFile := f.operatorToken
+	if opFile == "" {
+		opFile = defaultOperatorToken(f.out)
+		if f.demo {
+			opFile = filepath.Join(filepath.Dir(db), "operator.token")
+		}
+	}
+	opToken, opCreated, err := ensureOperatorToken(opFile)
+	if err != nil {
+		return usage(fmt.Errorf("%w (rollout writes need it; --operator-token FILE names another)", err))
+	}
+	opt.OperatorToken = opToken
 	srv, err := netboot.New(ctx, opt)
 	if err != nil {
 		return usage(err)
@@ -259,6 +277,11 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 		fmt.Fprintf(stdout, "  %-12s build %s (%s) from %s\n", b.Recipe, b.ID, strings.Join(formats, ", "), b.Dir)
 	}
 	fmt.Fprintf(stdout, "  fleet:      %s/\n", base)
+	made := ""
+	if opCreated {
+		made = ", created"
+	}
+	fmt.Fprintf(stdout, "  operator:   %s (0600%s; peerboot rollout --operator-token %s)\n", opFile, made, opFile)
 	fmt.Fprintf(stdout, "  iPXE:       chain %s/boot.ipxe?mac=${net0/mac}\n", base)
 	fmt.Fprintf(stdout, "  UEFI HTTP:  %s/uefi/boot.efi\n", base)
 	if f.demo {

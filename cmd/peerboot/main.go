@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/peerboot/peerboot/exitcode"
+	"github.com/peerboot/peerboot/internal/didyoumean"
 	"github.com/peerboot/peerboot/recipe"
 )
 
@@ -61,6 +62,9 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          unknownCommand,
+		// Runs before every command's own checks: a flag value out of range is a
+		// usage error whichever command it is given to.
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error { return checkFlagValues(cmd) },
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if showVersion {
 				return printVersion(cmd.OutOrStdout(), false)
@@ -68,7 +72,7 @@ func rootCmd() *cobra.Command {
 			return cmd.Help()
 		},
 	}
-	root.Flags().BoolVar(&showVersion, "version", false, "print the version (as `peerboot version`)")
+	root.Flags().BoolVar(&showVersion, "version", false, "print the version (the same as the version command)")
 	root.PersistentFlags().StringVar(&g.cache, "cache", "", "store directory (default $PEERBOOT_CACHE or ~/.cache/peerboot)")
 	root.PersistentFlags().StringVar(&g.aptDir, "apt-dir", "/etc/apt", "apt configuration whose sources give mirror = \"system\"")
 	root.AddCommand(versionCmd(), lockCmd(g), buildCmd(g), runCmd(g), fetchCmd(g), planCmd(g), storeCmd(g), doctorCmd(), recipeCmd(), exitCodesCmd(), keysCmd(), signCmd(), verifyCmd(), flashCmd(), reportsCmd(), publishCmd(), pullCmd(), reportCmd(), serveCmd(), rolloutCmd())
@@ -107,8 +111,14 @@ func unknownCommand(cmd *cobra.Command, args []string) error {
 		return nil
 	}
 	msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
-	if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-		msg += fmt.Sprintf(" (did you mean %q?)", s[0])
+	var names []string
+	for _, c := range cmd.Commands() {
+		if c.IsAvailableCommand() {
+			names = append(names, c.Name())
+		}
+	}
+	if s := didyoumean.Closest(args[0], names); s != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s; run `%s --help`", msg, cmd.CommandPath()))
 }

@@ -12,7 +12,7 @@ const (
 	Internal  Class = 1  // a bug or an unclassified failure
 	Usage     Class = 2  // bad command line
 	Recipe    Class = 3  // recipe or lock file invalid
-	Stale     Class = 4  // lock missing or out of date with the recipe
+	Stale     Class = 4  // lock missing or out of date with the recipe, or an input not fetched
 	Network   Class = 5  // a download or repository could not be reached
 	Integrity Class = 6  // hash or signature mismatch
 	HostTools Class = 7  // a required host tool is missing
@@ -35,7 +35,7 @@ var Names = []struct {
 	{Internal, "internal", "unexpected failure (a bug: please report it)"},
 	{Usage, "usage", "bad command line"},
 	{Recipe, "recipe", "recipe or lock file is invalid"},
-	{Stale, "stale", "lock file missing or out of date: run `peerboot lock`"},
+	{Stale, "stale", "lock file missing or out of date, or a pinned input not fetched yet: run the command the message names (`peerboot lock RECIPE` or `peerboot fetch RECIPE`)"},
 	{Network, "network", "a repository or download could not be reached"},
 	{Integrity, "integrity", "a hash or signature did not match"},
 	{HostTools, "host-tools", "a required host tool is missing: run `peerboot doctor`"},

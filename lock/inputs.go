@@ -62,7 +62,7 @@ func Inputs(r *recipe.Resolved, f *File, baseURL func(repo string) (string, erro
 		switch {
 		case s.src.Deb != "":
 			if len(debs[s.role]) == 0 {
-				un = append(un, Unresolved{s.role, s.src.Deb, "Debian package not in the lock file: run `peerboot lock`"})
+				un = append(un, Unresolved{s.role, s.src.Deb, "Debian package not in the lock file: run `peerboot lock " + r.Path + "`"})
 				continue
 			}
 			if err := addDebs(s.role, debs[s.role]); err != nil {
@@ -77,7 +77,7 @@ func Inputs(r *recipe.Resolved, f *File, baseURL func(repo string) (string, erro
 	}
 	if len(r.Userspace.Packages) > 0 {
 		if len(debs[RoleUserspace]) == 0 {
-			un = append(un, Unresolved{RoleUserspace, strings.Join(r.Userspace.Packages, ", "), "packages not in the lock file: run `peerboot lock`"})
+			un = append(un, Unresolved{RoleUserspace, strings.Join(r.Userspace.Packages, ", "), "packages not in the lock file: run `peerboot lock " + r.Path + "`"})
 		} else if err := addDebs(RoleUserspace, debs[RoleUserspace]); err != nil {
 			return nil, nil, err
 		}
@@ -92,7 +92,7 @@ func Inputs(r *recipe.Resolved, f *File, baseURL func(repo string) (string, erro
 			}
 		}
 		if pin == nil {
-			un = append(un, Unresolved{RoleInstaller, in.URL[strings.LastIndexByte(in.URL, '/')+1:], "NVIDIA installer not in the lock file: run `peerboot lock`"})
+			un = append(un, Unresolved{RoleInstaller, in.URL[strings.LastIndexByte(in.URL, '/')+1:], "NVIDIA installer not in the lock file: run `peerboot lock " + r.Path + "`"})
 		} else {
 			ins = append(ins, Input{Role: RoleInstaller, Name: pin.Name, Kind: "url", URL: pin.URL, SHA256: pin.SHA256, Size: pin.Size})
 		}

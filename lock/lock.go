@@ -114,7 +114,9 @@ var ErrMissing = errors.New("no lock file")
 func Read(path string) (*File, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w: run `peerboot lock`", path, ErrMissing)
+		// The hint names the recipe beside the lock, so that run as printed it
+		// locks that recipe and not the default one.
+		return nil, fmt.Errorf("%s: %w: run `peerboot lock %s`", path, ErrMissing, strings.TrimSuffix(path, ".lock")+".toml")
 	}
 	if err != nil {
 		return nil, err

@@ -111,7 +111,7 @@ func TestPlanPlatformRecipes(t *testing.T) {
 	}
 	out, errs, code := run(t, "--cache", t.TempDir(), "plan", filepath.Join(dir, "xeon-8gpu.toml"))
 	if code != 4 || !strings.Contains(out, "unresolved: kernel-source linux-source-6.12") || !strings.Contains(out, "git:23e9e7621487fe632040a370249f690a456967dd") ||
-		!strings.Contains(errs, "xeon-8gpu.lock: no lock file: run `peerboot lock`") {
+		!strings.Contains(errs, "xeon-8gpu.lock: no lock file: run `peerboot lock "+filepath.Join(dir, "xeon-8gpu.toml")+"`") {
 		t.Fatalf("unlocked plan: exit %d, want 4\n%s%s", code, out, errs)
 	}
 }

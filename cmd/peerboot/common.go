@@ -99,7 +99,7 @@ func (g *globals) pinnedInputs(r *recipe.Resolved, requireLock bool) ([]lock.Inp
 				return repo.BaseURL, err
 			}
 		}
-		return "", exitcode.Tag(exitcode.Stale, fmt.Errorf("lock names repository %q, which the recipe no longer has: run `peerboot lock`", name))
+		return "", exitcode.Tag(exitcode.Stale, fmt.Errorf("lock names repository %q, which the recipe no longer has: run `peerboot lock %s`", name, r.Path))
 	}
 	return lock.Inputs(r, f, baseURL)
 }

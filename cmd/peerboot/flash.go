@@ -51,6 +51,9 @@ Exit codes: 0 written and verified; 10 (device) refused, not confirmed, or an I/
 error; 6 (integrity) the read-back differs from the image; 2 bad command line.`,
 		Args: nArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if opt.BlockSize <= 0 || opt.BlockSize%4096 != 0 {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--block-size: want a positive multiple of 4096, got %d", opt.BlockSize))
+			}
 			img := args[0]
 			if st, err := os.Stat(img); err != nil {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("image: %w", err))

@@ -79,6 +79,12 @@ swtpm_localca's CA in /var/lib/swtpm-localca), so the node sends one.`,
 			dir := ""
 			if len(args) == 1 {
 				dir = args[0]
+				if err := outDirArg(dir); err != nil {
+					return err
+				}
+			}
+			if err := runToolsPresent(!pxe, pxe || uefiPXE); err != nil {
+				return err
 			}
 			mode := qemu.UEFI
 			if pxe {
@@ -223,4 +229,21 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// runToolsPresent checks the host tools a boot needs before anything starts:
+// QEMU, OVMF for a UEFI boot, the iPXE ROMs for a network boot. A missing one is
+// exit 7 (host tools) with the package to install, as doctor --for run says.
+func runToolsPresent(uefi, netboot bool) error {
+	for _, n := range hostNeeds {
+		if n.use != useRun {
+			continue
+		}
+		needed := n.command == "qemu-system-x86_64" ||
+			(uefi && n.pkg == "ovmf") || (netboot && n.pkg == "ipxe-qemu")
+		if needed && !n.present() {
+			return exitcode.Tag(exitcode.HostTools, fmt.Errorf("run needs %s (%s), which is missing: apt-get install %s (`peerboot doctor --for run` checks them all)", n.what, n.pkg, n.pkg))
+		}
+	}
+	return nil
 }

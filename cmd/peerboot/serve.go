@@ -124,6 +124,11 @@ database holding two example nodes (8-GPU and 4-GPU fixture reports).`,
 
 func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr io.Writer) error {
 	usage := func(err error) error { return exitcode.Tag(exitcode.Usage, err) }
+	// A malformed address is the command line's fault (2); one that cannot be
+	// bound, in use or not this host's, is the network's (5) when listening.
+	if err := checkListenAddr(f.listen); err != nil {
+		return usage(fmt.Errorf("--listen: %w", err))
+	}
 	if f.demo {
 		if len(args) > 0 {
 			return usage(errors.New("--demo serves out/default: give no OUTDIR"))
@@ -400,6 +405,22 @@ func startPXEHelpers(ctx context.Context, f *serveFlags, httpAddr string, log *s
 		p := &netboot.ProxyDHCP{Interface: f.proxyDHCP, ServerIP: serverIP, Chain: chain, Log: log}
 		go func() { errc <- p.Serve(ctx, pc) }()
 		fmt.Fprintf(stdout, "  ProxyDHCP:  %s (%s): PXE clients only\n", f.proxyDHCP, serverIP)
+	}
+	return nil
+}
+
+// checkListenAddr checks that addr has the HOST:PORT form net.Listen takes
+// (HOST may be empty; PORT a number 0-65535 or a service name).
+func checkListenAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want HOST:PORT such as :8080 or 127.0.0.1:8080, got %q", addr)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("want a port number, got %q in %q", port, addr)
+	}
+	if strings.ContainsAny(host, " /") {
+		return fmt.Errorf("want a host name or address, got %q in %q", host, addr)
 	}
 	return nil
 }

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"strings"
+
 	"github.com/spf13/cobra"
 
 	"github.com/peerboot/peerboot/exitcode"
@@ -22,8 +26,9 @@ same GUIDs and timestamps. Then SHA256SUMS is rewritten and signed with the arti
 accepts) and cosign.pub; provenance.intoto.jsonl holds an in-toto statement with SLSA
 provenance in a DSSE envelope signed with the same key.
 
-Key references: file:PATH or env:VAR (the variable holds PEM text). Encrypted PKCS#8
-keys take their passphrase from $PEERBOOT_KEY_PASSPHRASE.`,
+Key references: a path, file:PATH or env:VAR (the variable holds PEM text), as verify
+takes them. Encrypted PKCS#8 keys take their passphrase from $PEERBOOT_KEY_PASSPHRASE.
+A key that cannot be read or parsed, or an OUTDIR that is not a directory, exits 2.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opt.Version = version
@@ -31,11 +36,52 @@ keys take their passphrase from $PEERBOOT_KEY_PASSPHRASE.`,
 			if opt.ArtifactKey == "" {
 				return exitcode.Tag(exitcode.Usage, errArtifactKey)
 			}
+			if err := outDirArg(args[0]); err != nil {
+				return err
+			}
+			// The keys are read before anything is written, so a wrong reference is a
+			// usage error that leaves OUTDIR as it was.
+			opt.ArtifactKey, opt.DBKey, opt.DBCert = keyRefArg(opt.ArtifactKey), keyRefArg(opt.DBKey), keyRefArg(opt.DBCert)
+			if _, err := sign.LoadSigner(opt.ArtifactKey); err != nil {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--artifact-key: %w", err))
+			}
+			if opt.DBKey != "" {
+				if _, err := sign.LoadSigner(opt.DBKey); err != nil {
+					return exitcode.Tag(exitcode.Usage, fmt.Errorf("--db-key: %w", err))
+				}
+			}
+			if opt.DBCert != "" {
+				if _, err := sign.LoadCert(opt.DBCert); err != nil {
+					return exitcode.Tag(exitcode.Usage, fmt.Errorf("--db-cert: %w", err))
+				}
+			}
 			return sign.SignOutput(cmd.Context(), args[0], opt)
 		},
 	}
-	cmd.Flags().StringVar(&opt.ArtifactKey, "artifact-key", "", "artifact signing key reference (ECDSA P-256 or Ed25519)")
-	cmd.Flags().StringVar(&opt.DBKey, "db-key", "", "Secure Boot db key reference")
-	cmd.Flags().StringVar(&opt.DBCert, "db-cert", "", "Secure Boot db certificate reference")
+	cmd.Flags().StringVar(&opt.ArtifactKey, "artifact-key", "", "artifact signing key (ECDSA P-256 or Ed25519): a path, file:PATH or env:VAR")
+	cmd.Flags().StringVar(&opt.DBKey, "db-key", "", "Secure Boot db key: a path, file:PATH or env:VAR")
+	cmd.Flags().StringVar(&opt.DBCert, "db-cert", "", "Secure Boot db certificate: a path, file:PATH or env:VAR")
 	return cmd
+}
+
+// keyRefArg turns a key given on the command line into a reference: file:PATH and
+// env:VAR stay as they are, anything else is a path (as verify --key takes it).
+func keyRefArg(ref string) string {
+	if ref == "" || strings.HasPrefix(ref, "file:") || strings.HasPrefix(ref, "env:") {
+		return ref
+	}
+	return "file:" + ref
+}
+
+// outDirArg refuses an OUTDIR argument that is not a directory, as a usage error
+// naming it, before a command reads what it expects inside.
+func outDirArg(dir string) error {
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: no such build output directory (peerboot build writes out/RECIPE)", dir))
+	case !fi.IsDir():
+		return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: not a directory: want a build output directory such as out/default", dir))
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -132,6 +133,13 @@ too). --json prints what was imported as JSON.`,
 			}
 			if len(args) == 0 {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("store import: name at least one file"))
+			}
+			// Every file is checked before the first is imported: a typo is a usage
+			// error, not a half-done import.
+			for _, f := range args {
+				if fi, err := os.Stat(f); err != nil || !fi.Mode().IsRegular() {
+					return exitcode.Tag(exitcode.Usage, fmt.Errorf("store import: %s: no such file", f))
+				}
 			}
 			r, ins, _, st, err := g.recipeInputs(recipePath, true)
 			if err != nil {

@@ -47,13 +47,17 @@ sections, so a section changed after signing is a problem; --pcr-pub also requir
 .pcrpkey to be that key (and every UKI to carry .pcrsig).
 
 Every problem is printed as "FILE: what was wrong". Exit 0 when all checks pass, 6
-(integrity) when any fails, 2 for a bad command line or unreadable key. An output
+(integrity) when any fails, 2 for a bad command line, an unreadable key or an OUTDIR that
+is not a directory. An output
 never signed is one problem: "not signed: run ` + "`peerboot sign`" + `". --json prints the
 checks and problems as JSON (README, "Machine-readable output").`,
 		Args: nArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opt.Key == "" {
 				return exitcode.Tag(exitcode.Usage, errors.New("--key is required"))
+			}
+			if err := outDirArg(args[0]); err != nil {
+				return err
 			}
 			var log bytes.Buffer
 			opt.Log = cmd.OutOrStdout()
@@ -93,7 +97,7 @@ checks and problems as JSON (README, "Machine-readable output").`,
 		},
 	}
 	addJSONFlag(cmd, &asJSON)
-	cmd.Flags().StringVar(&opt.Key, "key", "", "artifact public key (PEM), e.g. cosign.pub")
+	cmd.Flags().StringVar(&opt.Key, "key", "", "artifact public key (PEM, e.g. cosign.pub): a path, file:PATH or env:VAR")
 	cmd.Flags().StringVar(&opt.DBCert, "db-cert", "", "Secure Boot db certificate to check the UKI's Authenticode signature against")
 	cmd.Flags().StringVar(&opt.ModuleCert, "module-cert", "", "module-signing certificate to check every module in the initramfs against")
 	cmd.Flags().StringVar(&opt.PCRPub, "pcr-pub", "", "PCR policy public key (PEM, e.g. pcr.pub): every UKI's .pcrpkey must be it")

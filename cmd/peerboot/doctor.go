@@ -110,10 +110,29 @@ func packagesFor(uses ...use) []string {
 
 // doctorJSON is `peerboot doctor --json`.
 type doctorJSON struct {
-	OK      bool       `json:"ok"` // every build need is present
+	OK      bool       `json:"ok"` // every need of the uses checked is present
 	Needs   []needJSON `json:"needs"`
-	Missing []string   `json:"missing"` // build packages to install
+	Missing []string   `json:"missing"` // packages to install for the uses checked
 	Install string     `json:"install"` // the apt-get line for them; "" when none
+	For     []use      `json:"for"`     // the uses checked (--for, --all)
+}
+
+// useList words the uses checked for messages: "build", "build and run".
+func useList(uses []use) string {
+	names := make([]string, len(uses))
+	for i, u := range uses {
+		names[i] = string(u)
+		if u == useBuild {
+			names[i] = "building"
+		}
+	}
+	if len(names) == 0 {
+		return "nothing"
+	}
+	if len(names) == 1 {
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 type needJSON struct {
@@ -130,36 +149,44 @@ func doctorCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check the host tools every stage needs and print the apt-get line for what is missing",
-		Long: `doctor checks the host tools the build needs and prints the exact apt-get line for
-what is missing (exit 7). Tools only signing, ` + "`peerboot run`" + ` (QEMU) and the tests need are
-listed as "absent" and never fail it.
+		Long: `doctor checks the host tools building needs and prints the exact apt-get line for
+what is missing (exit 7). --for run checks what ` + "`peerboot run`" + ` needs (QEMU, OVMF) instead,
+--for build,sign both, --all everything (signing, QEMU and the tests too); tools of a
+use not asked for are listed as "absent" and never fail it.
 
---packages prints the Debian packages building needs, on one line (what ` + "`make image`" + `
-installs); --for build,sign adds signing's (` + "`make sign`" + `); --all, those of signing, QEMU
-and the tests too (what ` + "`make test`" + ` installs). --json prints the check as JSON (README, "Machine-readable output").`,
+--packages prints the Debian packages of those uses on one line instead (building's
+by default: what ` + "`make image`" + ` installs; --all: what ` + "`make test`" + ` installs).
+--json prints the check, or with --packages the list, as JSON.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
+			uses := []use{}
+			for _, f := range forUses {
+				u := use(f)
+				if u != useBuild && u != useSign && u != useRun && u != useTest {
+					return exitcode.Tag(exitcode.Usage, fmt.Errorf("--for: want build, sign, run or test, got %q", f))
+				}
+				uses = append(uses, u)
+			}
+			if all {
+				uses = []use{useBuild, useSign, useRun, useTest}
+			}
 			if packages { // for scripts (`make deps`, `make sign-deps`, `make test-deps`)
-				uses := []use{}
-				for _, f := range forUses {
-					u := use(f)
-					if u != useBuild && u != useSign && u != useRun && u != useTest {
-						return exitcode.Tag(exitcode.Usage, fmt.Errorf("--for: want build, sign, run or test, got %q", f))
-					}
-					uses = append(uses, u)
+				list := packagesFor(uses...)
+				if asJSON {
+					return writeJSON(out, struct {
+						Packages []string `json:"packages"`
+						For      []use    `json:"for"`
+					}{append([]string{}, list...), uses})
 				}
-				if all {
-					uses = []use{useBuild, useSign, useRun, useTest}
-				}
-				fmt.Fprintln(out, strings.Join(packagesFor(uses...), " "))
+				fmt.Fprintln(out, strings.Join(list, " "))
 				return nil
 			}
-			j := doctorJSON{Needs: []needJSON{}, Missing: []string{}}
+			j := doctorJSON{Needs: []needJSON{}, Missing: []string{}, For: uses}
 			for _, n := range hostNeeds {
 				ok := n.present()
 				j.Needs = append(j.Needs, needJSON{What: n.what, Package: n.pkg, For: n.stage, Use: string(n.use), Present: ok})
-				if !ok && n.use == useBuild {
+				if !ok && slices.Contains(uses, n.use) {
 					j.Missing = append(j.Missing, n.pkg)
 				}
 			}
@@ -170,7 +197,7 @@ and the tests too (what ` + "`make test`" + ` installs). --json prints the check
 			}
 			var err error
 			if !j.OK {
-				err = exitcode.Tag(exitcode.HostTools, fmt.Errorf("%d host tools missing", len(j.Missing)))
+				err = exitcode.Tag(exitcode.HostTools, fmt.Errorf("%d host tools missing for %s: %s", len(j.Missing), useList(uses), j.Install))
 			}
 			if asJSON {
 				if werr := writeJSON(out, j); werr != nil {
@@ -182,15 +209,15 @@ and the tests too (what ` + "`make test`" + ` installs). --json prints the check
 				state := "ok"
 				switch {
 				case n.Present:
-				case n.Use != string(useBuild):
-					state = "absent" // make test-deps installs it
+				case !slices.Contains(uses, use(n.Use)):
+					state = "absent" // not asked for: --for or --all check it
 				default:
 					state = "MISSING"
 				}
 				fmt.Fprintf(out, "%-8s %-26s %-22s (%s: %s)\n", state, n.What, n.Package, n.Use, n.For)
 			}
 			if j.OK {
-				fmt.Fprintln(out, "\nall host tools building needs are present")
+				fmt.Fprintf(out, "\nall host tools %s needs are present\n", useList(uses))
 				return nil
 			}
 			fmt.Fprintf(out, "\ninstall what is missing with:\n  %s\n", j.Install)
@@ -198,8 +225,8 @@ and the tests too (what ` + "`make test`" + ` installs). --json prints the check
 		},
 	}
 	cmd.Flags().BoolVar(&packages, "packages", false, "print the Debian packages building needs, on one line")
-	cmd.Flags().BoolVar(&all, "all", false, "with --packages: also those signing, peerboot run and the tests need")
-	cmd.Flags().StringSliceVar(&forUses, "for", []string{"build"}, "with --packages: whose packages (build, sign, run, test)")
+	cmd.Flags().BoolVar(&all, "all", false, "check (or with --packages, list) what signing, peerboot run and the tests need too")
+	cmd.Flags().StringSliceVar(&forUses, "for", []string{"build"}, "whose needs to check or list: build, sign, run, test (comma-separated)")
 	addJSONFlag(cmd, &asJSON)
 	return cmd
 }

@@ -135,6 +135,13 @@ func TestJSONOutputs(t *testing.T) {
 		norm, _ := json.MarshalIndent(m, "", "  ")
 		checkJSONGolden(t, "doctor", string(norm)+"\n")
 	})
+	t.Run("doctor-packages", func(t *testing.T) {
+		out, errs, code := run(t, "doctor", "--packages", "--for", "build,run", "--json")
+		if code != 0 {
+			t.Fatalf("doctor --packages --json: exit %d\n%s", code, errs)
+		}
+		checkJSONGolden(t, "doctor-packages", out)
+	})
 	t.Run("verify", func(t *testing.T) {
 		keys := filepath.Join(dir, "keys")
 		if _, errs, code := run(t, "keys", "init", keys); code != 0 {

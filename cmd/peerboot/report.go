@@ -15,6 +15,7 @@ import (
 
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/selftest/examples"
 )
 
 // errReportsDiffer is what `report diff` returns when the verdict changed or a fail
@@ -49,8 +50,11 @@ else 80. GPUs are named by model ("RTX 4090 48GB"). A report that p2pcheck could
 have written (a verdict other than pass or fail, a GPU index outside the report, a
 mismatch past the end of its copy) is refused, as serve refuses it.
 
---json prints the decoded report as JSON instead. Exit 0 whatever the verdict; 2 when
-FILE holds no valid report.`,
+FILE example:fail (or example:pass) is a report shipped inside peerboot: a 4-GPU box
+with several faults at once, each finding with its hint (or the same box healthy).
+
+--json prints the decoded report as JSON instead. Exit 0 for a pass verdict, 9 for a
+fail (as run, reports and p2pcheck); 2 when FILE holds no valid report.`,
 		Args: argsExactly(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := readReport(args[0])
@@ -63,11 +67,16 @@ FILE holds no valid report.`,
 				if err != nil {
 					return err
 				}
-				_, err = out.Write(b)
+				if _, err := out.Write(b); err != nil {
+					return err
+				}
+			} else if _, err := fmt.Fprint(out, selftest.RenderWidth(r, consoleWidth(out, width, os.Getenv))); err != nil {
 				return err
 			}
-			_, err = fmt.Fprint(out, selftest.RenderWidth(r, consoleWidth(out, width, os.Getenv)))
-			return err
+			if r.Verdict != selftest.Pass {
+				return exitcode.Tag(exitcode.Selftest, fmt.Errorf("%s: self-test verdict: %s", args[0], r.Verdict))
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the report JSON")
@@ -89,7 +98,8 @@ moved by less than --min-change percent are counted, not listed. --json prints t
 whole comparison, every copy included.
 
 Exit 0 when the verdicts are equal and B adds no fail finding; 1 when the verdict
-changed (either way) or a fail finding was added; 2 when a file holds no report.`,
+changed (either way) or a fail finding was added; 2 when a file holds no report.
+A or B may be a shipped example: ` + "`peerboot report diff example:pass example:fail`" + `.`,
 		Args: argsExactly(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := readReport(args[0])
@@ -145,12 +155,21 @@ func consoleWidth(out io.Writer, flag int, getenv func(string) string) int {
 	return selftest.DefaultWidth
 }
 
+// examplePrefix names a report shipped in the binary: example:pass, example:fail.
+const examplePrefix = "example:"
+
 // readReport loads a report from a JSON file or from a console log that carries a
-// PEERBOOT-REPORT line. Problems are usage errors (exit 2): the file is the argument.
+// PEERBOOT-REPORT line, or a shipped example. Problems are usage errors (exit 2):
+// the file is the argument.
 func readReport(path string) (*selftest.Report, error) {
 	var b []byte
 	var err error
-	if path == "-" { // standard input, as a pipe from p2pcheck --json or curl
+	if name, ok := strings.CutPrefix(path, examplePrefix); ok {
+		b, err = examples.Report(name)
+		if err != nil {
+			return nil, exitcode.Tag(exitcode.Usage, err)
+		}
+	} else if path == "-" { // standard input, as a pipe from p2pcheck --json or curl
 		b, err = io.ReadAll(os.Stdin)
 	} else {
 		b, err = os.ReadFile(path)

@@ -20,6 +20,8 @@ import (
 	"github.com/ProtonMail/go-crypto/openpgp"
 	"github.com/ProtonMail/go-crypto/openpgp/clearsign"
 	"github.com/ProtonMail/go-crypto/openpgp/packet"
+
+	"github.com/peerboot/peerboot/exitcode"
 )
 
 // archive is a signed Debian-style repository on loopback: InRelease and one
@@ -133,36 +135,88 @@ func TestExitCodeClasses(t *testing.T) {
 	missingFrag := write("frag/t.toml", strings.Replace(base, "[kernel]\n", "[kernel]\nfragments = [\"base.config\", \"nosuch.config\"]\n", 1))
 	badType := write("types/t.toml", "[platform]\ngpus = \"eight\"\nsockets = \"two\"\n[selftest]\nverify = 3\n")
 	noKeyring := lockRecipe(dir, "nokeyring", url, "good", filepath.Join(dir, "absent.gpg"), "hello")
+	unfetched := write("unfetched/t.toml", base)
+	// A kernel "tarball" that is not one, imported into a store of its own: the
+	// kernel stage fails (build, exit 8).
+	junk := write("junk/linux.tar.xz", "not a tarball\n")
+	junkSum := sha256.Sum256([]byte("not a tarball\n"))
+	junkRecipe := write("junk/t.toml", strings.Replace(base, "[kernel]\n"+src, fmt.Sprintf("[kernel]\nsource = { url = \"https://example.invalid/linux.tar.xz\", sha256 = \"%x\" }\n", junkSum), 1))
+	junkCache := filepath.Join(dir, "junk", "cache")
+	if out, errs, code := run(t, "--cache", junkCache, "store", "import", junkRecipe, junk); code != 0 {
+		t.Fatalf("store import: exit %d\n%s%s", code, out, errs)
+	}
+	// A PATH without QEMU: the host-tools class (exit 7).
+	noTools := []string{"PATH=" + t.TempDir()}
+	outDir := t.TempDir()
 
 	cases := []struct {
 		name string
 		args []string
 		code int
-		re   string // stderr must match
+		re   string   // stderr must match
+		env  []string // added to the environment
 	}{
-		{"unknown subcommand", []string{"frobnicate"}, 2, `^peerboot: unknown command "frobnicate" for "peerboot"`},
-		{"unknown subcommand of a group", []string{"store", "frob"}, 2, `unknown command "frob" for "peerboot store"`},
-		{"unknown flag", []string{"plan", "--no-such-flag"}, 2, `unknown flag: --no-such-flag`},
-		{"missing argument", []string{"keys", "init"}, 2, `^peerboot: keys init: accepts 1 arg\(s\), received 0 \(usage: peerboot keys init DIR`},
-		{"too many arguments", []string{"run", "a", "b"}, 2, `^peerboot: run: accepts between 0 and 1 arg\(s\), received 2`},
-		{"bad flag value", []string{"run", "--accel", "bogus", dir}, 2, `^peerboot: --accel: want kvm or tcg, got "bogus"`},
-		{"extra argument", []string{"version", "extra"}, 2, `^peerboot: version: want at most 0 argument\(s\), got 1`},
-		{"three wrong types", []string{"plan", badType}, 3, `(?s)t.toml:2: platform.gpus: wrong type.*t.toml:3: platform.sockets: wrong type.*t.toml:5: selftest.verify: wrong type`},
-		{"missing patch: plan", []string{"plan", missingPatch}, 3, `^\S*patch/t.toml:9: driver.patches\[1\]: no file \S*0002-gone.patch\n$`},
-		{"missing patch: lock", []string{"lock", missingPatch}, 3, `^\S*patch/t.toml:9: driver.patches\[1\]: no file`},
-		{"missing fragment", []string{"plan", missingFrag}, 3, `^\S*frag/t.toml:5: kernel.fragments\[1\]: no built-in file configs/nosuch.config`},
-		{"missing keyring", []string{"lock", noKeyring}, 3, `^\S*nokeyring.toml:5: repo\[0\].keyring: cannot read \S*absent.gpg: no such file`},
-		{"unknown package", []string{"lock", lockRecipe(dir, "nosuchpkg", url, "good", a.keyring, "nosuchpkg")}, 3, `efi-stub: package nosuchpkg not found in good`},
-		{"missing lock: plan", []string{"plan", lockRecipe(dir, "unlocked", url, "good", a.keyring, "hello")}, 4, `unlocked.lock: no lock file: run .peerboot lock.`},
-		{"unreachable archive", []string{"lock", lockRecipe(dir, "dead", deadURL, "good", a.keyring, "hello")}, 5, `connection refused`},
-		{"InRelease signed by another key", []string{"lock", lockRecipe(dir, "strangers", url, "strangers", a.keyring, "hello")}, 6, `signed by key \S+, which the keyring does not hold`},
-		{"index not matching InRelease", []string{"lock", lockRecipe(dir, "tampered", url, "tampered", a.keyring, "hello")}, 6, `does not match InRelease`},
-		{"good archive", []string{"lock", lockRecipe(dir, "good", url, "good", a.keyring, "hello")}, 0, `^repo good: 1 packages`},
+		{"unknown subcommand", []string{"frobnicate"}, 2, `^peerboot: unknown command "frobnicate" for "peerboot"`, nil},
+		{"unknown subcommand of a group", []string{"store", "frob"}, 2, `unknown command "frob" for "peerboot store"`, nil},
+		{"unknown flag", []string{"plan", "--no-such-flag"}, 2, `unknown flag: --no-such-flag`, nil},
+		{"missing argument", []string{"keys", "init"}, 2, `^peerboot: keys init: accepts 1 arg\(s\), received 0 \(usage: peerboot keys init DIR`, nil},
+		{"too many arguments", []string{"run", "a", "b"}, 2, `^peerboot: run: accepts between 0 and 1 arg\(s\), received 2`, nil},
+		{"bad flag value", []string{"run", "--accel", "bogus", dir}, 2, `^peerboot: --accel: want kvm or tcg, got "bogus"`, nil},
+		{"extra argument", []string{"version", "extra"}, 2, `^peerboot: version: want at most 0 argument\(s\), got 1`, nil},
+		{"three wrong types", []string{"plan", badType}, 3, `(?s)t.toml:2: platform.gpus: wrong type.*t.toml:3: platform.sockets: wrong type.*t.toml:5: selftest.verify: wrong type`, nil},
+		{"missing patch: plan", []string{"plan", missingPatch}, 3, `^\S*patch/t.toml:9: driver.patches\[1\]: no file \S*0002-gone.patch\n$`, nil},
+		{"missing patch: lock", []string{"lock", missingPatch}, 3, `^\S*patch/t.toml:9: driver.patches\[1\]: no file`, nil},
+		{"missing fragment", []string{"plan", missingFrag}, 3, `^\S*frag/t.toml:5: kernel.fragments\[1\]: no built-in file configs/nosuch.config`, nil},
+		{"missing keyring", []string{"lock", noKeyring}, 3, `^\S*nokeyring.toml:5: repo\[0\].keyring: cannot read \S*absent.gpg: no such file`, nil},
+		{"unknown package", []string{"lock", lockRecipe(dir, "nosuchpkg", url, "good", a.keyring, "nosuchpkg")}, 3, `efi-stub: package nosuchpkg not found in good`, nil},
+		{"missing lock: plan", []string{"plan", lockRecipe(dir, "unlocked", url, "good", a.keyring, "hello")}, 4, `unlocked.lock: no lock file: run .peerboot lock \S*/unlocked.toml.`, nil},
+		{"inputs not fetched: build", []string{"build", unfetched}, 4, "stage kernel: input s.tar.xz is not in the store: run `peerboot fetch \\S*unfetched/t.toml`", nil},
+		{"unreachable archive", []string{"lock", lockRecipe(dir, "dead", deadURL, "good", a.keyring, "hello")}, 5, `connection refused`, nil},
+		{"InRelease signed by another key", []string{"lock", lockRecipe(dir, "strangers", url, "strangers", a.keyring, "hello")}, 6, `signed by key \S+, which the keyring does not hold`, nil},
+		{"index not matching InRelease", []string{"lock", lockRecipe(dir, "tampered", url, "tampered", a.keyring, "hello")}, 6, `does not match InRelease`, nil},
+		{"good archive", []string{"lock", lockRecipe(dir, "good", url, "good", a.keyring, "hello")}, 0, `^repo good: 1 packages`, nil},
+		{"reports differ", []string{"report", "diff", "example:pass", "example:fail"}, 1, `^peerboot: reports differ: verdict pass -> fail`, nil},
+		{"no QEMU: run", []string{"run", outDir}, 7, "^peerboot: run needs QEMU x86_64 \\(qemu-system-x86\\), which is missing: apt-get install qemu-system-x86", noTools},
+		{"no QEMU: doctor --for run", []string{"doctor", "--for", "run"}, 7, `^peerboot: \d+ host tools missing for run: apt-get install .*qemu-system-x86`, noTools},
+		{"stage fails", []string{"build", junkRecipe, "--stage", "kernel", "--cache", junkCache}, 8, `(?m)^peerboot: stage kernel: `, nil},
+		{"self-test FAIL: report show", []string{"report", "show", "example:fail"}, 9, `^peerboot: example:fail: self-test verdict: fail`, nil},
+		{"not a device: flash", []string{"flash", junk, junk, "--yes"}, 10, `not a block device`, nil},
+
+		// The cases the first-hour review found exiting 1 ("a bug") or with a class
+		// other than the table's.
+		{"no such output: run", []string{"run", filepath.Join(dir, "nosuch")}, 2, `^peerboot: \S*nosuch: no such build output directory`, nil},
+		{"key not found: sign", []string{"sign", outDir, "--artifact-key", filepath.Join(dir, "nosuch.pem")}, 2, `^peerboot: --artifact-key: key reference "file:\S*nosuch.pem": open \S*nosuch.pem: no such file`, nil},
+		{"unknown key kind: sign", []string{"sign", outDir, "--artifact-key", "env:PEERBOOT_TEST_UNSET"}, 2, `^peerboot: --artifact-key: key reference "env:PEERBOOT_TEST_UNSET": environment variable PEERBOOT_TEST_UNSET is not set`, nil},
+		{"no such file: store import", []string{"store", "import", unfetched, "nosuch.run"}, 2, `^peerboot: store import: nosuch.run: no such file`, nil},
+		{"garbage address: serve", []string{"serve", "--listen", "garbage"}, 2, `^peerboot: --listen: want HOST:PORT`, nil},
+		{"bad port: serve", []string{"serve", "--listen", ":99999"}, 2, `^peerboot: --listen: want a port number`, nil},
+		{"block size: flash", []string{"flash", "--block-size", "3", junk, junk}, 2, `^peerboot: flash: --block-size: want 4096 or more, got 3`, nil},
+		{"block size not a multiple: flash", []string{"flash", "--block-size", "5000", junk, junk}, 2, `^peerboot: --block-size: want a positive multiple of 4096, got 5000`, nil},
+		{"no jobs: build", []string{"build", "-j", "0", unfetched}, 2, `^peerboot: build: --jobs: want 1 or more, got 0`, nil},
+		{"no jobs: fetch", []string{"fetch", "-j", "0", unfetched}, 2, `^peerboot: fetch: --jobs: want 1 or more, got 0`, nil},
+		{"negative duration: store gc", []string{"store", "gc", "--older-than", "-5h"}, 2, `^peerboot: store gc: --older-than: want a duration of 0 or more, got -5h0m0s`, nil},
+		{"zero timeout: run", []string{"run", "--timeout", "0s", outDir}, 2, `^peerboot: run: --timeout: want a positive duration, got 0s`, nil},
+		{"no such output: verify", []string{"verify", filepath.Join(dir, "nosuch"), "--key", "cosign.pub"}, 2, `^peerboot: \S*nosuch: no such build output directory`, nil},
+		{"typo: flsh", []string{"flsh"}, 2, `\(did you mean "flash"\?\)`, nil},
+		{"typo: biuld", []string{"biuld"}, 2, `\(did you mean "build"\?\)`, nil},
+		{"typo: doctr", []string{"doctr"}, 2, `\(did you mean "doctor"\?\)`, nil},
+		{"typo: recipe shwo", []string{"recipe", "shwo"}, 2, `unknown command "shwo" for "peerboot recipe" \(did you mean "show"\?\)`, nil},
+		{"bad --for: doctor", []string{"doctor", "--for", "bogus"}, 2, `^peerboot: --for: want build, sign, run or test, got "bogus"`, nil},
+	}
+	// Every class of the documented table has a case (130 is the interrupt below).
+	for _, n := range exitcode.Names {
+		found := n.Class == exitcode.Interrupted
+		for _, c := range cases {
+			found = found || c.code == int(n.Class)
+		}
+		if !found {
+			t.Errorf("exit code %d (%s) has no case", n.Class, n.Name)
+		}
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			// A store each: a cached index would hide what the archive serves.
-			_, errs, code := run(t, append([]string{"--cache", filepath.Join(dir, fmt.Sprint("cache", i))}, c.args...)...)
+			_, errs, code := runEnv(t, c.env, append([]string{"--cache", filepath.Join(dir, fmt.Sprint("cache", i))}, c.args...)...)
 			if code != c.code || !regexp.MustCompile(c.re).MatchString(errs) {
 				t.Errorf("%v: exit %d, stderr:\n%s\nwant exit %d, stderr matching %s", c.args, code, errs, c.code, c.re)
 			}

@@ -1,5 +1,5 @@
 // Package examples ships two self-test reports inside the binary, so that
-// `peerboot report show --example fail` and `peerboot serve --demo` have
+// `peerboot report show example:fail` and `peerboot serve --demo` have
 // something real to show before anything is built or booted: a healthy 4-GPU
 // box (pass.json) and the same box with several faults at once (fail.json).
 //
@@ -20,7 +20,7 @@ var pass []byte
 //go:embed fail.json
 var fail []byte
 
-// Names lists the examples, in the order `--example` documents them.
+// Names lists the examples, in the order report show documents them.
 var Names = []string{"pass", "fail"}
 
 // Report returns the JSON of the example called name ("pass" or "fail").

@@ -25,9 +25,10 @@ var seriesLandmarks = map[string]map[string][]string{
 			"if (!kbusHasBar1P2PConnection(pMappingGpu, pMappingKernelBus,",
 			"if ((status != NV_OK) && bar1Peer.bNewWindow)",
 		},
-		"src/nvidia/src/kernel/gpu/bus/kern_bus.c":      {"return KBUS_BAR1_P2P_MODE_DYNAMIC;", "return kbusHasPcieBar1P2PMapping_GH100(pGpu0, pKernelBus0, pGpu1, pKernelBus1);"},
-		"src/nvidia/src/kernel/platform/p2p/p2p_caps.c": {"_kp2pCapsBar1P2PRequired(gpuMask)"},
-		"kernel-open/conftest.sh":                       {"#if IS_ENABLED(CONFIG_DRM_TTM_HELPER)"},
+		"src/nvidia/src/kernel/gpu/bus/kern_bus.c":                    {"return KBUS_BAR1_P2P_MODE_DYNAMIC;", "return kbusHasPcieBar1P2PMapping_GH100(pGpu0, pKernelBus0, pGpu1, pKernelBus1);"},
+		"src/nvidia/src/kernel/platform/p2p/p2p_caps.c":               {"_kp2pCapsBar1P2PRequired(gpuMask)"},
+		"kernel-open/conftest.sh":                                     {"#if IS_ENABLED(CONFIG_DRM_TTM_HELPER)"},
+		"src/nvidia/src/kernel/gpu/bus/arch/maxwell/kern_bus_gm107.c": {"peerboot-p2p: bar1-mode gpu=%u pci=%04x:%02x:%02x.0 chip=%s bar1_mib=%llu fb_mib=%llu mode=%s why=%s\\n"},
 	},
 	// 580.142: the HAL slots moved since 550 (GA102|AD102 mask 0x00100800 from this
 	// tree's g_chips2halspec_nvoc.c); kbusHasPcieBar1P2PMapping must stay unbound
@@ -48,9 +49,15 @@ var seriesLandmarks = map[string]map[string][]string{
 			"_nvGpuOpsBar1PeerAddrs(pBar1Peer, offset, mappingPageSize,\n                                                   physAddrCount, physicalAddresses)",
 			"_nvGpuOpsDynBar1Release(device, hPhysHandle)",
 			"_nvGpuOpsDynBar1DestroyAll(device);",
+			// dynamic windows are mapped at the allocation's page size
+			"BUS_MAP_FB_FLAGS_MAP_UNICAST | pageSizeFlag, NULL);",
 		},
 		"src/nvidia/src/kernel/gpu/bus/arch/hopper/kern_bus_gh100.c":               {"(kbusGetBar1P2PMode(pGpu0, pKernelBus0) == KBUS_BAR1_P2P_MODE_STATIC))"},
 		"src/nvidia/src/kernel/gpu/mem_mgr/arch/hopper/virt_mem_allocator_gh100.c": {"bar1PhysAddr - gpumgrGetGpuPhysFbAddr(pPeerGpu),"},
+		"src/nvidia/src/kernel/gpu/bus/arch/maxwell/kern_bus_gm107.c": {
+			"peerboot-p2p: bar1-mode gpu=%u pci=%04x:%02x:%02x.0 chip=%s bar1_mib=%llu fb_mib=%llu mode=%s why=%s\\n",
+			"bStaticBar1Supported  = bPeerbootStaticForced;",
+		},
 		"kernel-open/conftest.sh": {"#if IS_ENABLED(CONFIG_DRM_TTM_HELPER)"},
 	},
 	// 595.45.04: as 580.142, static BAR1 is NVIDIA's generic Turing+ code, so the series
@@ -63,16 +70,21 @@ var seriesLandmarks = map[string]map[string][]string{
 			"& 0x00100800UL) )) /* ChipHal: GA102 | AD102 */\n    {\n        pThis->__kbusGetBar1P2PDmaInfo__ = &kbusGetBar1P2PDmaInfo_GH100;",
 			"pThis->__kbusHasPcieBar1P2PMapping__ = &kbusHasPcieBar1P2PMapping_GH100;\n    }\n    // default",
 		},
-		"src/nvidia/src/kernel/gpu/bif/kernel_bif.c":                  {"pKernelBif->pcieP2PType = NV_REG_STR_RM_PCIEP2P_TYPE_BAR1;\n    }\n\n    if (osReadRegistryDword(pGpu, NV_REG_STR_RM_PCIEP2P_TYPE", "kbusIsBar1P2PTypeSelected(pGpu))"},
-		"src/nvidia/src/kernel/gpu/bus/kern_bus.c":                    {"return IsGA102(pGpu) || IsAD102(pGpu) || IsGB202(pGpu);", "return KBUS_BAR1_P2P_MODE_DYNAMIC;"},
-		"src/nvidia/src/kernel/gpu/bus/arch/maxwell/kern_bus_gm107.c": {"peerboot-p2p: GPU%u BAR1 P2P mode %s (BAR1 %llu MiB, usable FB %llu MiB)", "peerboot-p2p: GPU%u BAR1 P2P is off: RMForceP2PType=%u, RMPcieP2PType=%u"},
-		"src/nvidia/src/kernel/gpu/bus/arch/pascal/kern_bus_gp100.c":  {"return kbusRemoveP2PMappingForBar1P2P_HAL(pGpu0, pKernelBus0, pGpu1, pKernelBus1, attributes);"},
-		"src/nvidia/src/kernel/platform/p2p/p2p_caps.c":               {"else if (_kp2pCapsBar1P2PRequired(gpuMask))"},
+		"src/nvidia/src/kernel/gpu/bif/kernel_bif.c": {"pKernelBif->pcieP2PType = NV_REG_STR_RM_PCIEP2P_TYPE_BAR1;\n    }\n\n    if (osReadRegistryDword(pGpu, NV_REG_STR_RM_PCIEP2P_TYPE", "kbusIsBar1P2PTypeSelected(pGpu))"},
+		"src/nvidia/src/kernel/gpu/bus/kern_bus.c":   {"return IsGA102(pGpu) || IsAD102(pGpu) || IsGB202(pGpu);", "return KBUS_BAR1_P2P_MODE_DYNAMIC;"},
+		"src/nvidia/src/kernel/gpu/bus/arch/maxwell/kern_bus_gm107.c": {
+			"peerboot-p2p: bar1-mode gpu=%u pci=%04x:%02x:%02x.0 chip=%s bar1_mib=%llu fb_mib=%llu mode=%s why=%s\\n",
+			"bStaticBar1Supported  = bPeerbootStaticForced;",
+		},
+		"src/nvidia/src/kernel/gpu/bus/arch/pascal/kern_bus_gp100.c": {"return kbusRemoveP2PMappingForBar1P2P_HAL(pGpu0, pKernelBus0, pGpu1, pKernelBus1, attributes);"},
+		"src/nvidia/src/kernel/platform/p2p/p2p_caps.c":              {"else if (_kp2pCapsBar1P2PRequired(gpuMask))"},
 		"src/nvidia/src/kernel/rmapi/nv_gpu_ops.c": {
 			"_nvGpuOpsBar1PeerAddrs(pBar1Peer, offset, mappingPageSize,\n                                                   pteCount, physicalAddresses)",
 			"_nvGpuOpsBar1PeerAddrs(pBar1Peer, offset, mappingPageSize,\n                                                   physAddrCount, physicalAddresses)",
 			"_nvGpuOpsDynBar1Release(device, hPhysHandle)",
 			"_nvGpuOpsDynBar1DestroyAll(device);",
+			// dynamic windows are mapped at the allocation's page size
+			"BUS_MAP_FB_FLAGS_MAP_UNICAST | pageSizeFlag, NULL);",
 		},
 		"src/nvidia/src/kernel/gpu/bus/arch/hopper/kern_bus_gh100.c":               {"(kbusGetBar1P2PMode(pGpu0, pKernelBus0) == KBUS_BAR1_P2P_MODE_STATIC))"},
 		"src/nvidia/src/kernel/gpu/mem_mgr/arch/hopper/virt_mem_allocator_gh100.c": {"bar1Offset = bar1PhysAddr - gpumgrGetGpuPhysFbAddr(pPeerGpu);"},

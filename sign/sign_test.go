@@ -412,7 +412,7 @@ func TestVerifyDetectsFlips(t *testing.T) {
 		t.Fatalf("signed output holds %v", files)
 	}
 	const perFile = 12 // 9 files × 12 = 108 flips
-	total := 0
+	total, missed := 0, 0
 	for _, f := range files {
 		p := filepath.Join(dir, f)
 		orig, err := os.ReadFile(p)
@@ -431,9 +431,11 @@ func TestVerifyDetectsFlips(t *testing.T) {
 				var ve *VerifyError
 				if !errors.As(err, &ve) {
 					t.Errorf("%s: flip at %d/%d: Verify = %v, want a VerifyError", f, pos, len(orig), err)
+					missed++
 					continue
 				}
 				if !names(ve, f) {
+					missed++
 					t.Errorf("%s: flip at %d/%d: the failure does not name the file:\n%v", f, pos, len(orig), err)
 				}
 			}
@@ -445,6 +447,9 @@ func TestVerifyDetectsFlips(t *testing.T) {
 	}
 	if err := Verify(ctx, dir, vo); err != nil {
 		t.Fatalf("after restoring: %v", err)
+	}
+	if missed > 0 {
+		t.Fatalf("%d of %d single-byte flips over %d files were not detected (or not named)", missed, total, len(files))
 	}
 	t.Logf("%d single-byte flips over %d files, each detected", total, len(files))
 }

@@ -74,6 +74,11 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int64)) ([
 				problems = append(problems, Problem{p, "missing (listed in MANIFEST)"})
 				continue
 			}
+			if !info.Mode().IsRegular() {
+				// Hashing would follow a symlink to bytes outside the output.
+				problems = append(problems, Problem{p, "not a regular file (listed in MANIFEST)"})
+				continue
+			}
 			if want, ok := sizes[e.path]; sizes != nil && (!ok || want != info.Size()) {
 				problems = append(problems, Problem{p, fmt.Sprintf("%d bytes, %d when committed (%s)", info.Size(), want, sizesName)})
 				continue

@@ -23,6 +23,11 @@ import (
 // directory is intact; the final build gives the same SHA256SUMS. Kills inside
 // the kernel and driver compiles are not exercised here: each would cost a full
 // compile. (The file sorts last so the store is warm.)
+//
+// The kills and removals happen in a private store (privateStore: the shared
+// store's blobs and this recipe's kernel and driver outputs hard-linked), never
+// in the shared one: a build beside the tests must not see its outputs pulled
+// away. That also keeps each `store verify` to this recipe's entries.
 func TestKillBuildAtRandomMoments(t *testing.T) {
 	testguard.Short(t, "builds and kills the pipeline 20 times")
 	const kills, maxAttempts = 20, 60
@@ -33,7 +38,17 @@ func TestKillBuildAtRandomMoments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	later := laterOutputs(t)
+	keys := planKeys(t)
+	t.Setenv("PEERBOOT_CACHE", privateStore(t, func(o string) bool { return o == keys["kernel"] || o == keys["driver"] }))
+	var later []string
+	for stage, key := range keys {
+		if stage != "kernel" && stage != "driver" {
+			later = append(later, filepath.Join(cacheDir(), "out", key))
+		}
+	}
+	if len(later) < 2 || keys["kernel"] == "" || keys["driver"] == "" {
+		t.Fatalf("plan: want the kernel, the driver and the stages after them, got %v", keys)
+	}
 	removeLater := func() {
 		for _, d := range later {
 			if err := os.RemoveAll(d); err != nil {
@@ -107,18 +122,18 @@ func TestKillBuildAtRandomMoments(t *testing.T) {
 	}
 }
 
-// laterOutputs are the store directories of every stage `peerboot plan` lists
-// after the kernel and driver compiles.
-func laterOutputs(t *testing.T) []string {
+// planKeys are the action keys `peerboot plan` gives the default recipe's
+// stages, by stage name.
+func planKeys(t *testing.T) map[string]string {
 	t.Helper()
 	plan, code := peerboot(t, "plan", "recipes/default.toml")
 	if code != 0 {
 		t.Fatalf("plan: exit %d\n%s", code, plan)
 	}
-	var later []string
+	keys := map[string]string{}
 	for _, line := range strings.Split(plan, "\n") {
 		f := strings.Fields(line)
-		if len(f) < 3 || !strings.HasSuffix(f[0], ".") || f[1] == "kernel" || f[1] == "driver" {
+		if len(f) < 3 || !strings.HasSuffix(f[0], ".") {
 			continue
 		}
 		if _, err := strconv.Atoi(strings.TrimSuffix(f[0], ".")); err != nil {
@@ -128,12 +143,9 @@ func laterOutputs(t *testing.T) []string {
 		if !strings.HasPrefix(key, f[1]+"-") {
 			t.Fatalf("plan: stage %s has no key:\n%s", f[1], plan)
 		}
-		later = append(later, filepath.Join(cacheDir(), "out", key))
+		keys[f[1]] = key
 	}
-	if len(later) < 2 {
-		t.Fatalf("plan lacks the stages after the driver:\n%s", plan)
-	}
-	return later
+	return keys
 }
 
 // killedBySIGKILL says whether a build's Wait error is its death by SIGKILL.

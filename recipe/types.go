@@ -2,13 +2,13 @@
 // (with includes), fills defaults, validates it strictly and gives it a stable digest.
 package recipe
 
-// Recipe is one platform's image description. Field docs are the recipe reference;
-// README.md's "Recipe reference" mirrors them.
+// Recipe is one platform's image description. The field comments of this file are the
+// recipe reference: `peerboot docs` renders them into docs/recipe-reference.md.
 type Recipe struct {
-	Name            string   `toml:"name"`              // image name; default: the file name without .toml
+	Name            string   `toml:"name"`              // image name: lower-case letters, digits, ".", "_", "-"; default: the file name without .toml
 	Description     string   `toml:"description"`       // free text
-	Include         []string `toml:"include"`           // files merged underneath this one, relative to it
-	SourceDateEpoch int64    `toml:"source_date_epoch"` // the build clock; 0: derived from the newest input
+	Include         []string `toml:"include"`           // files merged underneath this one, relative to it, depth first in list order (docs/recipes.md)
+	SourceDateEpoch int64    `toml:"source_date_epoch"` // the build clock, seconds since 1970; 0: derived from the newest input each stage reads
 
 	Platform  Platform          `toml:"platform"`
 	Repos     []Repo            `toml:"repo"`
@@ -17,7 +17,7 @@ type Recipe struct {
 	Userspace Userspace         `toml:"userspace"`
 	Selftest  Selftest          `toml:"selftest"`
 	Boot      Boot              `toml:"boot"`
-	Env       map[string]string `toml:"env"`
+	Env       map[string]string `toml:"env"` // environment written into the image, e.g. NCCL_P2P_LEVEL; one-line values
 	Outputs   Outputs           `toml:"outputs"`
 	Sign      Sign              `toml:"sign"`
 }
@@ -26,56 +26,58 @@ type Recipe struct {
 type Platform struct {
 	CPUVendor string `toml:"cpu_vendor"` // "intel", "amd" or "any"
 	Sockets   int    `toml:"sockets"`    // CPU sockets, 1..8
-	GPUs      int    `toml:"gpus"`       // NVIDIA GPUs expected; 0 for a VM or a GPU-less bench box
+	GPUs      int    `toml:"gpus"`       // NVIDIA GPUs expected, 0..16; 0 for a VM or a GPU-less bench box
 	GPUModel  string `toml:"gpu_model"`  // e.g. "RTX 4090"; required when gpus > 0
-	VRAM      Size   `toml:"vram"`       // per GPU, binary units, e.g. "49140MiB"
-	BAR1      Size   `toml:"bar1"`       // per GPU, e.g. "32GiB"; BAR1 < VRAM needs the dynamic-BAR1 driver
-	NUMANodes int    `toml:"numa_nodes"` // NUMA nodes of the box
-	GPUNUMA   []int  `toml:"gpu_numa"`   // NUMA node of each GPU by index; empty: not checked
+	VRAM      Size   `toml:"vram"`       // VRAM per GPU, e.g. "49140MiB"; 1GiB..1TiB when gpus > 0
+	BAR1      Size   `toml:"bar1"`       // BAR1 per GPU, a power of two, 256MiB..2TiB when gpus > 0, e.g. "32GiB"; BAR1 < VRAM needs driver.p2p = "dynamic-bar1"
+	NUMANodes int    `toml:"numa_nodes"` // NUMA nodes of the box, 1..64
+	GPUNUMA   []int  `toml:"gpu_numa"`   // NUMA node of each GPU in sysfs bus order, one per GPU; empty: not checked
 }
 
 // Repo is an apt repository that userspace and source packages are resolved from.
 type Repo struct {
-	Name         string   `toml:"name"`         // unique; default: the suite
+	Name         string   `toml:"name"`         // unique among the repos; default: the suite
 	Suite        string   `toml:"suite"`        // e.g. "bookworm-security"
-	Components   []string `toml:"components"`   // e.g. ["main", "contrib"]
-	Architecture string   `toml:"architecture"` // default "amd64"
-	Keyring      string   `toml:"keyring"`      // OpenPGP keyring that signs InRelease
-	Mirror       string   `toml:"mirror"`       // "system": the archive from this machine's apt sources
-	URL          string   `toml:"url"`          // archive root; exclusive with mirror
+	Components   []string `toml:"components"`   // at least one, e.g. ["main", "contrib", "non-free", "non-free-firmware"]
+	Architecture string   `toml:"architecture"` // "amd64" (the default)
+	Keyring      string   `toml:"keyring"`      // required: the OpenPGP keyring that signs InRelease
+	Mirror       string   `toml:"mirror"`       // "system": the archive of the building machine's apt sources (no host is written in a recipe)
+	URL          string   `toml:"url"`          // archive root (https://, http:// or file://); exclusive with mirror
 }
 
 // Source is where a stage's source comes from: exactly one of a Debian package (pinned
 // by the lock), a URL with its sha256, or a git repository at a full commit id.
+// A higher layer replaces a source table whole: a URL source never inherits a deb key.
 type Source struct {
-	Deb     string `toml:"deb"`     // Debian package name
-	Version string `toml:"version"` // Debian version of Deb; "" = newest in the repos
-	URL     string `toml:"url"`     // https:// or file:// tarball
-	SHA256  string `toml:"sha256"`  // of the URL's bytes
+	Deb     string `toml:"deb"`     // Debian source package name, pinned by the lock
+	Version string `toml:"version"` // Debian version of the deb package; "" = newest in the repos
+	URL     string `toml:"url"`     // https://, http:// or file:// tarball; needs sha256
+	SHA256  string `toml:"sha256"`  // of the URL's bytes, 64 lower-case hex digits
 	Git     string `toml:"git"`     // clone URL (a local mirror may stand in: PEERBOOT_GIT_MIRRORS)
-	Commit  string `toml:"commit"`  // 40 hex digits
+	Commit  string `toml:"commit"`  // the full commit id, 40 hex digits
 }
 
 // Kernel is the kernel stage's recipe.
 type Kernel struct {
 	Source    Source   `toml:"source"`
 	Base      string   `toml:"base"`      // "tinyconfig" or "x86_64_defconfig"
-	Fragments []string `toml:"fragments"` // kernel/configs/NAME, or ./path relative to the recipe
-	Patches   []string `toml:"patches"`   // kernel/patches/NAME, or ./path
-	Cmdline   string   `toml:"cmdline"`   // kernel command line baked into the UKI
+	Fragments []string `toml:"fragments"` // config fragments merged over base: kernel/configs/NAME, or ./path relative to the recipe
+	Patches   []string `toml:"patches"`   // patches applied to the kernel source: kernel/patches/NAME, or ./path; a file that cannot be read is an error at its line
+	Cmdline   string   `toml:"cmdline"`   // kernel command line baked into the UKI (and the PXE script); one line, the serial console last
 }
 
 // Driver is the nvidia-open stage's recipe.
 type Driver struct {
-	Version string                       `toml:"version"` // NVIDIA version, e.g. "535.261.03"
+	Version string                       `toml:"version"` // NVIDIA version, e.g. "535.261.03"; the userspace must be exactly this version
 	Source  Source                       `toml:"source"`
-	Patches []string                     `toml:"patches"` // driver/patches/<version>/NAME, or ./path
-	Modules []string                     `toml:"modules"` // built and loaded, in load order
-	Params  map[string]map[string]string `toml:"params"`  // module -> parameter -> value
-	// P2P says which peer-to-peer path the patched driver carries: "off" (stock: NVML
+	Patches []string                     `toml:"patches"` // driver/patches/<version>/NAME, or ./path, in series order; applied exactly: a hunk not at its recorded line is an error
+	Modules []string                     `toml:"modules"` // built and loaded, in load order: "nvidia" first, then any of nvidia-uvm, nvidia-modeset, nvidia-drm, nvidia-peermem
+	Params  map[string]map[string]string `toml:"params"`  // module parameters written to modprobe.d, for modules in driver.modules
+	// P2P is the peer-to-peer path the patched driver carries: "off" (stock: NVML
 	// reports CNS on consumer cards), "static-bar1" (peer access through a BAR1 that maps
 	// all of VRAM) or "dynamic-bar1" (per-allocation BAR1 windows, for cards whose BAR1
-	// is smaller than VRAM). The self-test judges the box against it.
+	// is smaller than VRAM; required when platform.bar1 < platform.vram). The self-test
+	// judges the box against it.
 	P2P string `toml:"p2p"`
 }
 
@@ -90,82 +92,88 @@ const (
 // and, for driver branches Debian does not ship, NVIDIA's installer to take the
 // driver's own userspace from.
 type Userspace struct {
-	Packages []string  `toml:"packages"` // "name" or "name=version"
-	Exclude  []Exclude `toml:"exclude"`  // dropped from the closure, with a reason
+	Packages []string  `toml:"packages"` // "name" or "name=version"; their dependency closure goes into the image; needs a [[repo]]
+	Exclude  []Exclude `toml:"exclude"`  // packages dropped from the closure
 	// Installer is NVIDIA's NVIDIA-Linux-x86_64-<driver.version>.run, unpacked in
 	// Go (never run) for libcuda, libnvidia-ml, the PTX JIT compiler, nvidia-smi and
-	// the GSP firmware, of exactly driver.version.
+	// the GSP firmware, of exactly driver.version. userspace.packages may then not name
+	// libcuda1, libnvidia-ml1, nvidia-smi, firmware-nvidia-gsp or
+	// libnvidia-ptxjitcompiler1: the files come from one place. Replaced whole by a
+	// higher layer, like the source tables.
 	Installer Installer `toml:"installer,omitempty"`
 }
 
 // Installer pins NVIDIA's .run installer by URL and sha256.
 type Installer struct {
-	URL    string `toml:"url"`            // https:// (or file://) .run file
-	SHA256 string `toml:"sha256"`         // of the file's bytes
-	Size   int64  `toml:"size,omitempty"` // bytes; 0 = unknown (a download is then not cut off early)
+	URL    string `toml:"url"`            // https:// (or file://) URL ending in NVIDIA-Linux-x86_64-<driver.version>.run
+	SHA256 string `toml:"sha256"`         // of the file's bytes, 64 lower-case hex digits
+	Size   int64  `toml:"size,omitempty"` // bytes, 0..4GiB; a download is cut off past it; 0 = unknown
 }
 
 // Exclude drops one package (and what only it pulls in) from the userspace closure.
 type Exclude struct {
-	Package string `toml:"package"`
-	Reason  string `toml:"reason"`
+	Package string `toml:"package"` // a Debian package name, not also in userspace.packages
+	Reason  string `toml:"reason"`  // required: why it is left out of the image
 }
 
 // Selftest sets what the boot-time P2P self-test measures and what counts as a pass.
 type Selftest struct {
-	Verify       bool                 `toml:"verify"`         // check copied data on the GPU
-	CopySize     Size                 `toml:"copy_size"`      // bytes per timed peer copy
-	NCCLMin      Size                 `toml:"nccl_min"`       // smallest all-reduce size
-	NCCLMax      Size                 `toml:"nccl_max"`       // largest all-reduce size
-	MinBusbwGBps float64              `toml:"min_busbw_gbps"` // NCCL bus bandwidth at nccl_max
-	RequireP2P   bool                 `toml:"require_p2p"`    // NCCL must use the P2P transport
-	Deadlines    Deadlines            `toml:"deadlines"`
-	Thresholds   map[string]Threshold `toml:"thresholds"` // by topology class: PIX PXB PHB NODE SYS
+	Verify       bool                 `toml:"verify"`         // check copied data on the GPU; false makes every copy an unverified warning
+	CopySize     Size                 `toml:"copy_size"`      // bytes per timed peer copy (1MiB..16GiB)
+	NCCLMin      Size                 `toml:"nccl_min"`       // smallest all-reduce size of the sweep (4B..16GiB), at most nccl_max
+	NCCLMax      Size                 `toml:"nccl_max"`       // largest all-reduce size of the sweep (4B..16GiB)
+	MinBusbwGBps float64              `toml:"min_busbw_gbps"` // NCCL bus bandwidth needed at nccl_max, GB/s (0..10000); 0: not checked
+	RequireP2P   bool                 `toml:"require_p2p"`    // NCCL must use the P2P transport between every pair
+	Deadlines    Deadlines            `toml:"deadlines"`      // per phase; a phase past its deadline is a verdict, not a hang
+	Thresholds   map[string]Threshold `toml:"thresholds"`     // per topology class of a GPU pair: PIX, PXB, PHB, NODE or SYS
 }
 
 // Deadlines bound every self-test phase so a hang becomes a verdict, not a frozen box.
 type Deadlines struct {
-	Total    Duration `toml:"total"`
-	Precheck Duration `toml:"precheck"`
-	Driver   Duration `toml:"driver"`
-	CUDA     Duration `toml:"cuda"`
-	NCCL     Duration `toml:"nccl"`
+	Total    Duration `toml:"total"`    // the whole self-test; every phase's deadline is at most this
+	Precheck Duration `toml:"precheck"` // sysfs checks before the driver
+	Driver   Duration `toml:"driver"`   // loading the driver and NVML
+	CUDA     Duration `toml:"cuda"`     // the timed, verified copies
+	NCCL     Duration `toml:"nccl"`     // the all-reduce sweep
 }
 
 // Threshold is the minimum peer-copy bandwidth, and the maximum small-write latency,
 // for pairs of one topology class; 0 leaves a figure unchecked.
 type Threshold struct {
-	UnidirGBps float64 `toml:"min_unidir_gbps"`
-	BidirGBps  float64 `toml:"min_bidir_gbps"`
+	UnidirGBps float64 `toml:"min_unidir_gbps"` // peer-copy floor, one direction (write or read), GB/s (0..1000)
+	BidirGBps  float64 `toml:"min_bidir_gbps"`  // peer-copy floor, both directions at once, GB/s (0..2000)
 	// MaxLatencyUS bounds a 16-byte peer write, timed the way p2pBandwidthLatencyTest
-	// does, in microseconds: direct P2P takes about 0.5, a write staged through host
-	// memory about 14.
+	// does, in microseconds (0..1000; over it: a warning): direct P2P takes about 0.5, a
+	// write staged through host memory about 14.
 	MaxLatencyUS float64 `toml:"max_latency_us"`
 }
 
 // Boot says what the appliance does after the self-test.
 type Boot struct {
-	OnPass    string `toml:"on_pass"`    // shell, poweroff, reboot, halt
-	OnFail    string `toml:"on_fail"`    // shell, poweroff, reboot, halt
-	ReportURL string `toml:"report_url"` // where reports are POSTed; "" = none
+	OnPass    string `toml:"on_pass"`    // after a PASS: shell, poweroff, reboot or halt
+	OnFail    string `toml:"on_fail"`    // after a FAIL: shell, poweroff, reboot or halt
+	ReportURL string `toml:"report_url"` // http(s) URL the node POSTs its report to; "" = none; a peerboot.report_url= on the kernel command line (as peerboot serve's script adds) wins
 }
 
 // Outputs selects the artifacts a build writes.
 type Outputs struct {
-	Formats  []string `toml:"formats"`   // any of "uki", "disk", "pxe", "iso"
-	DiskSize Size     `toml:"disk_size"` // GPT disk image size
-	EFIStub  Source   `toml:"efi_stub"`  // the systemd EFI stub package for the UKI
+	Formats  []string `toml:"formats"`   // at least one of "uki", "disk", "pxe", "iso"
+	DiskSize Size     `toml:"disk_size"` // GPT disk image size (64MiB..64GiB)
+	EFIStub  Source   `toml:"efi_stub"`  // the UKI's systemd EFI stub, a source like kernel.source
 }
 
-// Sign names keys: "file:PATH" or "env:VAR". Keys are inputs, never generated by a build.
+// Sign names keys as "file:PATH" (relative to the recipe's directory) or "env:VAR". Keys
+// are inputs, never generated by a build.
 type Sign struct {
-	DBKey       string `toml:"db_key"`
-	DBCert      string `toml:"db_cert"`
-	ModuleKey   string `toml:"module_key"`
-	ModuleCert  string `toml:"module_cert"`
-	ArtifactKey string `toml:"artifact_key"`
-	// PCRKey signs the UKI's predicted PCR 11 policies (.pcrsig, .pcrpkey): RSA,
-	// as systemd 252 accepts. omitempty keeps recipes without it at the digest
-	// they had before the field existed.
+	DBKey       string `toml:"db_key"`       // Secure Boot db signing key for the UKI
+	DBCert      string `toml:"db_cert"`      // its certificate
+	ModuleKey   string `toml:"module_key"`   // RSA key the modules stage signs every .ko with; needs module_cert
+	ModuleCert  string `toml:"module_cert"`  // certificate compiled into the kernel's trusted keyring
+	ArtifactKey string `toml:"artifact_key"` // signs SHA256SUMS and the provenance (peerboot sign)
+	// omitempty keeps recipes without pcr_key at the digest they had before the field
+	// existed.
+
+	// PCRKey signs the UKI's predicted PCR 11 policies (.pcrsig, .pcrpkey): RSA
+	// (2048 bits or more), as systemd 252 accepts.
 	PCRKey string `toml:"pcr_key,omitempty"`
 }

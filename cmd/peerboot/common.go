@@ -27,7 +27,44 @@ func recipeArg(args []string) string {
 	return args[0]
 }
 
-func loadRecipe(path string) (*recipe.Resolved, error) {
+// recipeDirs are where a recipe given by name (`peerboot plan xeon-8gpu`) is
+// looked for: each directory of $PEERBOOT_RECIPES (a list, as PATH), then
+// ./recipes (the repository root's).
+func recipeDirs() []string {
+	var dirs []string
+	seen := map[string]bool{}
+	for _, d := range append(filepath.SplitList(os.Getenv("PEERBOOT_RECIPES")), "recipes") {
+		abs, err := filepath.Abs(d)
+		if d == "" || err != nil || seen[abs] {
+			continue // the same directory twice would list its recipes twice
+		}
+		seen[abs] = true
+		dirs = append(dirs, d)
+	}
+	return dirs
+}
+
+// resolveRecipe turns a command's recipe argument into a file: a path as it is,
+// a name through recipeDirs. The default recipe, absent from the current
+// directory, is looked for by name too, so $PEERBOOT_RECIPES serves it.
+func resolveRecipe(arg string) (string, error) {
+	if arg == defaultRecipe {
+		if _, err := os.Stat(arg); err != nil {
+			arg = "default"
+		}
+	}
+	p, err := recipe.Find(arg, recipeDirs())
+	if err != nil {
+		return "", exitcode.Tag(exitcode.Recipe, err)
+	}
+	return p, nil
+}
+
+func loadRecipe(arg string) (*recipe.Resolved, error) {
+	path, err := resolveRecipe(arg)
+	if err != nil {
+		return nil, err
+	}
 	r, err := recipe.Load(path)
 	if err != nil {
 		return nil, exitcode.Tag(exitcode.Recipe, err)

@@ -32,7 +32,8 @@ func recipeCmd() *cobra.Command {
 		Use:   "matrix [RECIPE...]",
 		Short: "Print the CI build matrix: each recipe with its driver flavour, as JSON",
 		Long: `matrix prints {"include": [{"recipe", "path", "driver"}, ...]} for the given recipes
-(default: every recipes/*.toml), the form a GitHub Actions strategy.matrix takes
+(default: every recipes/*.toml, or *.toml of each $PEERBOOT_RECIPES directory; none
+found is an error, exit 3, never an empty matrix), the form a GitHub Actions strategy.matrix takes
 through fromJSON. A recipe's driver flavour is the name of the recipes/drivers/ file
 it includes (e.g. 550.163.01-p2p), else its driver.version with "-debian" when the
 driver comes from a Debian package (e.g. 535.261.03-debian). Without arguments it
@@ -40,10 +41,18 @@ fails when a recipes/drivers/*.toml flavour is built by no recipe: every flavour
 publishes is one some platform recipe picks.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			paths := args
+			dirs := recipeDirs()
 			if len(paths) == 0 {
-				var err error
-				if paths, err = filepath.Glob("recipes/*.toml"); err != nil {
-					return err
+				for _, d := range dirs {
+					found, err := filepath.Glob(filepath.Join(d, "*.toml"))
+					if err != nil {
+						return err
+					}
+					paths = append(paths, found...)
+				}
+				// An empty matrix would pass CI having built nothing.
+				if len(paths) == 0 {
+					return exitcode.Tag(exitcode.Recipe, fmt.Errorf("recipe matrix: no recipes in %s: run from the repository root, name the recipes, or set PEERBOOT_RECIPES", strings.Join(dirs, ", ")))
 				}
 			}
 			m, err := buildMatrix(paths)
@@ -51,10 +60,12 @@ publishes is one some platform recipe picks.`,
 				return err
 			}
 			if len(args) == 0 {
-				if missing, err := unbuiltFlavours("recipes/drivers", m); err != nil {
-					return err
-				} else if len(missing) > 0 {
-					return exitcode.Tag(exitcode.Recipe, fmt.Errorf("recipe matrix: driver flavour %s is built by no recipes/*.toml: add a platform recipe that includes it", strings.Join(missing, ", ")))
+				for _, d := range dirs {
+					if missing, err := unbuiltFlavours(filepath.Join(d, "drivers"), m); err != nil {
+						return err
+					} else if len(missing) > 0 {
+						return exitcode.Tag(exitcode.Recipe, fmt.Errorf("recipe matrix: driver flavour %s is built by no %s/*.toml: add a platform recipe that includes it", strings.Join(missing, ", "), d))
+					}
 				}
 			}
 			b, err := json.Marshal(struct {
@@ -84,7 +95,7 @@ func buildMatrix(paths []string) ([]matrixEntry, error) {
 		if err != nil {
 			return nil, err
 		}
-		m = append(m, matrixEntry{Recipe: r.Name, Path: p, Driver: driverFlavour(r.Files, r.Driver.Version, r.Driver.Source.Deb != "")})
+		m = append(m, matrixEntry{Recipe: r.Name, Path: r.Path, Driver: driverFlavour(r.Files, r.Driver.Version, r.Driver.Source.Deb != "")})
 	}
 	sort.Slice(m, func(i, j int) bool { return m[i].Recipe < m[j].Recipe })
 	return m, nil

@@ -80,6 +80,7 @@ type Driver struct {
 	ctxs    map[int]uintptr // retained primary contexts by ordinal
 	devs    map[int]int32   // CUdevice by ordinal
 	kernels map[int]*Kernels
+	mem     *memAPI // the peermem phase's entry points, bound on first use
 
 	cuInit                    func(flags uint32) int32
 	cuDriverGetVersion        func(v *int32) int32

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"time"
@@ -128,61 +127,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return r, err
 	}
 
-	// 1. Load the library.
-	var d *Driver
-	var err error
-	if o.Library != nil {
-		r.CUDA.Library = o.Library.Name()
-		d, err = Open(o.Library)
-	} else {
-		d, err = Load(o.Lib)
+	// 1-4. The library, cuInit (after CUDA_DEVICE_ORDER=PCI_BUS_ID), the devices in PCI
+	// order, and the kernels JIT-compiled in every GPU's primary context.
+	d, n, err := openDevices(o, &r.CUDA)
+	if d != nil {
+		defer d.Close()
 	}
 	if err != nil {
 		return fail(err)
-	}
-	r.CUDA.Loaded = true
-	defer d.Close()
-
-	// 2. cuInit (after CUDA_DEVICE_ORDER=PCI_BUS_ID) and the driver version.
-	st, err := d.Init()
-	r.CUDA.CuInit = &st
-	if v, verr := d.DriverVersion(); verr == nil {
-		r.CUDA.DriverVersion = v
-	}
-	if err != nil {
-		return fail(err)
-	}
-
-	// 3. Devices, in PCI order.
-	n, err := d.DeviceCount()
-	if err != nil {
-		return fail(err)
-	}
-	if n == 0 {
-		return fail(errors.New("cuDeviceGetCount: no CUDA device"))
-	}
-	for i := 0; i < n; i++ {
-		dev, err := d.Device(i)
-		if err != nil {
-			return fail(err)
-		}
-		r.CUDA.Devices = append(r.CUDA.Devices, dev)
-	}
-
-	// 4. The kernels, JIT-compiled in every GPU's primary context.
-	ptx := selftest.Status{Name: "CUDA_SUCCESS", Code: 0}
-	r.CUDA.PTX = &ptx
-	for i := 0; i < n; i++ {
-		if _, err := d.Kernels(i); err != nil {
-			var pe *PTXError
-			if errors.As(err, &pe) {
-				r.CUDA.PTXLog = pe.Log
-			}
-			if c := Code(err); c >= 0 {
-				*r.CUDA.PTX = d.Status(c)
-			}
-			return fail(err)
-		}
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(fmt.Errorf("copy phase stopped after loading the kernels: %w", err))

@@ -117,6 +117,19 @@ func (b *FakeBox) CUDA() *FakeLibrary {
 		"cuModuleGetFunction":          b.cuModuleGetFunction,
 		"cuModuleUnload":               b.cuModuleUnload,
 		"cuLaunchKernel":               b.cuLaunchKernel,
+
+		"cuMemAllocManaged":              b.cuMemAllocManaged,
+		"cuMemAdvise":                    b.cuMemAdvise,
+		"cuMemGetAllocationGranularity":  b.cuMemGetAllocationGranularity,
+		"cuMemCreate":                    b.cuMemCreate,
+		"cuMemRelease":                   b.cuMemRelease,
+		"cuMemAddressReserve":            b.cuMemAddressReserve,
+		"cuMemAddressFree":               b.cuMemAddressFree,
+		"cuMemMap":                       b.cuMemMap,
+		"cuMemUnmap":                     b.cuMemUnmap,
+		"cuMemSetAccess":                 b.cuMemSetAccess,
+		"cuMemExportToShareableHandle":   b.cuMemExportToShareableHandle,
+		"cuMemImportFromShareableHandle": b.cuMemImportFromShareableHandle,
 	}}
 }
 
@@ -230,10 +243,12 @@ func (b *FakeBox) cuDeviceTotalMem(bytes *uint64, dev int32) int32 {
 
 // CUdevice_attribute values the engine asks for.
 const (
-	attrClockRate = 13
-	attrSMCount   = 16
-	attrCCMajor   = 75
-	attrCCMinor   = 76
+	attrClockRate         = 13
+	attrSMCount           = 16
+	attrCCMajor           = 75
+	attrCCMinor           = 76
+	attrManagedMemory     = 83
+	attrConcurrentManaged = 89
 )
 
 func (b *FakeBox) cuDeviceGetAttribute(v *int32, attr int32, dev int32) int32 {
@@ -256,6 +271,8 @@ func (b *FakeBox) cuDeviceGetAttribute(v *int32, attr int32, dev int32) int32 {
 	case attrCCMinor:
 		x, _ := strconv.Atoi(mnr)
 		*v = int32(x)
+	case attrManagedMemory, attrConcurrentManaged:
+		*v = 1 // Linux with a Pascal or newer GPU
 	default:
 		return cudaErrorInvalidValue
 	}
@@ -420,6 +437,11 @@ func (b *FakeBox) cuMemAlloc(p *cuda.Ptr, n uintptr) int32 {
 	if rc != 0 {
 		return rc
 	}
+	return b.allocate(p, g, n, MemDevice)
+}
+
+// allocate places n bytes of kind mem on GPU g, above everything allocated before.
+func (b *FakeBox) allocate(p *cuda.Ptr, g int, n uintptr, mem string) int32 {
 	if n == 0 {
 		return cudaErrorInvalidValue
 	}
@@ -427,13 +449,9 @@ func (b *FakeBox) cuMemAlloc(p *cuda.Ptr, n uintptr) int32 {
 	if b.used(g)+int64(size) > b.cfg.GPUs[g].MemBytes {
 		return cudaErrorOutOfMemory
 	}
-	a := &alloc{gpu: g, addr: base(g) + b.next[g], size: uint64(n)}
+	a := &alloc{gpu: g, addr: base(g) + b.next[g], size: uint64(n), mem: mem}
 	b.next[g] += size
-	i := 0
-	for i < len(b.allocs) && b.allocs[i].addr < a.addr {
-		i++
-	}
-	b.allocs = append(b.allocs[:i], append([]*alloc{a}, b.allocs[i:]...)...)
+	b.insert(a)
 	*p = cuda.Ptr(a.addr)
 	return 0
 }

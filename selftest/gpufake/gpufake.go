@@ -64,6 +64,9 @@ type FakeConfig struct {
 	NCCLLog []string `json:"nccl_log,omitempty"`
 	// PTXLog is the JIT log cuModuleLoadDataEx returns with a Code fault on it.
 	PTXLog string `json:"ptx_log,omitempty"`
+	// VMMGranularity is what cuMemGetAllocationGranularity answers [64 KiB: smaller
+	// than NVIDIA's 2 MiB, so the tests' Go loops stay quick].
+	VMMGranularity int64 `json:"vmm_granularity,omitempty"`
 }
 
 // Fault kinds.
@@ -83,6 +86,13 @@ const (
 	// or above Window land at that offset modulo Window, where nothing of the buffer
 	// is (a BAR1 window that does not follow the buffer).
 	FaultWindow = "window"
+	// FaultLost: kernel writes from another GPU into GPU's memory of kind Mem
+	// ("managed", "vmm"; "" cuMemAlloc'd) are lost, from byte Offset of the allocation
+	// for Bytes bytes [all of it]: a peer mapping that points somewhere else.
+	FaultLost = "lost"
+	// FaultMMU: a kernel of another GPU touching GPU's memory of kind Mem fails with
+	// CUDA_ERROR_ILLEGAL_ADDRESS, the way an MMU fault (Xid 31) ends a kernel.
+	FaultMMU = "mmu"
 )
 
 // Fault is one raw effect injected into the stand-in.
@@ -102,9 +112,11 @@ type Fault struct {
 	Rank  int   `json:"rank,omitempty"`
 	Elem  int64 `json:"elem,omitempty"`
 	Count int64 `json:"count,omitempty"`
-	// window
+	// window, lost, mmu
 	GPU    int   `json:"gpu,omitempty"`
 	Window int64 `json:"window,omitempty"`
+	// lost, mmu
+	Mem string `json:"mem,omitempty"`
 }
 
 func (c FakeConfig) withDefaults() FakeConfig {
@@ -151,6 +163,9 @@ func (c FakeConfig) withDefaults() FakeConfig {
 	if c.NCCLBusGBps <= 0 {
 		c.NCCLBusGBps = 20
 	}
+	if c.VMMGranularity <= 0 {
+		c.VMMGranularity = 64 << 10
+	}
 	return c
 }
 
@@ -175,6 +190,7 @@ type FakeBox struct {
 	handle  uintptr
 	names   map[int32][]byte // cuGetErrorName strings, NUL-terminated
 	nccl    *ncclState
+	vmm     *vmmState
 
 	// Launches counts kernel launches by entry name, for tests that check a path ran.
 	Launches map[string]int
@@ -226,6 +242,9 @@ type alloc struct {
 	addr uint64
 	size uint64
 	data []byte // made on first touch: ballast that is never written costs nothing
+	mem  string // MemDevice, MemManaged, MemVMM
+	// access is who may touch a MemVMM mapping (cuMemSetAccess); nil for other kinds.
+	access map[int]bool
 }
 
 func (a *alloc) bytes() []byte {
@@ -244,7 +263,16 @@ func (b *FakeBox) find(addr uint64) *alloc {
 	return nil
 }
 
+// owner is the GPU whose memory addr is: the allocation's, else by the address bits.
 func (b *FakeBox) owner(addr uint64) int {
+	if a := b.find(addr); a != nil {
+		return a.gpu
+	}
+	return b.ownerBits(addr)
+}
+
+// ownerBits is the GPU whose cuMemAlloc range holds addr, -1 none.
+func (b *FakeBox) ownerBits(addr uint64) int {
 	if addr < vaBase {
 		return -1
 	}
@@ -285,7 +313,7 @@ func (b *FakeBox) span(addr, n uint64) []byte {
 
 // peerTarget applies a window fault to an access from GPU from to addr.
 func (b *FakeBox) peerTarget(from int, addr uint64) uint64 {
-	g := b.owner(addr)
+	g := b.ownerBits(addr)
 	if g < 0 || g == from {
 		return addr
 	}
@@ -297,6 +325,15 @@ func (b *FakeBox) peerTarget(from int, addr uint64) uint64 {
 		}
 	}
 	return addr
+}
+
+func (b *FakeBox) hasFault(kind string) bool {
+	for _, f := range b.cfg.Faults {
+		if f.Kind == kind {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *FakeBox) windowed(g int) bool {
@@ -319,6 +356,9 @@ func (b *FakeBox) readWord(from int, addr uint64) uint32 {
 }
 
 func (b *FakeBox) writeWord(from int, addr uint64, v uint32) {
+	if b.lost(from, addr) {
+		return
+	}
 	p := b.span(b.peerTarget(from, addr), 4)
 	if p == nil {
 		return
@@ -326,11 +366,50 @@ func (b *FakeBox) writeWord(from int, addr uint64, v uint32) {
 	p[0], p[1], p[2], p[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
 }
 
+// lost applies the lost fault to a write from GPU from (-1: the host) to addr.
+func (b *FakeBox) lost(from int, addr uint64) bool {
+	a := b.faulted(FaultLost, from, addr)
+	if a == nil {
+		return false
+	}
+	off := int64(addr - a.addr)
+	for _, f := range b.cfg.Faults {
+		if f.Kind == FaultLost && f.GPU == a.gpu && f.Mem == a.mem && off >= f.Offset && (f.Bytes <= 0 || off < f.Offset+f.Bytes) {
+			return true
+		}
+	}
+	return false
+}
+
+// faulted returns the allocation holding addr when a fault of kind names it for an
+// access from another GPU (not the host), else nil.
+func (b *FakeBox) faulted(kind string, from int, addr uint64) *alloc {
+	if from < 0 {
+		return nil
+	}
+	a := b.find(addr)
+	if a == nil || a.gpu == from {
+		return nil
+	}
+	for _, f := range b.cfg.Faults {
+		if f.Kind == kind && f.GPU == a.gpu && f.Mem == a.mem {
+			return a
+		}
+	}
+	return nil
+}
+
 // accessible says whether a kernel on GPU from may touch addr: its own memory, mapped
-// host memory, or a peer it has peer access to.
+// host memory, managed memory, a mapping cuMemSetAccess opened to it, or a peer it has
+// peer access to.
 func (b *FakeBox) accessible(from int, addr uint64) bool {
 	if b.hostAt(addr) != nil {
 		return true
+	}
+	if a := b.find(addr); a != nil && a.mem == MemManaged {
+		return true
+	} else if a != nil && a.mem == MemVMM {
+		return a.access[from]
 	}
 	g := b.owner(addr)
 	return g == from || (g >= 0 && b.peer[from][g])
@@ -366,7 +445,7 @@ func (b *FakeBox) copyBytes(issuer int, dst, src, n uint64, sm bool) (float64, i
 	if staged {
 		from = -1
 	}
-	if d, s := b.span(dst, moved), b.span(src, moved); d != nil && s != nil && !b.windowed(sg) && !b.windowed(dg) {
+	if d, s := b.span(dst, moved), b.span(src, moved); d != nil && s != nil && !b.windowed(sg) && !b.windowed(dg) && !b.hasFault(FaultLost) {
 		copy(d, s) // the common case, without per-word address translation
 	} else {
 		for o := uint64(0); o < moved; o += 4 {

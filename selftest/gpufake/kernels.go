@@ -196,7 +196,7 @@ func (b *FakeBox) words(g int, p, n uint64) int32 {
 	if n == 0 {
 		return 0
 	}
-	if !b.accessible(g, p) || !b.accessible(g, p+4*n-1) {
+	if !b.accessible(g, p) || !b.accessible(g, p+4*n-1) || b.faulted(FaultMMU, g, p) != nil {
 		return cudaErrorIllegalAddress
 	}
 	if b.span(b.peerTarget(g, p), 4) == nil {

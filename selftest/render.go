@@ -27,6 +27,7 @@ func RenderWidth(r *Report, width int) string {
 	renderCopies(&b, r, width)
 	renderLatencies(&b, r, width)
 	renderHighMem(&b, r, width)
+	renderPeerMem(&b, r, width)
 	renderBAR1(&b, r, width)
 	renderNCCL(&b, r, width)
 	renderKernelEvents(&b, r, width)
@@ -381,6 +382,52 @@ func renderCopies(b *strings.Builder, r *Report, width int) {
 			fmt.Fprintf(b, "  %s  %s\n", CopySubject(r, c), cell(c, "loc"))
 		}
 	}
+}
+
+// renderPeerMem shows each GPU's P2P mode as the driver logged it and the peermem
+// phase's checks; nothing when the report has neither (a stock driver, an older
+// p2pcheck).
+func renderPeerMem(b *strings.Builder, r *Report, width int) {
+	var modes [][]string
+	for i, g := range r.GPUs {
+		if g.P2PMode != "" {
+			why := "-"
+			for _, f := range strings.Fields(g.P2PModeLine) {
+				if strings.HasPrefix(f, "why=") {
+					why = strings.TrimPrefix(f, "why=")
+				}
+			}
+			modes = append(modes, []string{fmt.Sprintf("  GPU%d", i), g.BDF, g.P2PMode, why})
+		}
+	}
+	if len(modes) > 0 {
+		section(b, "P2P mode (the driver's peerboot-p2p line)")
+		writeTable(b, append([][]string{{"  GPU", "BDF", "MODE", "WHY"}}, modes...))
+	}
+	if len(r.PeerMem) == 0 {
+		return
+	}
+	section(b, "Peer memory (managed, VMM, exported handle)")
+	rows := [][]string{{"  FORM", "OWNER", "PEER", "BYTES", "RESULT"}}
+	for _, m := range r.PeerMem {
+		res := "not verified"
+		switch {
+		case m.Refused != "":
+			res = "refused: " + m.Refused
+		case m.Error != "":
+			res = m.Step + " error: " + m.Error
+		case m.Mismatch != nil:
+			res = fmt.Sprintf("CORRUPT in the %s at byte %#x (%d words)", m.Step, m.Mismatch.Offset, m.Mismatch.Words)
+		case m.Verified:
+			res = "verified"
+		}
+		peer := fmt.Sprintf("GPU%d", r.GPUIndex(m.Peer))
+		if m.Peer == m.Owner {
+			peer = "(local)"
+		}
+		rows = append(rows, []string{"  " + m.Kind, fmt.Sprintf("GPU%d", r.GPUIndex(m.Owner)), peer, HumanBytes(m.Bytes), res})
+	}
+	writeTable(b, rows)
 }
 
 func renderHighMem(b *strings.Builder, r *Report, width int) {

@@ -134,19 +134,19 @@ func (j *judge) corruptHint(c *selftest.Copy) string {
 	return "peer data landed in the wrong place: " + j.mappingAdvice()
 }
 
-// injected fails a run where --inject-corruption broke a word and no verification
-// found it: the data check itself is broken, so no pass of this image can be trusted.
+// injected fails a run where --inject-corruption broke a word (in a copy or a
+// peer-memory check) and no verification found it: the data check itself is broken, so no pass of this image can be trusted.
 func (j *judge) injected() {
 	msg := j.injectedMessage()
 	if msg == "" {
 		return
 	}
 	for _, f := range j.fs {
-		if f.ID == "copy.corrupt" && f.Status == selftest.SevFail {
+		if (f.ID == "copy.corrupt" || f.ID == "peermem.corrupt") && f.Status == selftest.SevFail {
 			return
 		}
 	}
-	j.add(selftest.SevFail, "test.undetected", "copies", "corruption was injected on purpose but no copy reported a mismatch: the data check does not catch corrupted copies", msg,
+	j.add(selftest.SevFail, "test.undetected", "copies", "corruption was injected on purpose but no copy reported a mismatch (nor a peer-memory check): the data check does not catch corrupted data", msg,
 		"verification is off (selftest.verify) or broken; no PASS of this p2pcheck means peer data arrived")
 }
 

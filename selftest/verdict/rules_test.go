@@ -255,6 +255,41 @@ var faultRows = []struct {
 		r.CUDA.PTX = &selftest.Status{Name: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", Code: 222}
 		r.CUDA.PTXLog = "ptxas fatal   : Unsupported .version 7.0\nmore"
 	}, id: "cuda.ptx", status: selftest.SevFail, msg: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)", hint: "older than the PTX ISA"},
+	{name: "managed memory refused", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.PeerMem = []selftest.PeerMem{{Kind: selftest.MemManaged, Owner: 0, Peer: 1, Bytes: 32 << 20, Step: selftest.StepSetup, Refused: "cuMemAdvise(SET_ACCESSED_BY, GPU 1): CUDA_ERROR_NOT_SUPPORTED"}}
+	}, id: "peermem.refused", status: selftest.SevWarn, msg: "managed memory of GPU0 used by GPU1: the driver declined it", hint: "cudaMallocManaged"},
+	{name: "VMM peer mapping refused", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.PeerMem = []selftest.PeerMem{{Kind: selftest.MemVMM, Owner: 1, Peer: 0, Bytes: 32 << 20, Step: selftest.StepSetup, Refused: "cuMemSetAccess(GPU 1 read-write, GPU 0 read-write): CUDA_ERROR_INVALID_DEVICE"}}
+	}, id: "peermem.refused", status: selftest.SevFail, msg: "vmm memory of GPU1 used by GPU0", hint: "P2P/CUMEM"},
+	{name: "VMM local form refused", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.PeerMem = []selftest.PeerMem{{Kind: selftest.MemVMM, Owner: 0, Peer: 0, Bytes: 32 << 20, Step: selftest.StepSetup, Refused: "cuMemCreate(32 MiB, pinned on GPU 0): CUDA_ERROR_NOT_SUPPORTED"}}
+	}, id: "peermem.refused", status: selftest.SevWarn, msg: "vmm memory of GPU0 (local form)"},
+	{name: "managed memory corrupted", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.PeerMem = []selftest.PeerMem{{Kind: selftest.MemManaged, Owner: 1, Peer: 0, Bytes: 32 << 20, Step: selftest.StepPeerWrite, Mismatch: &selftest.Mismatch{Offset: 4096, Want: 1, Got: 2, Words: 3}}}
+	}, id: "peermem.corrupt", status: selftest.SevFail, msg: "managed memory of GPU1 used by GPU0: 3 word(s) wrong in the peer write, first at byte 0x1000", hint: "landed in the wrong place"},
+	{name: "managed memory corrupted on purpose", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.Add(selftest.SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): Corrupt test hook: in the managed check GPU 0 -> GPU 1, after the peer's write ...", "")
+		r.PeerMem = []selftest.PeerMem{{Kind: selftest.MemManaged, Owner: 0, Peer: 1, Bytes: 32 << 20, Step: selftest.StepPeerWrite, Mismatch: &selftest.Mismatch{Offset: 4096, Want: 1, Got: 2, Words: 1}}}
+	}, id: "peermem.corrupt", status: selftest.SevFail, msg: "managed memory of GPU0 used by GPU1", hint: "--inject-corruption inverted on purpose"},
+	{name: "managed corruption injected but not detected", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.Add(selftest.SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): Corrupt test hook: in the managed check GPU 0 -> GPU 1, after the peer's write ...", "")
+		r.PeerMem = []selftest.PeerMem{{Kind: selftest.MemManaged, Owner: 0, Peer: 1, Bytes: 32 << 20, Verified: true}}
+	}, id: "test.undetected", status: selftest.SevFail, msg: "no copy reported a mismatch (nor a peer-memory check)"},
+	{name: "managed memory MMU fault", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.PeerMem = []selftest.PeerMem{{Kind: selftest.MemManaged, Owner: 0, Peer: 1, Bytes: 32 << 20, Step: selftest.StepPeerRead, Error: "cuStreamSynchronize on GPU 1: CUDA_ERROR_ILLEGAL_ADDRESS"}}
+	}, id: "peermem.error", status: selftest.SevFail, msg: "managed memory of GPU0 used by GPU1 failed in the peer read", hint: "Xid 31"},
+	{name: "peer memory not verified", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.PeerMem = []selftest.PeerMem{{Kind: selftest.MemIPC, Owner: 0, Peer: 1, Bytes: 32 << 20}}
+	}, id: "peermem.unverified", status: selftest.SevWarn, msg: "ipc memory of GPU0 used by GPU1: not verified"},
+	{name: "static and dynamic GPUs in one box", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
+		for i := range r.GPUs {
+			r.GPUs[i].P2PMode, r.GPUs[i].P2PModeLine = selftest.P2PModeDynamic, "NVRM: peerboot-p2p: bar1-mode gpu=0 pci="+r.GPUs[i].BDF+" mode=dynamic why=bar1-below-fb"
+		}
+		r.GPUs[2].P2PMode, r.GPUs[2].P2PModeLine = selftest.P2PModeStatic, "NVRM: peerboot-p2p: bar1-mode gpu=2 pci="+r.GPUs[2].BDF+" mode=static why=forced"
+	}, id: "p2p.mode_mixed", status: selftest.SevFail, msg: "is in dynamic BAR1 mode and GPU2", hint: "decision table"},
+	{name: "GPU without BAR1 P2P", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.GPUs[1].P2PMode, r.GPUs[1].P2PModeLine = selftest.P2PModeNone, "NVRM: peerboot-p2p: bar1-mode gpu=1 pci="+r.GPUs[1].BDF+" mode=none why=small-bar1"
+	}, id: "p2p.mode_none", status: selftest.SevFail, msg: "the driver set up no BAR1 P2P (mode none, small-bar1)", hint: "Resizable BAR"},
 }
 
 // Two H200s bridged by NVLink measured 394 GB/s per direction on a Gen5 x16 PCIe path

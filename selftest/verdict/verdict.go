@@ -91,8 +91,10 @@ func Rules(r *selftest.Report, e *Expect) []selftest.Finding {
 	j.ptx()
 	j.copies()
 	j.latencies()
-	j.injected()
 	j.highMem()
+	j.p2pModes()
+	j.peerMem()
+	j.injected()
 	j.nccl()
 	j.kernelEvents()
 	return j.fs

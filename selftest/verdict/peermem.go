@@ -1,0 +1,119 @@
+package verdict
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/peerboot/peerboot/selftest"
+)
+
+// p2pModes judges the BAR1 P2P mode the patched driver logged for each GPU
+// (driver/patches/README.md, "The mode line"): a static GPU and a dynamic GPU never
+// talk BAR1 P2P to each other, so such a pair fails; a GPU the driver gave no BAR1
+// P2P (mode none) fails where the recipe wants P2P, naming the driver's reason.
+func (j *judge) p2pModes() {
+	r := j.r
+	for i, g := range r.GPUs {
+		if g.P2PMode == selftest.P2PModeNone && j.p2pWanted() && len(r.GPUs) > 1 {
+			j.add(selftest.SevFail, "p2p.mode_none", fmt.Sprintf("GPU%d", i),
+				fmt.Sprintf("%s: the driver set up no BAR1 P2P (mode none, %s)", j.gpuLabel(i), orDefault(field(g.P2PModeLine, "why"), "no reason given")),
+				g.P2PModeLine, noneHint(field(g.P2PModeLine, "why")))
+		}
+	}
+	for a := range r.GPUs {
+		for b := a + 1; b < len(r.GPUs); b++ {
+			ma, mb := r.GPUs[a].P2PMode, r.GPUs[b].P2PMode
+			if ma == "" || mb == "" || ma == mb || ma == selftest.P2PModeNone || mb == selftest.P2PModeNone {
+				continue
+			}
+			j.add(selftest.SevFail, "p2p.mode_mixed", pairSubject(a, b),
+				fmt.Sprintf("%s is in %s BAR1 mode and %s in %s: a static and a dynamic GPU never talk BAR1 P2P", j.gpuLabel(a), ma, j.gpuLabel(b), mb),
+				r.GPUs[a].P2PModeLine+" | "+r.GPUs[b].P2PModeLine,
+				"the driver decides the mode per GPU from its BAR1 and memory sizes (driver/patches/README.md's decision table): give the box cards of one model with the same BAR1 (BIOS Resizable BAR on for every slot), or keep these two out of one job")
+		}
+	}
+}
+
+func noneHint(why string) string {
+	switch why {
+	case "small-bar1":
+		return "BAR1 is below 1 GiB: turn on Resizable BAR (and Above 4G decoding) in the BIOS for this slot"
+	case "type-off", "regkey-off":
+		return "a registry key turned BAR1 P2P off: check NVreg_RegistryDwords in modules[].parameters and the recipe's driver parameters"
+	case "bar1-below-fb":
+		return "BAR1 cannot hold the memory and the driver has no dynamic BAR1: use driver.p2p = \"dynamic-bar1\""
+	}
+	return "see the driver's line in kernel_log and driver/patches/README.md's decision table"
+}
+
+// field returns the value of key=value in a mode line, "" when absent.
+func field(line, key string) string {
+	for _, f := range strings.Fields(line) {
+		if v, ok := strings.CutPrefix(f, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// peerMem judges the peermem phase: wrong data or a fault after data moved fails; a
+// form the driver declined at setup warns (managed memory, which NCCL does not use) or
+// fails (VMM and exported handles between peers, NCCL's P2P/CUMEM path, when the
+// recipe wants P2P).
+func (j *judge) peerMem() {
+	for _, m := range j.r.PeerMem {
+		a, b := j.r.GPUIndex(m.Owner), j.r.GPUIndex(m.Peer)
+		name := fmt.Sprintf("%s memory of GPU%d used by GPU%d", m.Kind, a, b)
+		subject := fmt.Sprintf("GPU%d->GPU%d %s", a, b, m.Kind)
+		if m.Owner == m.Peer {
+			name = fmt.Sprintf("%s memory of GPU%d (local form)", m.Kind, a)
+			subject = fmt.Sprintf("GPU%d %s", a, m.Kind)
+		}
+		ev := fmt.Sprintf("kind=%s owner=%d peer=%d bytes=%d step=%s calls=%s", m.Kind, m.Owner, m.Peer, m.Bytes, orDefault(m.Step, "-"), strings.Join(m.Calls, "; "))
+		switch {
+		case m.Mismatch != nil:
+			mm := m.Mismatch
+			hint := "the " + m.Step + " through this path landed in the wrong place: " + j.mappingAdvice()
+			if j.isInjectedMem(m) {
+				hint = "this is the word --inject-corruption inverted on purpose: the data check works; run without the flag for a verdict"
+			}
+			j.add(selftest.SevFail, "peermem.corrupt", subject,
+				fmt.Sprintf("%s: %d word(s) wrong in the %s, first at byte %#x (want 0x%08x, got 0x%08x)", name, mm.Words, m.Step, mm.Offset, mm.Want, mm.Got),
+				ev+fmt.Sprintf(" offset=%d want=0x%08x got=0x%08x words=%d", mm.Offset, mm.Want, mm.Got, mm.Words), hint)
+		case m.Error != "":
+			j.add(selftest.SevFail, "peermem.error", subject, fmt.Sprintf("%s failed in the %s: %s", name, orDefault(m.Step, "check"), m.Error), ev+" error="+m.Error,
+				j.copyErrorHint(m.Error)+memHint(m.Kind))
+		case m.Refused != "":
+			sev := selftest.SevWarn
+			if m.Kind != selftest.MemManaged && m.Owner != m.Peer && j.p2pWanted() {
+				sev = selftest.SevFail
+			}
+			j.add(sev, "peermem.refused", subject, fmt.Sprintf("%s: the driver declined it: %s", name, m.Refused), ev+" refused="+m.Refused, refusedHint(m.Kind))
+		case !m.Verified:
+			j.add(selftest.SevWarn, "peermem.unverified", subject, name+": not verified", ev, "a p2pcheck bug: report it with this JSON")
+		}
+	}
+}
+
+func memHint(kind string) string {
+	if kind == selftest.MemManaged {
+		return "; managed memory reaches the peer through UVM's own mapping (nvidia-uvm), not cuCtxEnablePeerAccess: an Xid 31 (MMU fault) here is the issue-27 managed-memory path"
+	}
+	return ""
+}
+
+func refusedHint(kind string) string {
+	switch kind {
+	case selftest.MemManaged:
+		return "programs that share cudaMallocManaged memory between these GPUs will get an error instead of data (no corruption): keep managed buffers on one GPU, or check nvidia-uvm is loaded (modules) and the driver's managed-memory path"
+	case selftest.MemVMM:
+		return "NCCL between processes (P2P/CUMEM, its default) maps peer memory this way: expect it to fall back to SHM or fail; check the driver's peer mapping of cuMemMap'd memory"
+	}
+	return "a second process importing this GPU's memory (NCCL P2P/CUMEM, CUDA IPC) will be refused: check the driver's export of cuMemCreate memory as a file descriptor"
+}
+
+// isInjectedMem says whether m is the check --inject-corruption=<kind> corrupted.
+func (j *judge) isInjectedMem(m selftest.PeerMem) bool {
+	msg := j.injectedMessage()
+	return msg != "" && strings.Contains(msg, fmt.Sprintf("in the %s check GPU %d -> GPU %d,", m.Kind, m.Owner, m.Peer))
+}

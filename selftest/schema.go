@@ -304,6 +304,7 @@ const (
 	PhaseNVML     = "nvml"
 	PhaseCUDA     = "cuda"
 	PhaseNCCL     = "nccl"
-	PhaseBAR1     = "bar1"  // NVML's BAR1 figures again, after the copies
-	PhaseTotal    = "total" // the init's bound on the whole of p2pcheck
+	PhasePeerMem  = "peermem" // managed, VMM and exported-handle memory between GPUs
+	PhaseBAR1     = "bar1"    // NVML's BAR1 figures again, after the copies
+	PhaseTotal    = "total"   // the init's bound on the whole of p2pcheck
 )

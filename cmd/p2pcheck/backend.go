@@ -24,6 +24,7 @@ type backend interface {
 	nvml(ctx context.Context, in *phaseInput) (*phases.NVML, error)
 	cuda(ctx context.Context, in *phaseInput) (*cuda.Result, error)
 	nccl(ctx context.Context, in *phaseInput) (*selftest.NCCL, error)
+	peerMem(ctx context.Context, in *phaseInput) (*cuda.MemResult, error)
 	// bar1 asks NVML again after the copies, for the BAR1 figures.
 	bar1(ctx context.Context, in *phaseInput) (*phases.NVML, error)
 }
@@ -103,6 +104,19 @@ func (realBackend) cudaWith(ctx context.Context, in *phaseInput, lib cuda.Librar
 			return 0
 		},
 	})
+}
+
+func (b realBackend) peerMem(ctx context.Context, in *phaseInput) (*cuda.MemResult, error) {
+	r, err := b.peerMemWith(ctx, in, nil)
+	if r != nil {
+		r.CUDA.LibraryFile = selftest.LibraryFile(in.Root, in.CUDALib)
+	}
+	return r, err
+}
+
+// peerMemWith is the peermem phase over lib (nil: dlopen in.CUDALib).
+func (realBackend) peerMemWith(ctx context.Context, in *phaseInput, lib cuda.Library) (*cuda.MemResult, error) {
+	return cuda.RunPeerMem(ctx, cuda.MemOptions{Library: lib, Lib: in.CUDALib, Bytes: in.MemBytes, Corrupt: in.CorruptMem})
 }
 
 func (b realBackend) nccl(ctx context.Context, in *phaseInput) (*selftest.NCCL, error) {

@@ -91,6 +91,17 @@ func (f *fakeBackend) cuda(ctx context.Context, in *phaseInput) (*cuda.Result, e
 	return realBackend{}.cudaWith(ctx, in, gpufake.New(*f.s.Box).CUDA())
 }
 
+// peerMem runs the real peermem phase over the FAKE driver.
+func (f *fakeBackend) peerMem(ctx context.Context, in *phaseInput) (*cuda.MemResult, error) {
+	if err := f.gate(ctx, selftest.PhasePeerMem); err != nil {
+		return nil, err
+	}
+	if f.s.Box == nil {
+		return nil, fmt.Errorf("FAKE scenario has no box")
+	}
+	return realBackend{}.peerMemWith(ctx, in, gpufake.New(*f.s.Box).CUDA())
+}
+
 // nccl runs the real all-reduce phase over the FAKE driver and NCCL.
 func (f *fakeBackend) nccl(ctx context.Context, in *phaseInput) (*selftest.NCCL, error) {
 	if err := f.gate(ctx, selftest.PhaseNCCL); err != nil {

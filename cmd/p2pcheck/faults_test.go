@@ -229,6 +229,7 @@ func faultCases() []faultCase {
 			want: []string{"fail version.mismatch"},
 		},
 	}
+	cases = append(cases, peerMemCases()...)
 	cases = append(cases, faultCase{
 		// NVML's BAR1 used grows by 2 GiB on GPU 3 over the copies and stays: a leak
 		// warns, the verdict stands, and every GPU has its before and after figures.
@@ -260,7 +261,7 @@ func faultCases() []faultCase {
 			}
 		},
 	})
-	for _, phase := range []string{selftest.PhasePrecheck, selftest.PhaseNVML, selftest.PhaseCUDA, selftest.PhaseNCCL, selftest.PhaseBAR1} {
+	for _, phase := range []string{selftest.PhasePrecheck, selftest.PhaseNVML, selftest.PhaseCUDA, selftest.PhaseNCCL, selftest.PhasePeerMem, selftest.PhaseBAR1} {
 		cases = append(cases, faultCase{
 			name: "hang-in-" + phase, layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
 			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) { s.Hang = phase },
@@ -348,6 +349,15 @@ func allVerified(t *testing.T, r *selftest.Report) {
 			t.Errorf("%s: verified %v mismatch %+v error %q", copyName(c), c.Verified, c.Mismatch, c.Error)
 		}
 	}
+	// The peermem phase: every form between every ordered pair, each verified.
+	if n := len(r.GPUs); len(r.PeerMem) != 3*n*(n-1) {
+		t.Errorf("%d peer-memory checks, want 3 forms x %d ordered pairs", len(r.PeerMem), n*(n-1))
+	}
+	for _, m := range r.PeerMem {
+		if !m.Verified || m.Owner == m.Peer || m.Refused != "" || m.Error != "" {
+			t.Errorf("%s %d->%d: %+v", m.Kind, m.Owner, m.Peer, m)
+		}
+	}
 	if !strings.Contains(r.CUDA.Library, "FAKE") || r.NCCL == nil || !strings.Contains(r.NCCL.Library, "FAKE") {
 		t.Errorf("the report does not name the FAKE libraries: cuda %q", r.CUDA.Library)
 	}
@@ -431,4 +441,120 @@ func runFault(t *testing.T, tc faultCase) (*selftest.Report, int) {
 		t.Logf("stderr:\n%s", stderr)
 	}
 	return r, code
+}
+
+// peerMemCases are issue 27's FAKE cases: managed memory refused (warn), corrupted
+// (fail) and faulting with an Xid 31 (fail), VMM peer copies verified, a VMM peer
+// mapping refused under a P2P recipe (fail), the corruption hook in the managed check,
+// and the driver's per-GPU mode lines with a mixed pair (fail) and a GPU with none.
+func peerMemCases() []faultCase {
+	modeLines := func(pre *pcie.Result, modes ...string) []string {
+		var out []string
+		for i, g := range pre.GPUs {
+			why := map[string]string{"static": "forced", "dynamic": "bar1-below-fb", "none": "small-bar1"}[modes[i]]
+			out = append(out, fmt.Sprintf("6,%d,%d,-;NVRM: peerboot-p2p: bar1-mode gpu=%d pci=%s chip=AD102 bar1_mib=32768 fb_mib=49140 mode=%s why=%s", 900+i, 4000000+i, i, g.BDF, modes[i], why))
+		}
+		return out
+	}
+	return []faultCase{
+		{
+			name: "managed-memory-refused", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", pass: true,
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
+				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuMemAdvise", Code: 801}}
+			},
+			want: []string{"warn peermem.refused"}, msg: []string{"managed memory of GPU0 used by GPU1: the driver declined it: cuMemAdvise(SET_PREFERRED_LOCATION, GPU 0): CUDA_ERROR_NOT_SUPPORTED"},
+		},
+		{
+			name: "managed-memory-corrupt", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
+				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultLost, GPU: 2, Mem: gpufake.MemManaged, Offset: 512, Bytes: 4}}
+			},
+			want: []string{"fail peermem.corrupt"}, msg: []string{"managed memory of GPU2 used by GPU0: 1 word(s) wrong in the peer write, first at byte 0x200"},
+		},
+		{
+			name: "managed-memory-mmu-fault-xid31", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
+				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultMMU, GPU: 1, Mem: gpufake.MemManaged}}
+				s.Kmsg = []string{"4,3001,95000000,-;NVRM: Xid (PCI:" + pre.GPUs[0].BDF[:10] + "): 31, pid=4242, name=p2pcheck, Ch 00000010, intr 00000000. MMU Fault: ENGINE GRAPHICS GPCCLIENT_T1_0 faulted @ 0x7f00_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_VIRT_READ"}
+			},
+			want: []string{"fail peermem.error", "fail kernel.xid"}, msg: []string{"managed memory of GPU1 used by GPU0 failed in the peer read", "Xid 31 on GPU0"},
+		},
+		{
+			name: "vmm-peer-copies-verified", layout: pcietest.Xeon8GPU, recipe: "xeon-dynamic.toml", pass: true,
+			check: func(t *testing.T, r *selftest.Report) {
+				allVerified(t, r)
+				vmm := 0
+				for _, m := range r.PeerMem {
+					if m.Kind == selftest.MemVMM && m.Verified && strings.Contains(strings.Join(m.Calls, "; "), fmt.Sprintf("cuMemSetAccess(GPU %d read-write, GPU %d read-write)", m.Owner, m.Peer)) {
+						vmm++
+					}
+				}
+				if vmm != 56 {
+					t.Errorf("%d verified VMM peer checks, want 8 x 7", vmm)
+				}
+				if !strings.Contains(selftest.Render(r), "Peer memory (managed, VMM, exported handle)") {
+					t.Error("report show lacks the peer-memory table")
+				}
+			},
+		},
+		{
+			name: "vmm-peer-access-refused", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
+				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuMemSetAccess", Code: 217}}
+			},
+			want: []string{"fail peermem.refused"}, msg: []string{"vmm memory of GPU0 used by GPU1: the driver declined it: cuMemSetAccess(GPU 0 read-write, GPU 1 read-write): CUDA_ERROR_PEER_ACCESS_UNSUPPORTED"},
+		},
+		{
+			name: "inject-corruption-managed", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", args: []string{"--inject-corruption=managed"},
+			want: []string{"fail peermem.corrupt", "info test.injected"}, msg: []string{"in the managed check GPU 0 -> GPU 1, after the peer's write"},
+			check: func(t *testing.T, r *selftest.Report) {
+				for _, c := range r.Copies {
+					if c.Mismatch != nil {
+						t.Errorf("=managed corrupted a copy: %+v", c)
+					}
+				}
+			},
+		},
+		{
+			name: "mixed-mode-pair", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
+				s.Kmsg = modeLines(pre, "static", "static", "static", "dynamic")
+			},
+			want: []string{"fail p2p.mode_mixed"}, msg: []string{"GPU2 (0000:41:00.0) is in static BAR1 mode and GPU3 (0000:61:00.0) in dynamic"},
+			check: func(t *testing.T, r *selftest.Report) {
+				mixed := 0
+				for _, f := range r.Findings {
+					if f.ID == "p2p.mode_mixed" {
+						mixed++
+					}
+				}
+				if mixed != 3 || r.GPUs[0].P2PMode != "static" || r.GPUs[3].P2PMode != "dynamic" || !strings.Contains(r.GPUs[3].P2PModeLine, "why=bar1-below-fb") {
+					t.Errorf("%d mixed pairs (want 3: GPU3 with each other), modes %q %q", mixed, r.GPUs[0].P2PMode, r.GPUs[3].P2PMode)
+				}
+				if !strings.Contains(selftest.Render(r), "P2P mode (the driver's peerboot-p2p line)") {
+					t.Error("report show lacks the mode table")
+				}
+			},
+		},
+		{
+			name: "same-mode-all-dynamic", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", pass: true,
+			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
+				s.Kmsg = modeLines(pre, "dynamic", "dynamic", "dynamic", "dynamic")
+			},
+			check: func(t *testing.T, r *selftest.Report) {
+				for i, g := range r.GPUs {
+					if g.P2PMode != selftest.P2PModeDynamic {
+						t.Errorf("GPU%d mode %q", i, g.P2PMode)
+					}
+				}
+			},
+		},
+		{
+			name: "mode-none-small-bar1", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
+				s.Kmsg = modeLines(pre, "dynamic", "none", "dynamic", "dynamic")
+			},
+			want: []string{"fail p2p.mode_none"}, msg: []string{"GPU1 (0000:21:00.0): the driver set up no BAR1 P2P (mode none, small-bar1)"},
+		},
+	}
 }

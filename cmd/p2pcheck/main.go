@@ -52,7 +52,8 @@ type options struct {
 	ncclMax     recipe.Size
 	noNCCL      bool
 	noSM        bool
-	corrupt     bool
+	noPeerMem   bool
+	corrupt     corruptFlag
 	highMemBAR1 recipe.Size
 	fake        string
 	phase       string
@@ -107,7 +108,8 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fl.TextVar(&o.ncclMax, "nccl-max", recipe.Size(0), "largest all-reduce, written as in recipes: 256MiB (default: the recipe's selftest.nccl_max, else 1GiB)")
 	fl.BoolVar(&o.noNCCL, "no-nccl", false, "skip the NCCL phase")
 	fl.BoolVar(&o.noSM, "no-sm", false, "skip the SM-kernel copies")
-	fl.BoolVar(&o.corrupt, "inject-corruption", false, "flip one word after the first copy, to prove the verification catches it (the run must fail)")
+	fl.BoolVar(&o.noPeerMem, "no-peer-mem", false, "skip the peermem phase (managed, VMM and exported-handle memory between GPUs)")
+	fl.Var(&o.corrupt, "inject-corruption", "test hook: flip one word, to prove the verification catches it (the run must fail): alone or =copy after the first copy; =managed, =vmm or =ipc in the first peermem check of that form")
 	fl.TextVar(&o.highMemBAR1, "high-mem-bar1", recipe.Size(0), "run the above-BAR1 probe as if BAR1 were this size, e.g. 32GiB (to exercise it on a card with a large BAR1)")
 	fl.StringVar(&o.fake, "fake", "", "FAKE backend: replay the NVML/CUDA/NCCL answers of this scenario file (tests only; in binaries built with -tags gpufake)")
 	fl.StringVar(&o.phase, "phase", "", "internal: run one phase as a child process")
@@ -152,7 +154,7 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 	self, err := selfPath()
 	if err != nil {
 		r.Add(selftest.SevFail, "p2pcheck.self", err.Error(), "")
-		return finish(r, rc, watch)
+		return finish(o, r, rc, watch)
 	}
 	in := baseInput(o, rc)
 	deadlines := phaseDeadlines(rc)
@@ -167,8 +169,11 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 	in.LogPath = filepath.Join(logDir, "nccl-debug.log")
 
 	var pre *pcie.Result
-	for _, phase := range []string{selftest.PhasePrecheck, selftest.PhaseNVML, selftest.PhaseCUDA, selftest.PhaseNCCL} {
+	for _, phase := range []string{selftest.PhasePrecheck, selftest.PhaseNVML, selftest.PhaseCUDA, selftest.PhaseNCCL, selftest.PhasePeerMem} {
 		if phase == selftest.PhaseNCCL && !wantNCCL(o, r) {
+			continue
+		}
+		if phase == selftest.PhasePeerMem && !wantPeerMem(o, r) {
 			continue
 		}
 		if phase == selftest.PhaseCUDA {
@@ -216,11 +221,36 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 			phases.Merge(r, res.out)
 		}
 	}
-	if o.corrupt && r.CUDA.CuInit != nil && r.CUDA.CuInit.Code == selftest.CUDASuccess && !hasFinding(r, "test.injected") {
-		r.Add(selftest.SevFail, "test.injected", "--inject-corruption was given but the copy phase corrupted nothing",
+	if o.corrupt != "" && r.CUDA.CuInit != nil && r.CUDA.CuInit.Code == selftest.CUDASuccess && !hasFinding(r, "test.injected") {
+		where := "the copy phase"
+		if o.corrupt != corruptCopy {
+			where = "the peermem phase's " + string(o.corrupt) + " checks"
+		}
+		r.Add(selftest.SevFail, "test.injected", fmt.Sprintf("--inject-corruption=%s was given but %s corrupted nothing", o.corrupt, where),
 			"the test hook did not run: the data check is unproven; report it with this JSON")
 	}
-	return finish(r, rc, watch)
+	return finish(o, r, rc, watch)
+}
+
+// markP2PModes puts the BAR1 P2P mode the patched driver logged for each GPU
+// (kmsg.P2PMode) on the GPU. The driver logs it when it sets a GPU up, which may be
+// before this run (a driver loaded by the init, a GPU opened by nvidia-persistenced),
+// so the whole kernel log is read, and the lines the init kept beside each module load
+// first (the ring buffer of a long-running box may have lost them).
+func markP2PModes(o *options, r *selftest.Report) {
+	var lines []string
+	for _, m := range r.Modules {
+		lines = append(lines, m.KernelLog...)
+	}
+	if backlog, err := kmsg.Backlog(o.kmsg); err == nil {
+		lines = append(lines, backlog...)
+	}
+	modes := kmsg.P2PModes(lines)
+	for i := range r.GPUs {
+		if m, ok := modes[strings.ToLower(r.GPUs[i].BDF)]; ok {
+			r.GPUs[i].P2PMode, r.GPUs[i].P2PModeLine = m.Mode, m.Line
+		}
+	}
 }
 
 // markBootVGA reads each GPU's sysfs boot_vga: 1 marks the card the firmware set up as
@@ -248,9 +278,11 @@ var stallCause = map[string]string{
 	selftest.PhaseNVML:     "NVML init or a per-GPU query",
 	selftest.PhaseCUDA:     "cuInit, peer access or a timed copy",
 	selftest.PhaseNCCL:     "NCCL communicator init or an all-reduce",
+	selftest.PhasePeerMem:  "managed, VMM or exported-handle memory between GPUs (allocation, a peer kernel or copy)",
 }
 
-func finish(r *selftest.Report, rc *recipe.Recipe, watch *kmsg.Watch) *selftest.Report {
+func finish(o *options, r *selftest.Report, rc *recipe.Recipe, watch *kmsg.Watch) *selftest.Report {
+	markP2PModes(o, r)
 	if watch != nil {
 		evs, err := watch.Events()
 		if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"strings"
@@ -29,7 +30,8 @@ func baseInput(o *options, rc *recipe.Recipe) *phaseInput {
 		Verify:    true,
 		SM:        !o.noSM,
 		Bidir:     true,
-		Corrupt:   o.corrupt,
+		Corrupt:   o.corrupt == corruptCopy,
+		MemBytes:  32 << 20,
 		NCCLMin:   8,
 		NCCLMax:   1 << 30,
 		NCCLIter:  20,
@@ -59,6 +61,13 @@ func baseInput(o *options, rc *recipe.Recipe) *phaseInput {
 	if o.copySize > 0 {
 		in.CopyBytes = int64(o.copySize)
 	}
+	if o.corrupt != corruptCopy {
+		in.CorruptMem = string(o.corrupt)
+	}
+	// A peermem check moves its memory five times between kernels and a copy engine;
+	// 32 MiB (16 of UVM's 2 MiB pages) is enough, and a smaller copy size (tests,
+	// quick runs) makes it smaller too.
+	in.MemBytes = min(in.MemBytes, in.CopyBytes)
 	if o.ncclMax > 0 {
 		in.NCCLMax = int64(o.ncclMax)
 		in.NCCLMin = min(in.NCCLMin, int64(o.ncclMax))
@@ -69,6 +78,7 @@ func baseInput(o *options, rc *recipe.Recipe) *phaseInput {
 // phaseDeadlines maps the recipe's selftest.deadlines onto the phases.
 func phaseDeadlines(rc *recipe.Recipe) map[string]time.Duration {
 	d := maps.Clone(defaultDeadlines)
+	defer func() { d[selftest.PhasePeerMem] = d[selftest.PhaseCUDA] }() // the recipe's cuda deadline covers both
 	if rc == nil {
 		return d
 	}
@@ -121,6 +131,39 @@ func prepareCUDA(o *options, in *phaseInput, r *selftest.Report, pre *pcie.Resul
 	// that passes the GPU through without its PCI tree).
 	in.HighMemFrc = o.highMemBAR1 > 0
 	in.FakeBAR1 = int64(o.highMemBAR1)
+}
+
+// wantPeerMem runs the peermem phase where CUDA is up with devices.
+func wantPeerMem(o *options, r *selftest.Report) bool {
+	if o.noPeerMem || r.CUDA.CuInit == nil || r.CUDA.CuInit.Code != selftest.CUDASuccess {
+		return false
+	}
+	return len(r.CUDA.Devices) > 0
+}
+
+// corruptFlag is --inject-corruption: "" off, alone "copy", or the peermem form whose
+// first check gets the corrupted word.
+type corruptFlag string
+
+const corruptCopy corruptFlag = "copy"
+
+func (c *corruptFlag) String() string { return string(*c) }
+
+// IsBoolFlag lets the flag stand alone, as it did before it took a value.
+func (c *corruptFlag) IsBoolFlag() bool { return true }
+
+func (c *corruptFlag) Set(s string) error {
+	switch s {
+	case "true", string(corruptCopy):
+		*c = corruptCopy
+	case "false":
+		*c = ""
+	case selftest.MemManaged, selftest.MemVMM, selftest.MemIPC:
+		*c = corruptFlag(s)
+	default:
+		return fmt.Errorf("%q: want copy, managed, vmm or ipc", s)
+	}
+	return nil
 }
 
 // wantNCCL runs NCCL only where it can say something: CUDA up with devices. (Not

@@ -43,6 +43,10 @@ type phaseInput struct {
 	Corrupt    bool                 `json:"corrupt"`
 	WantGPUs   int                  `json:"want_gpus"` // GPUs sysfs shows; 0 = only probe cuInit
 
+	// peermem phase
+	MemBytes   int64  `json:"mem_bytes"`
+	CorruptMem string `json:"corrupt_mem,omitempty"` // the form the test hook corrupts
+
 	// nccl phase
 	NCCLMin  int64             `json:"nccl_min"`
 	NCCLMax  int64             `json:"nccl_max"`
@@ -145,6 +149,8 @@ func runBackend(ctx context.Context, b backend, in *phaseInput) *phases.Output {
 		out.CUDA, err = b.cuda(ctx, in)
 	case selftest.PhaseNCCL:
 		out.NCCL, err = b.nccl(ctx, in)
+	case selftest.PhasePeerMem:
+		out.PeerMem, err = b.peerMem(ctx, in)
 	case selftest.PhaseBAR1:
 		out.BAR1, err = b.bar1(ctx, in)
 	default:

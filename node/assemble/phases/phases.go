@@ -29,12 +29,13 @@ type NVML struct {
 
 // Output is what a p2pcheck phase child prints on stdout; exactly one part is set.
 type Output struct {
-	Precheck *pcie.Result   `json:"precheck,omitempty"`
-	NVML     *NVML          `json:"nvml,omitempty"`
-	CUDA     *cuda.Result   `json:"cuda,omitempty"`
-	NCCL     *selftest.NCCL `json:"nccl,omitempty"`
-	BAR1     *NVML          `json:"bar1,omitempty"` // NVML again after the copies, for BAR1
-	Error    string         `json:"error,omitempty"`
+	Precheck *pcie.Result    `json:"precheck,omitempty"`
+	NVML     *NVML           `json:"nvml,omitempty"`
+	CUDA     *cuda.Result    `json:"cuda,omitempty"`
+	NCCL     *selftest.NCCL  `json:"nccl,omitempty"`
+	BAR1     *NVML           `json:"bar1,omitempty"` // NVML again after the copies, for BAR1
+	PeerMem  *cuda.MemResult `json:"peermem,omitempty"`
+	Error    string          `json:"error,omitempty"`
 }
 
 // Merge folds one phase's answer into the report. GPUs are matched by BDF, the one
@@ -130,5 +131,10 @@ func Merge(r *selftest.Report, out *Output) {
 		}
 	case out.NCCL != nil:
 		r.NCCL = out.NCCL
+	case out.PeerMem != nil:
+		r.PeerMem = append(r.PeerMem, out.PeerMem.Checks...)
+		if out.PeerMem.Injected != "" {
+			r.Add(selftest.SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): "+out.PeerMem.Injected, "this run must fail with peermem.corrupt; without the flag it is a real fault")
+		}
 	}
 }

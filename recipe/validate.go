@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/peerboot/peerboot/bootproto"
@@ -36,6 +37,29 @@ var (
 
 // KnownModules are the kernel modules nvidia-open builds, in a valid load order.
 var KnownModules = []string{"nvidia", "nvidia-uvm", "nvidia-modeset", "nvidia-drm", "nvidia-peermem"}
+
+// gpuChipRe names the chip behind a platform.gpu_model, for the boards the
+// P2P series cover (driver/patches/README.md, decision table). Other models
+// are not checked.
+var gpuChipRe = []struct {
+	re   *regexp.Regexp
+	chip string
+}{
+	{regexp.MustCompile(`(?i)\bRTX\s*30(80|90)\b`), "GA102"},
+	{regexp.MustCompile(`(?i)\bRTX\s*4090\b`), "AD102"},
+	{regexp.MustCompile(`(?i)\bRTX\s*5090\b`), "GB202"},
+}
+
+// GPUChip is the chip of a platform.gpu_model ("RTX 3090" → "GA102"), "" when
+// the model is not one the P2P series know.
+func GPUChip(model string) string {
+	for _, c := range gpuChipRe {
+		if c.re.MatchString(model) {
+			return c.chip
+		}
+	}
+	return ""
+}
 
 // TopologyClasses are nvidia-smi's PCIe path classes, nearest first.
 var TopologyClasses = []string{"PIX", "PXB", "PHB", "NODE", "SYS"}
@@ -99,6 +123,7 @@ func validate(r *Recipe) Errors {
 		c.add("driver.p2p", "want %q: platform.bar1 (%s) is smaller than platform.vram (%s), so a static BAR1 cannot map all of VRAM, got %q",
 			P2PDynamicBAR1, r.Platform.BAR1, r.Platform.VRAM, r.Driver.P2P)
 	}
+	c.gpuDriver(&r.Platform, &r.Driver)
 	c.userspace(&r.Userspace)
 	c.installer(&r.Userspace.Installer, r.Driver.Version, r.Userspace.Packages)
 	if len(r.Userspace.Packages) > 0 && len(r.Repos) == 0 {
@@ -167,6 +192,29 @@ func (c *checker) platform(p *Platform) {
 		if n < 0 || n >= p.NUMANodes {
 			c.add(fmt.Sprintf("platform.gpu_numa[%d]", i), "want a node in 0..%d (platform.numa_nodes = %d), got %d", p.NUMANodes-1, p.NUMANodes, n)
 		}
+	}
+}
+
+// gpuDriver refuses a driver branch that cannot drive the platform's GPUs
+// the way the recipe says: peerboot's 550.163.01 P2P series patches AD102
+// only (its 0002 binds the BAR1 P2P HAL for AD102; GA102 is in the 580 and
+// 595 series), and GB202 (RTX 5090) is not supported by NVIDIA's drivers
+// before 570.
+func (c *checker) gpuDriver(p *Platform, d *Driver) {
+	chip := GPUChip(p.GPUModel)
+	if p.GPUs == 0 || chip == "" || d.Version == "" {
+		return
+	}
+	majorText, _, _ := strings.Cut(d.Version, ".")
+	major, err := strconv.Atoi(majorText)
+	if err != nil {
+		return // driver.version's own check reports it
+	}
+	switch {
+	case chip == "GB202" && major < 570:
+		c.add("platform.gpu_model", "%s is a GB202, which NVIDIA drivers support from 570 on: use driver 580.142 or 595.45.04 (recipes/drivers/595.45.04-p2p.toml), got driver.version %q", p.GPUModel, d.Version)
+	case chip == "GA102" && major == 550 && d.P2P != "" && d.P2P != P2POff:
+		c.add("platform.gpu_model", "%s is a GA102, and peerboot's 550 P2P series patches AD102 only (no P2P on GA102): use driver 580.142 or 595.45.04 (recipes/drivers/580.142-p2p.toml), or driver.p2p = %q, got driver.version %q with driver.p2p %q", p.GPUModel, P2POff, d.Version, d.P2P)
 	}
 }
 

@@ -20,17 +20,18 @@ import (
 	"github.com/peerboot/peerboot/kernel"
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/measure"
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/sign/keyref"
 )
 
 // Stage output layouts read by later stages.
 const (
-	initrdFile = "initrd.img"
-	ukiFile    = "peerboot.efi"
-	diskFile   = "disk.img"
-	isoFile    = "peerboot.iso"
-	pxeDir     = "pxe"
+	initrdFile = output.InitrdFile
+	ukiFile    = output.UKIFile
+	diskFile   = output.DiskFile
+	isoFile    = output.ISOFile
+	pxeDir     = output.PXEDir
 	stubPath   = "usr/lib/systemd/boot/efi/linuxx64.efi.stub"
 )
 
@@ -116,16 +117,13 @@ func imageStage() *stage {
 			if err != nil {
 				return err
 			}
-			want := map[string]bool{}
-			for _, f := range r.Outputs.Formats {
-				want[f] = true
-			}
-			if want["uki"] {
+			want := func(k output.Kind) bool { return slices.Contains(r.Outputs.Formats, k) }
+			if want(output.KindUKI) {
 				if err := os.WriteFile(filepath.Join(sr.Out, ukiFile), uki, 0o644); err != nil {
 					return err
 				}
 			}
-			if want["disk"] {
+			if want(output.KindDisk) {
 				d, err := image.StandardDisk(r.Digest, int64(r.Outputs.DiskSize), sr.Epoch, uki)
 				if err != nil {
 					return fmt.Errorf("outputs.disk_size %s: %w", r.Outputs.DiskSize, err)
@@ -142,7 +140,7 @@ func imageStage() *stage {
 					return fmt.Errorf("disk: %w", err)
 				}
 			}
-			if want["iso"] {
+			if want(output.KindISO) {
 				f, err := os.Create(filepath.Join(sr.Out, isoFile))
 				if err != nil {
 					return err
@@ -155,7 +153,7 @@ func imageStage() *stage {
 					return fmt.Errorf("ISO: %w", err)
 				}
 			}
-			if want["pxe"] {
+			if want(output.KindPXE) {
 				err := image.LinkPXE(filepath.Join(sr.Out, pxeDir), image.PXE{Kernel: kernelImg, Initrd: initrd, Cmdline: r.Kernel.Cmdline},
 					filepath.Join(sr.Dep("kernel"), kernel.ImageFile), filepath.Join(sr.Dep("initramfs"), initrdFile))
 				if err != nil {

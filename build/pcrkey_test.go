@@ -21,6 +21,7 @@ import (
 
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/measure"
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/store"
 )
@@ -159,7 +160,7 @@ func TestPublishPCR11(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var m Manifest
+	var m output.Manifest
 	b, _ := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	if err := json.Unmarshal(b, &m); err != nil {
 		t.Fatal(err)

@@ -19,51 +19,9 @@ import (
 	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/measure"
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/store"
 )
-
-// Manifest describes one published build: what went in and what came out.
-type Manifest struct {
-	Recipe          string           `json:"recipe"`
-	RecipeDigest    string           `json:"recipe_digest"`
-	SourceDateEpoch int64            `json:"source_date_epoch"`
-	Inputs          []ManifestInput  `json:"inputs"`
-	Stages          []ManifestStage  `json:"stages"`
-	Outputs         []ManifestOutput `json:"outputs"`
-	// PCR11 is what systemd-stub leaves in PCR 11 for peerboot.efi
-	// (measure.Predict), so a collector can check a node's quote without
-	// parsing the UKI. Absent when the build has no UKI.
-	PCR11 *ManifestPCR11 `json:"pcr11,omitempty"`
-}
-
-// ManifestPCR11 is the predicted PCR 11, sha256 bank, per boot phase.
-type ManifestPCR11 struct {
-	Bank     string          `json:"bank"`     // "sha256"
-	Sections []string        `json:"sections"` // measured, in the stub's order
-	Phases   []ManifestPhase `json:"phases"`   // "" (after the stub), then systemd-measure's default phases
-}
-
-type ManifestPhase struct {
-	Phase string `json:"phase"`
-	Value string `json:"value"` // hex
-}
-
-type ManifestInput struct {
-	Role   string `json:"role"`
-	Name   string `json:"name"`
-	Digest string `json:"digest"`
-}
-
-type ManifestStage struct {
-	Name string `json:"name"`
-	Key  string `json:"key"`
-}
-
-type ManifestOutput struct {
-	Path   string `json:"path"`
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
-}
 
 // Publish copies the image stage's output to outRoot/<recipe>/ with manifest.json
 // and SHA256SUMS. The directory is replaced atomically (renameat2 RENAME_EXCHANGE),
@@ -83,12 +41,12 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 	if err != nil {
 		return "", fmt.Errorf("publish: %w", err)
 	}
-	m := Manifest{Recipe: p.Recipe.Name, RecipeDigest: p.Recipe.Digest, SourceDateEpoch: epoch, Outputs: outputs}
+	m := output.Manifest{Recipe: p.Recipe.Name, RecipeDigest: p.Recipe.Digest, SourceDateEpoch: epoch, Outputs: outputs}
 	for _, in := range ins {
-		m.Inputs = append(m.Inputs, ManifestInput{Role: in.Role, Name: in.Name, Digest: in.Digest()})
+		m.Inputs = append(m.Inputs, output.ManifestInput{Role: in.Role, Name: in.Name, Digest: in.Digest()})
 	}
 	for _, s := range p.Stages { // every stage the image came from, by key
-		m.Stages = append(m.Stages, ManifestStage{Name: s.Name, Key: s.Key})
+		m.Stages = append(m.Stages, output.ManifestStage{Name: s.Name, Key: s.Key})
 	}
 	if m.PCR11, err = predictPCR11(filepath.Join(src, ukiFile)); err != nil {
 		return "", fmt.Errorf("publish: %w", err)
@@ -114,17 +72,15 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 			return "", fmt.Errorf("publish: %w", err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(tmp, "manifest.json"), mj, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, output.ManifestFile), mj, 0o644); err != nil {
 		return "", err
 	}
-	var sums bytes.Buffer
 	msum := sha256.Sum256(mj)
-	all := append([]ManifestOutput{{Path: "manifest.json", SHA256: hex.EncodeToString(msum[:])}}, outputs...)
-	sort.Slice(all, func(i, j int) bool { return all[i].Path < all[j].Path })
-	for _, o := range all {
-		fmt.Fprintf(&sums, "%s  %s\n", o.SHA256, o.Path)
+	sums := []output.Sum{{Path: output.ManifestFile, SHA256: hex.EncodeToString(msum[:])}}
+	for _, o := range outputs {
+		sums = append(sums, output.Sum{Path: o.Path, SHA256: o.SHA256})
 	}
-	if err := os.WriteFile(filepath.Join(tmp, "SHA256SUMS"), sums.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, output.SumsFile), output.FormatSums(sums), 0o644); err != nil {
 		return "", err
 	}
 	if err := fsutil.SyncTree(tmp); err != nil {
@@ -143,7 +99,7 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 
 // predictPCR11 predicts PCR 11 for the UKI at path; nil when there is none
 // (or the file is no PE image: nothing a stub boots).
-func predictPCR11(path string) (*ManifestPCR11, error) {
+func predictPCR11(path string) (*output.ManifestPCR11, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -158,21 +114,21 @@ func predictPCR11(path string) (*ManifestPCR11, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: predicting PCR 11: %w", ukiFile, err)
 	}
-	out := &ManifestPCR11{Bank: "sha256", Sections: pred.Sections}
+	out := &output.ManifestPCR11{Bank: "sha256", Sections: pred.Sections}
 	for _, ph := range pred.Phases {
-		out.Phases = append(out.Phases, ManifestPhase{Phase: ph.Name, Value: hex.EncodeToString(ph.PCR11[:])})
+		out.Phases = append(out.Phases, output.ManifestPhase{Phase: ph.Name, Value: hex.EncodeToString(ph.PCR11[:])})
 	}
 	return out, nil
 }
 
 // storeOutputs lists a stage output's files with their sizes and the sha256
 // its MANIFEST recorded when the store committed it.
-func storeOutputs(dir string) ([]ManifestOutput, error) {
+func storeOutputs(dir string) ([]output.ManifestOutput, error) {
 	b, err := os.ReadFile(filepath.Join(dir, "MANIFEST"))
 	if err != nil {
 		return nil, err
 	}
-	var out []ManifestOutput
+	var out []output.ManifestOutput
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		sum, path, ok := strings.Cut(line, "  ")
 		if !ok {
@@ -182,15 +138,15 @@ func storeOutputs(dir string) ([]ManifestOutput, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, ManifestOutput{Path: path, Size: info.Size(), SHA256: sum})
+		out = append(out, output.ManifestOutput{Path: path, Size: info.Size(), SHA256: sum})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
 }
 
 // upToDate says whether dir already holds this manifest and files of the listed sizes.
-func upToDate(dir string, manifest []byte, outputs []ManifestOutput) bool {
-	old, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+func upToDate(dir string, manifest []byte, outputs []output.ManifestOutput) bool {
+	old, err := os.ReadFile(filepath.Join(dir, output.ManifestFile))
 	if err != nil || !bytes.Equal(old, manifest) {
 		return false
 	}
@@ -200,7 +156,7 @@ func upToDate(dir string, manifest []byte, outputs []ManifestOutput) bool {
 			return false
 		}
 	}
-	_, err = os.Stat(filepath.Join(dir, "SHA256SUMS"))
+	_, err = os.Stat(filepath.Join(dir, output.SumsFile))
 	return err == nil
 }
 

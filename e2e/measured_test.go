@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/peerboot/peerboot/build"
+	"github.com/peerboot/peerboot/output"
 )
 
 // Measured boot, for real: the default image built with sign.pcr_key, signed,
@@ -34,7 +34,7 @@ func TestMeasuredBootPCR11(t *testing.T) {
 		t.Fatalf("build: exit %d\n%s", code, out)
 	}
 	dir := filepath.Join(outRoot, "default")
-	var m build.Manifest
+	var m output.Manifest
 	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	if err != nil {
 		t.Fatal(err)

@@ -10,12 +10,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/progress"
 )
 
@@ -167,7 +167,7 @@ func Flash(ctx context.Context, image, device string, opt Options) (*Result, err
 	res.Verify = time.Since(start)
 	sum := res.SHA256
 	if want, ok := listedSum(image); ok && want != sum {
-		return res, &MismatchError{Device: image, Image: filepath.Join(filepath.Dir(image), "SHA256SUMS"), Want: want, Got: sum, Offset: -1, imageChanged: true}
+		return res, &MismatchError{Device: image, Image: filepath.Join(filepath.Dir(image), output.SumsFile), Want: want, Got: sum, Offset: -1, imageChanged: true}
 	}
 	if got != sum {
 		off, ferr := firstDifference(img, dev, size, bs)
@@ -483,17 +483,15 @@ func hashFile(p string) (string, error) {
 // listedSum returns the image's sha256 from a SHA256SUMS beside it (a build
 // output directory), if there is one that lists it.
 func listedSum(image string) (string, bool) {
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(image), "SHA256SUMS"))
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(image), output.SumsFile))
 	if err != nil {
 		return "", false
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		sum, name, ok := strings.Cut(line, "  ")
-		if ok && name == filepath.Base(image) {
-			return sum, true
-		}
+	sums, err := output.ParseSums(b)
+	if err != nil {
+		return "", false
 	}
-	return "", false
+	return output.Lookup(sums, filepath.Base(image))
 }
 
 // firstDifference compares image and device block by block, for the error

@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/peerboot/peerboot/output"
 )
 
 // PXE is the input of WritePXE.
@@ -19,9 +21,9 @@ type PXE struct {
 
 // PXE bundle file names; boot.ipxe refers to them relative to its own URL.
 const (
-	pxeKernel = "vmlinuz"
-	pxeInitrd = "initrd.img"
-	pxeScript = "boot.ipxe"
+	pxeKernel = output.PXEKernel
+	pxeInitrd = output.InitrdFile
+	pxeScript = output.PXEScript
 )
 
 // IPXEScript renders boot.ipxe. The digests are comments, there for humans

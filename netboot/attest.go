@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/attest"
+	"github.com/peerboot/peerboot/output"
 )
 
 // Attestation on the collector (see attest for the evidence and its checks):
@@ -55,7 +56,7 @@ func (s *Server) predict(b *Build) (string, string) {
 	case !b.HasUKI():
 		p.why = fmt.Sprintf("build %s of %s has no UKI (peerboot.efi): a kernel booted without systemd-stub leaves PCR 11 unmeasured", b.ID, b.Recipe)
 	default:
-		f, _, err := b.Open("peerboot.efi")
+		f, _, err := b.Open(output.UKIFile)
 		if err != nil {
 			p.why = fmt.Sprintf("build %s: reading peerboot.efi: %v", b.ID, err)
 			break

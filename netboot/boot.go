@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/peerboot/peerboot/bootproto"
+	"github.com/peerboot/peerboot/output"
 )
 
 // nodeWord is what a hostname, serial or node id may be: it is written into boot
@@ -117,8 +118,8 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(&sb, " (%s)", m.Name)
 	}
 	fmt.Fprintf(&sb, " -> recipe %s, build %s\n", b.Recipe, b.ID)
-	fmt.Fprintf(&sb, "# sha256 %s  vmlinuz\n", b.Files["pxe/vmlinuz"])
-	fmt.Fprintf(&sb, "# sha256 %s  initrd.img\n", b.Files["pxe/initrd.img"])
+	fmt.Fprintf(&sb, "# sha256 %s  vmlinuz\n", b.Files[output.PXEKernelPath])
+	fmt.Fprintf(&sb, "# sha256 %s  initrd.img\n", b.Files[output.PXEInitrdPath])
 	fmt.Fprintf(&sb, "echo peerboot: %s build %s\n", b.Recipe, b.ID)
 	fmt.Fprintf(&sb, "kernel %svmlinuz %s\n", files, args)
 	fmt.Fprintf(&sb, "initrd --name initrd.img %sinitrd.img\n", files)
@@ -175,7 +176,7 @@ func (s *Server) serveBuildFile(w http.ResponseWriter, r *http.Request, b *Build
 		w.Header().Set("ETag", `"`+h+`"`)
 		w.Header().Set("X-Checksum-Sha256", h)
 	}
-	if strings.HasSuffix(file, ".ipxe") || strings.HasSuffix(file, "SHA256SUMS") {
+	if strings.HasSuffix(file, ".ipxe") || strings.HasSuffix(file, output.SumsFile) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	} else if strings.HasSuffix(file, ".iso") {
 		w.Header().Set("Content-Type", "application/x-iso9660-image")
@@ -190,7 +191,7 @@ func (s *Server) serveBuildFile(w http.ResponseWriter, r *http.Request, b *Build
 // /uefi/NAME.efi a named recipe's. The UKI's command line is baked in (and signed),
 // so such a node reports to its recipe's boot.report_url with a static token.
 func (s *Server) uefi(w http.ResponseWriter, r *http.Request) {
-	s.serveNamedBuildFile(w, r, "uefi", ".efi", "peerboot.efi", "has no UKI")
+	s.serveNamedBuildFile(w, r, "uefi", ".efi", output.UKIFile, "has no UKI")
 }
 
 // iso serves a build's ISO as a download for BMC virtual media: /iso/boot.iso
@@ -198,7 +199,7 @@ func (s *Server) uefi(w http.ResponseWriter, r *http.Request) {
 // .iso because BMCs (Redfish VirtualMedia.InsertMedia) often insist on it, and
 // ServeContent answers the Range requests they read the image with.
 func (s *Server) iso(w http.ResponseWriter, r *http.Request) {
-	s.serveNamedBuildFile(w, r, "iso", ".iso", "peerboot.iso", `has no ISO (outputs.formats lacks "iso")`)
+	s.serveNamedBuildFile(w, r, "iso", ".iso", output.ISOFile, `has no ISO (outputs.formats lacks "iso")`)
 }
 
 // serveNamedBuildFile serves file of the build that /route/NAME.ext names, "boot"

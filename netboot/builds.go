@@ -1,8 +1,6 @@
 package netboot
 
 import (
-	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -17,10 +15,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
-)
 
-// metaFiles are served beside the images when the output has them.
-var metaFiles = []string{"manifest.json", "SHA256SUMS", "SHA256SUMS.sig", "provenance.intoto.jsonl", "cosign.pub"}
+	"github.com/peerboot/peerboot/output"
+)
 
 // Build is one published output directory (out/<recipe>/ as `peerboot build` and
 // `peerboot sign` leave it).
@@ -39,28 +36,19 @@ type Build struct {
 
 // HasPXE reports whether the build has the PXE bundle.
 func (b *Build) HasPXE() bool {
-	return b.Files["pxe/vmlinuz"] != "" && b.Files["pxe/initrd.img"] != ""
+	return b.Files[output.PXEKernelPath] != "" && b.Files[output.PXEInitrdPath] != ""
 }
 
 // HasUKI reports whether the build has a UKI (signed, after `peerboot sign`).
-func (b *Build) HasUKI() bool { return b.Files["peerboot.efi"] != "" }
+func (b *Build) HasUKI() bool { return b.Files[output.UKIFile] != "" }
 
 // HasISO reports whether the build has the ISO for BMC virtual media.
-func (b *Build) HasISO() bool { return b.Files["peerboot.iso"] != "" }
-
-type manifest struct {
-	Recipe       string `json:"recipe"`
-	RecipeDigest string `json:"recipe_digest"`
-	Outputs      []struct {
-		Path   string `json:"path"`
-		SHA256 string `json:"sha256"`
-	} `json:"outputs"`
-}
+func (b *Build) HasISO() bool { return b.Files[output.ISOFile] != "" }
 
 // buildStamp changes when the directory is swapped by a rebuild or re-signed.
 func buildStamp(dir string) string {
 	var b strings.Builder
-	for _, name := range []string{".", "manifest.json", "SHA256SUMS"} {
+	for _, name := range []string{".", output.ManifestFile, output.SumsFile} {
 		fi, err := os.Stat(filepath.Join(dir, name))
 		if err != nil {
 			b.WriteString("-;")
@@ -82,14 +70,14 @@ func LoadBuild(dir string) (*Build, error) {
 		return nil, err
 	}
 	stamp := buildStamp(abs)
-	mj, err := os.ReadFile(filepath.Join(abs, "manifest.json"))
+	mj, err := os.ReadFile(filepath.Join(abs, output.ManifestFile))
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%s is not a build output (no manifest.json): make one with `peerboot build`", dir)
 		}
 		return nil, fmt.Errorf("reading the build output: %w", err)
 	}
-	var m manifest
+	var m output.Manifest
 	if err := json.Unmarshal(mj, &m); err != nil {
 		return nil, fmt.Errorf("%s/manifest.json: %w", dir, err)
 	}
@@ -97,23 +85,23 @@ func LoadBuild(dir string) (*Build, error) {
 		return nil, fmt.Errorf("%s/manifest.json: no recipe name", dir)
 	}
 	b := &Build{Recipe: m.Recipe, RecipeDigest: m.RecipeDigest, Dir: abs, Files: map[string]string{}, Loaded: time.Now(), stamp: stamp}
-	if fi, err := os.Stat(filepath.Join(abs, "manifest.json")); err == nil {
+	if fi, err := os.Stat(filepath.Join(abs, output.ManifestFile)); err == nil {
 		b.Built = fi.ModTime()
 	}
 	for _, o := range m.Outputs {
 		b.Files[o.Path] = o.SHA256
 	}
-	sums, err := os.ReadFile(filepath.Join(abs, "SHA256SUMS"))
+	sums, err := os.ReadFile(filepath.Join(abs, output.SumsFile))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("reading the build output: %w", err)
 	}
 	if err == nil {
-		listed, err := parseSums(sums)
+		listed, err := output.ParseSums(sums)
 		if err != nil {
-			return nil, fmt.Errorf("%s/SHA256SUMS: %w", dir, err)
+			return nil, fmt.Errorf("%s: %w", dir, err)
 		}
-		for p, h := range listed {
-			b.Files[p] = h
+		for _, l := range listed {
+			b.Files[l.Path] = l.SHA256
 		}
 	}
 	for p := range b.Files {
@@ -121,7 +109,7 @@ func LoadBuild(dir string) (*Build, error) {
 			return nil, fmt.Errorf("%s lists %q: %w", dir, p, err)
 		}
 	}
-	for _, f := range metaFiles {
+	for _, f := range output.MetaFiles() {
 		if _, ok := b.Files[f]; !ok {
 			if _, err := os.Lstat(filepath.Join(abs, f)); err == nil {
 				b.Files[f] = "" // served, hash unknown (it is the list of hashes, or signs it)
@@ -132,31 +120,13 @@ func LoadBuild(dir string) (*Build, error) {
 	sum.Write(mj)
 	sum.Write(sums)
 	b.ID = hex.EncodeToString(sum.Sum(nil))[:16]
-	if ipxe, err := os.ReadFile(filepath.Join(abs, "pxe", "boot.ipxe")); err == nil {
+	if ipxe, err := os.ReadFile(filepath.Join(abs, output.PXEScriptPath)); err == nil {
 		b.Cmdline = kernelArgs(ipxe)
 	}
 	if b.root, err = os.OpenRoot(abs); err != nil {
 		return nil, fmt.Errorf("opening the build output: %w", err)
 	}
 	return b, nil
-}
-
-// parseSums reads sha256sum's output format: "HEX  PATH" or "HEX *PATH".
-func parseSums(data []byte) (map[string]string, error) {
-	out := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		h, p, ok := strings.Cut(line, " ")
-		if !ok || len(h) != 64 || !isHex(h) || len(p) < 2 || (p[0] != ' ' && p[0] != '*') {
-			return nil, fmt.Errorf("line %d: want \"SHA256  PATH\", got %q", n, line)
-		}
-		out[p[1:]] = strings.ToLower(h)
-	}
-	return out, sc.Err()
 }
 
 func isHex(s string) bool {
@@ -363,7 +333,7 @@ func FindOutputs(root string) ([]string, error) {
 		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join(root, e.Name(), "manifest.json")); err == nil {
+		if _, err := os.Stat(filepath.Join(root, e.Name(), output.ManifestFile)); err == nil {
 			dirs = append(dirs, filepath.Join(root, e.Name()))
 		}
 	}

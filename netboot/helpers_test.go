@@ -13,10 +13,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
 	"testing"
+
+	"github.com/peerboot/peerboot/output"
 )
 
 // fakeBuild writes an output directory shaped like `peerboot build`'s: manifest.json,
@@ -65,15 +65,14 @@ func fakeBuild(t testing.TB, dir, recipe string, initrdSize int64) {
 		RecipeDigest string `json:"recipe_digest"`
 		Outputs      []out  `json:"outputs"`
 	}{Recipe: recipe, RecipeDigest: "sha256:" + hexOf(recipe)}
-	var lines []string
+	var list []output.Sum
 	for p, s := range sums {
 		m.Outputs = append(m.Outputs, out{p, s})
-		lines = append(lines, s+"  "+p)
+		list = append(list, output.Sum{Path: p, SHA256: s})
 	}
-	sort.Strings(lines)
 	mj, _ := json.MarshalIndent(m, "", "  ")
 	must(os.WriteFile(filepath.Join(dir, "manifest.json"), mj, 0o644))
-	must(os.WriteFile(filepath.Join(dir, "SHA256SUMS"), []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	must(os.WriteFile(filepath.Join(dir, "SHA256SUMS"), output.FormatSums(list), 0o644))
 }
 
 // syncBuffer is a log sink the handler goroutines and the test share.

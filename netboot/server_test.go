@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -163,8 +164,12 @@ func TestServeRefusals(t *testing.T) {
 	os.Symlink("../../secret.txt", filepath.Join(b.Dir, "pxe", "rel"))
 	// List it, as a tampered SHA256SUMS would: the server reloads the changed build.
 	sums, _ := os.ReadFile(filepath.Join(b.Dir, "SHA256SUMS"))
-	sums = append(sums, []byte(strings.Repeat("0", 64)+"  pxe/rel\n")...)
-	os.WriteFile(filepath.Join(b.Dir, "SHA256SUMS"), sums, 0o644)
+	list, err := output.ParseSums(sums)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list = append(list, output.Sum{Path: "pxe/rel", SHA256: strings.Repeat("0", 64)})
+	os.WriteFile(filepath.Join(b.Dir, "SHA256SUMS"), output.FormatSums(list), 0o644)
 	b = e.build(t, "default")
 	if _, ok := b.Files["pxe/rel"]; !ok {
 		t.Fatal("pxe/rel not listed after the reload")

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/peerboot/peerboot/output"
 )
 
 // TFTP is a read-only TFTP server (RFC 1350, with the blksize, tsize and timeout
@@ -235,7 +237,7 @@ func (t *TFTP) handle(ctx context.Context, local, peer net.Addr, pkt []byte) {
 // once and shared by every transfer until the file changes.
 func (t *TFTP) open(name string) ([]byte, error) {
 	name = strings.TrimPrefix(name, "/") // firmware often asks for "/undionly.kpxe"
-	if name == "boot.ipxe" && t.Chain != "" {
+	if name == output.PXEScript && t.Chain != "" {
 		return []byte("#!ipxe\ndhcp\nchain " + t.Chain + "\n"), nil
 	}
 	if err := checkRelPath(name); err != nil {

@@ -29,6 +29,8 @@ import (
 	"oras.land/oras-go/v2/registry/remote/auth"
 	"oras.land/oras-go/v2/registry/remote/credentials"
 	"oras.land/oras-go/v2/registry/remote/retry"
+
+	"github.com/peerboot/peerboot/output"
 )
 
 // Artifact types of the three kinds of manifest.
@@ -66,27 +68,27 @@ const (
 // MediaTypeFor returns the layer media type for a file of an output directory.
 func MediaTypeFor(rel string) string {
 	switch base := path.Base(rel); {
-	case rel == "disk.img":
+	case rel == output.DiskFile:
 		return MediaDisk
 	case strings.HasSuffix(base, ".efi"):
 		return MediaUKI
-	case rel == "peerboot.iso":
+	case rel == output.ISOFile:
 		return MediaISO
-	case rel == "pxe/vmlinuz":
+	case rel == output.PXEKernelPath:
 		return MediaKernel
-	case rel == "pxe/initrd.img":
+	case rel == output.PXEInitrdPath:
 		return MediaInitrd
 	case strings.HasSuffix(base, ".ipxe"):
 		return MediaIPXE
-	case rel == "manifest.json":
+	case rel == output.ManifestFile:
 		return MediaManifest
-	case rel == "SHA256SUMS":
+	case rel == output.SumsFile:
 		return MediaSums
-	case rel == "SHA256SUMS.sig":
+	case rel == output.SumsSigFile:
 		return MediaSumsSig
-	case rel == "cosign.pub":
+	case rel == output.PublicKeyFile:
 		return MediaPublicKey
-	case rel == "provenance.intoto.jsonl":
+	case rel == output.ProvenanceFile:
 		return MediaProvenance
 	}
 	return MediaFile

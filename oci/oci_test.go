@@ -23,8 +23,8 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2"
 
-	"github.com/peerboot/peerboot/build"
 	"github.com/peerboot/peerboot/internal/testguard"
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/sign"
 )
 
@@ -119,27 +119,27 @@ func writeOutput(t *testing.T, signed bool) (dir, pub string) {
 		"pxe/initrd.img": bytes.Repeat([]byte{0x28, 0xb5, 0x2f, 0xfd}, 10000),
 		"pxe/boot.ipxe":  []byte("#!ipxe\nkernel vmlinuz\ninitrd initrd.img\nboot\n"),
 	}
-	m := build.Manifest{Recipe: "default", RecipeDigest: "sha256:" + strings.Repeat("ab", 32), SourceDateEpoch: 1700000000,
-		Inputs: []build.ManifestInput{
+	m := output.Manifest{Recipe: "default", RecipeDigest: "sha256:" + strings.Repeat("ab", 32), SourceDateEpoch: 1700000000,
+		Inputs: []output.ManifestInput{
 			{Role: "kernel-source", Name: "linux-source-6.1_6.1.192-3", Digest: "sha256:" + strings.Repeat("01", 32)},
 			{Role: "driver-source", Name: "nvidia-open-kernel-source_535.261.03-1", Digest: "sha256:" + strings.Repeat("02", 32)}},
-		Stages: []build.ManifestStage{{Name: "image", Key: "image-" + strings.Repeat("2", 64)}}}
+		Stages: []output.ManifestStage{{Name: "image", Key: "image-" + strings.Repeat("2", 64)}}}
 	var names []string
 	for n := range files {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	var sums []sign.Sum
+	var sums []output.Sum
 	for _, n := range names {
 		h := sha256.Sum256(files[n])
-		m.Outputs = append(m.Outputs, build.ManifestOutput{Path: n, Size: int64(len(files[n])), SHA256: hex.EncodeToString(h[:])})
-		sums = append(sums, sign.Sum{Path: n, SHA256: hex.EncodeToString(h[:])})
+		m.Outputs = append(m.Outputs, output.ManifestOutput{Path: n, Size: int64(len(files[n])), SHA256: hex.EncodeToString(h[:])})
+		sums = append(sums, output.Sum{Path: n, SHA256: hex.EncodeToString(h[:])})
 	}
 	mj, _ := json.MarshalIndent(m, "", "  ")
 	files["manifest.json"] = append(mj, '\n')
 	h := sha256.Sum256(files["manifest.json"])
-	sums = append(sums, sign.Sum{Path: "manifest.json", SHA256: hex.EncodeToString(h[:])})
-	files["SHA256SUMS"] = sign.FormatSums(sums)
+	sums = append(sums, output.Sum{Path: "manifest.json", SHA256: hex.EncodeToString(h[:])})
+	files["SHA256SUMS"] = output.FormatSums(sums)
 	for n, b := range files {
 		p := filepath.Join(dir, n)
 		os.MkdirAll(filepath.Dir(p), 0o755)
@@ -231,7 +231,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 	}
 	for k, v := range map[string]string{
 		AnnotationRecipe: "default", AnnotationDriverVersion: "535.261.03", AnnotationKernelRelease: "6.1.192-peerboot",
-		AnnotationProvenanceDigest: "sha256:" + want[sign.ProvenanceFile], "org.opencontainers.image.created": "2023-11-14T22:13:20Z",
+		AnnotationProvenanceDigest: "sha256:" + want[output.ProvenanceFile], "org.opencontainers.image.created": "2023-11-14T22:13:20Z",
 	} {
 		if got.Annotations[k] != v {
 			t.Errorf("annotation %s = %q, want %q", k, got.Annotations[k], v)
@@ -441,7 +441,7 @@ func TestHostileRegistryPull(t *testing.T) {
 	}
 	payload := []byte("written by a hostile registry\n")
 	h := sha256.Sum256(payload)
-	sums := sign.FormatSums([]sign.Sum{{Path: "disk.img", SHA256: hex.EncodeToString(h[:])}})
+	sums := output.FormatSums([]output.Sum{{Path: "disk.img", SHA256: hex.EncodeToString(h[:])}})
 	good := blob("disk.img", payload)
 	sumsLayer := blob("SHA256SUMS", sums)
 	retitled := func(title string) ocispec.Descriptor {
@@ -515,7 +515,7 @@ func TestSignedPullChecksSumsBeforeLayers(t *testing.T) {
 	}
 	// The forged output: another disk.img, and SHA256SUMS rewritten to list it.
 	disk := bytes.Repeat([]byte("not what was signed "), 100000)
-	sums, err := sign.ParseSums(mustRead(t, filepath.Join(out, "SHA256SUMS")))
+	sums, err := output.ParseSums(mustRead(t, filepath.Join(out, "SHA256SUMS")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,7 +531,7 @@ func TestSignedPullChecksSumsBeforeLayers(t *testing.T) {
 		case "disk.img":
 			l = push("disk.img", disk)
 		case "SHA256SUMS":
-			l = push("SHA256SUMS", sign.FormatSums(sums))
+			l = push("SHA256SUMS", output.FormatSums(sums))
 		}
 		layers = append(layers, l)
 	}

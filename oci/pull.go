@@ -19,6 +19,7 @@ import (
 	"oras.land/oras-go/v2/registry/remote"
 
 	"github.com/peerboot/peerboot/internal/fsutil"
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/progress"
 	"github.com/peerboot/peerboot/sign"
 )
@@ -136,26 +137,26 @@ func Pull(ctx context.Context, ref, dir string, opt PullOptions) (*PullResult, e
 			return nil, integrity("%s: two layers are titled %s", ref, title)
 		}
 		titles[title] = true
-		if title == sign.SumsFile {
+		if title == output.SumsFile {
 			sumsLayers = append(sumsLayers, l)
 		} else {
 			rest = append(rest, l)
 		}
 	}
 	if len(sumsLayers) == 0 {
-		return nil, integrity("%s has no %s layer", ref, sign.SumsFile)
+		return nil, integrity("%s has no %s layer", ref, output.SumsFile)
 	}
 	if sumsLayers[0].Size > maxManifest {
-		return nil, integrity("%s: its %s is %d bytes, more than %d", ref, sign.SumsFile, sumsLayers[0].Size, maxManifest)
+		return nil, integrity("%s: its %s is %d bytes, more than %d", ref, output.SumsFile, sumsLayers[0].Size, maxManifest)
 	}
 	if err := fetchLayers(sumsLayers); err != nil {
 		return nil, err
 	}
-	if err := listedLayers(ref, filepath.Join(tmp, sign.SumsFile), rest); err != nil {
+	if err := listedLayers(ref, filepath.Join(tmp, output.SumsFile), rest); err != nil {
 		return nil, err
 	}
 	if opt.Key != "" {
-		if err := checkSumsSignature(ctx, repo, img, ref, filepath.Join(tmp, sign.SumsFile), opt.Key); err != nil {
+		if err := checkSumsSignature(ctx, repo, img, ref, filepath.Join(tmp, output.SumsFile), opt.Key); err != nil {
 			return nil, err
 		}
 	}
@@ -165,24 +166,24 @@ func Pull(ctx context.Context, ref, dir string, opt PullOptions) (*PullResult, e
 
 	// 3. SHA256SUMS names exactly the other layers, with the same digests
 	// (checked again on what was fetched).
-	sb, err := os.ReadFile(filepath.Join(tmp, sign.SumsFile))
+	sb, err := os.ReadFile(filepath.Join(tmp, output.SumsFile))
 	if err != nil {
-		return nil, integrity("%s has no %s layer", ref, sign.SumsFile)
+		return nil, integrity("%s has no %s layer", ref, output.SumsFile)
 	}
-	sums, err := sign.ParseSums(sb)
+	sums, err := output.ParseSums(sb)
 	if err != nil {
-		return nil, integrity("%s: %s: %w", ref, sign.SumsFile, err)
+		return nil, integrity("%s: %s: %w", ref, output.SumsFile, err)
 	}
-	listed := map[string]bool{sign.SumsFile: true}
+	listed := map[string]bool{output.SumsFile: true}
 	for _, s := range sums {
 		listed[s.Path] = true
 		if got[s.Path] != s.SHA256 {
-			return nil, integrity("%s: %s lists %s with sha256 %s, the artifact has %q", ref, sign.SumsFile, s.Path, s.SHA256, got[s.Path])
+			return nil, integrity("%s: %s lists %s with sha256 %s, the artifact has %q", ref, output.SumsFile, s.Path, s.SHA256, got[s.Path])
 		}
 	}
 	for p := range got {
 		if !listed[p] {
-			return nil, integrity("%s: layer %s is not listed in %s", ref, p, sign.SumsFile)
+			return nil, integrity("%s: layer %s is not listed in %s", ref, p, output.SumsFile)
 		}
 	}
 
@@ -204,7 +205,7 @@ func Pull(ctx context.Context, ref, dir string, opt PullOptions) (*PullResult, e
 		}
 		for _, l := range rm.Layers {
 			switch l.Annotations[ocispec.AnnotationTitle] {
-			case sign.SumsSigFile, sign.ArtifactPubFile, sign.ProvenanceFile:
+			case output.SumsSigFile, sign.ArtifactPubFile, output.ProvenanceFile:
 			default:
 				return nil, integrity("%s: referrer %s carries an unexpected file %q", ref, d.Digest, l.Annotations[ocispec.AnnotationTitle])
 			}
@@ -217,7 +218,7 @@ func Pull(ctx context.Context, ref, dir string, opt PullOptions) (*PullResult, e
 		}
 	}
 	if want := man.Annotations[AnnotationProvenanceDigest]; want != "" {
-		if h, ok := got[sign.ProvenanceFile]; !ok || "sha256:"+h != want {
+		if h, ok := got[output.ProvenanceFile]; !ok || "sha256:"+h != want {
 			return nil, integrity("%s: the manifest names provenance %s, the attached one is %q", ref, want, h)
 		}
 	}
@@ -256,8 +257,8 @@ func CheckTarget(dir string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := os.Stat(filepath.Join(dir, sign.SumsFile)); err != nil {
-		return fmt.Errorf("%s exists and is not a peerboot output (no %s in it): refusing to replace it", dir, sign.SumsFile)
+	if _, err := os.Stat(filepath.Join(dir, output.SumsFile)); err != nil {
+		return fmt.Errorf("%s exists and is not a peerboot output (no %s in it): refusing to replace it", dir, output.SumsFile)
 	}
 	return nil
 }
@@ -291,9 +292,9 @@ func listedLayers(ref, sumsPath string, layers []ocispec.Descriptor) error {
 	if err != nil {
 		return err
 	}
-	sums, err := sign.ParseSums(sb)
+	sums, err := output.ParseSums(sb)
 	if err != nil {
-		return integrity("%s: %s: %w", ref, sign.SumsFile, err)
+		return integrity("%s: %s: %w", ref, output.SumsFile, err)
 	}
 	have := map[string]string{}
 	for _, l := range layers {
@@ -303,12 +304,12 @@ func listedLayers(ref, sumsPath string, layers []ocispec.Descriptor) error {
 	for _, s := range sums {
 		listed[s.Path] = true
 		if have[s.Path] != s.SHA256 {
-			return integrity("%s: %s lists %s with sha256 %s, the artifact has %q", ref, sign.SumsFile, s.Path, s.SHA256, have[s.Path])
+			return integrity("%s: %s lists %s with sha256 %s, the artifact has %q", ref, output.SumsFile, s.Path, s.SHA256, have[s.Path])
 		}
 	}
 	for _, l := range layers {
 		if t := l.Annotations[ocispec.AnnotationTitle]; !listed[t] {
-			return integrity("%s: layer %s is not listed in %s", ref, t, sign.SumsFile)
+			return integrity("%s: layer %s is not listed in %s", ref, t, output.SumsFile)
 		}
 	}
 	return nil
@@ -344,26 +345,26 @@ func checkSumsSignature(ctx context.Context, repo *remote.Repository, img ocispe
 		return integrity("%s: referrer %s does not have the image as its subject", ref, d.Digest)
 	}
 	for _, l := range rm.Layers {
-		if l.Annotations[ocispec.AnnotationTitle] != sign.SumsSigFile {
+		if l.Annotations[ocispec.AnnotationTitle] != output.SumsSigFile {
 			continue
 		}
 		if l.Size > maxSig {
-			return integrity("%s: its %s is %d bytes, more than %d", ref, sign.SumsSigFile, l.Size, maxSig)
+			return integrity("%s: its %s is %d bytes, more than %d", ref, output.SumsSigFile, l.Size, maxSig)
 		}
 		b, err := content.FetchAll(ctx, repo.Blobs(), l) // checks size and digest
 		if err != nil {
-			return integrity("%s: %s: %w", ref, sign.SumsSigFile, err)
+			return integrity("%s: %s: %w", ref, output.SumsSigFile, err)
 		}
 		sig, err := sign.DecodeSig(b)
 		if err != nil {
-			return integrity("%s: %s: %w", ref, sign.SumsSigFile, err)
+			return integrity("%s: %s: %w", ref, output.SumsSigFile, err)
 		}
 		if err := sign.VerifyBlob(pub, sums, sig); err != nil {
-			return integrity("%s: %s does not verify %s with %s: %w", ref, sign.SumsSigFile, sign.SumsFile, key, err)
+			return integrity("%s: %s does not verify %s with %s: %w", ref, output.SumsSigFile, output.SumsFile, key, err)
 		}
 		return nil
 	}
-	return integrity("%s: the signature referrer %s has no %s", ref, d.Digest, sign.SumsSigFile)
+	return integrity("%s: the signature referrer %s has no %s", ref, d.Digest, output.SumsSigFile)
 }
 
 func fetchJSON(ctx context.Context, repo *remote.Repository, d ocispec.Descriptor, v any) error {

@@ -18,7 +18,7 @@ import (
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/registry/remote"
 
-	"github.com/peerboot/peerboot/build"
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/progress"
 	"github.com/peerboot/peerboot/sign"
 )
@@ -73,12 +73,12 @@ func Push(ctx context.Context, dir, ref string, opt PushOptions) (*PushResult, e
 	}
 
 	// 1. What the output holds: SHA256SUMS and every file it lists, re-hashed.
-	sumsPath := filepath.Join(dir, sign.SumsFile)
+	sumsPath := filepath.Join(dir, output.SumsFile)
 	sb, err := os.ReadFile(sumsPath)
 	if err != nil {
 		return nil, fmt.Errorf("%s is not a build output: %w", dir, err)
 	}
-	sums, err := sign.ParseSums(sb)
+	sums, err := output.ParseSums(sb)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", sumsPath, err)
 	}
@@ -94,12 +94,12 @@ func Push(ctx context.Context, dir, ref string, opt PushOptions) (*PushResult, e
 			return err
 		}
 		if want != "" && got != want {
-			return integrity("%s: sha256 %s, but %s lists %s: refusing to publish a changed output", p, got, sign.SumsFile, want)
+			return integrity("%s: sha256 %s, but %s lists %s: refusing to publish a changed output", p, got, output.SumsFile, want)
 		}
 		files = append(files, localFile{rel, p, descriptorFor(rel, got, info.Size())})
 		return nil
 	}
-	if err := add(sign.SumsFile, ""); err != nil {
+	if err := add(output.SumsFile, ""); err != nil {
 		return nil, err
 	}
 	for _, s := range sums {
@@ -115,7 +115,7 @@ func Push(ctx context.Context, dir, ref string, opt PushOptions) (*PushResult, e
 		return nil, err
 	}
 	var sigFiles, provFiles []localFile
-	for _, name := range []string{sign.SumsSigFile, sign.ArtifactPubFile, sign.ProvenanceFile} {
+	for _, name := range []string{output.SumsSigFile, sign.ArtifactPubFile, output.ProvenanceFile} {
 		p := filepath.Join(dir, name)
 		info, err := os.Stat(p)
 		if errors.Is(err, os.ErrNotExist) {
@@ -128,7 +128,7 @@ func Push(ctx context.Context, dir, ref string, opt PushOptions) (*PushResult, e
 			return nil, err
 		}
 		f := localFile{name, p, descriptorFor(name, h, info.Size())}
-		if name == sign.ProvenanceFile {
+		if name == output.ProvenanceFile {
 			provFiles = append(provFiles, f)
 			ann[AnnotationProvenanceDigest] = "sha256:" + h
 		} else {
@@ -190,7 +190,7 @@ func Push(ctx context.Context, dir, ref string, opt PushOptions) (*PushResult, e
 		fmt.Fprintf(log, "attached %s %s\n", strings.TrimPrefix(ref.typ, "application/vnd.peerboot."), d.Digest)
 	}
 	if res.Signature == nil {
-		fmt.Fprintf(log, "%s is not signed (no %s): pushed without a signature\n", dir, sign.SumsSigFile)
+		fmt.Fprintf(log, "%s is not signed (no %s): pushed without a signature\n", dir, output.SumsSigFile)
 	}
 	return res, nil
 }
@@ -242,12 +242,12 @@ func (r *meterReader) Read(p []byte) (int, error) {
 // (recipe, digest, build time, driver version from the driver source's
 // package version) and pxe/vmlinuz (kernel release from the bzImage header).
 func annotations(dir string) (map[string]string, string, error) {
-	p := filepath.Join(dir, "manifest.json")
+	p := filepath.Join(dir, output.ManifestFile)
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s is not a build output: %w", dir, err)
 	}
-	var m build.Manifest
+	var m output.Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, "", fmt.Errorf("%s: %w", p, err)
 	}
@@ -265,7 +265,7 @@ func annotations(dir string) (map[string]string, string, error) {
 			}
 		}
 	}
-	if rel, err := KernelRelease(filepath.Join(dir, "pxe", "vmlinuz")); err == nil {
+	if rel, err := KernelRelease(filepath.Join(dir, output.PXEDir, output.PXEKernel)); err == nil {
 		ann[AnnotationKernelRelease] = rel
 	}
 	return ann, created, nil

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/internal/fsutil"
+	"github.com/peerboot/peerboot/output"
 )
 
 // Mode is how the machine boots.
@@ -270,7 +271,7 @@ func commandLine(opt Options) ([]string, string, error) {
 			"-drive", "if=pflash,format=raw,unit=1,file="+vars)
 		switch {
 		case opt.Mode == UEFIPXE:
-			if _, err := os.Stat(filepath.Join(opt.PXEDir, "boot.ipxe")); err != nil {
+			if _, err := os.Stat(filepath.Join(opt.PXEDir, output.PXEScript)); err != nil {
 				return nil, "", fmt.Errorf("no boot.ipxe in %s", opt.PXEDir)
 			}
 			return append(args, "-boot", "n",
@@ -292,13 +293,13 @@ func commandLine(opt Options) ([]string, string, error) {
 				"-device", "ide-cd,drive=cd,bootindex=0")
 			break
 		}
-		diskCopy = filepath.Join(opt.WorkDir, "disk.img")
+		diskCopy = filepath.Join(opt.WorkDir, output.DiskFile)
 		if err := fsutil.CopyFile(opt.Disk, diskCopy, 0o644); err != nil {
 			return nil, "", fmt.Errorf("disk copy: %w", err)
 		}
 		args = append(args, "-drive", "if=virtio,format=raw,file="+diskCopy)
 	case PXE:
-		if _, err := os.Stat(filepath.Join(opt.PXEDir, "boot.ipxe")); err != nil {
+		if _, err := os.Stat(filepath.Join(opt.PXEDir, output.PXEScript)); err != nil {
 			return nil, "", fmt.Errorf("no boot.ipxe in %s", opt.PXEDir)
 		}
 		// SeaBIOS runs the iPXE option ROM of the virtio NIC; slirp's DHCP names

@@ -8,6 +8,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/peerboot/peerboot/output"
 )
 
 // minimalRepo is one valid repository; minimal adds the two required sources to
@@ -170,7 +172,7 @@ formats = ["uki"]
 				if want := []string{"base.config"}; !reflect.DeepEqual(r.Kernel.Fragments, want) {
 					t.Errorf("kernel.fragments = %q, want %q", r.Kernel.Fragments, want)
 				}
-				if want := []string{"uki"}; !reflect.DeepEqual(r.Outputs.Formats, want) {
+				if want := []output.Kind{output.KindUKI}; !reflect.DeepEqual(r.Outputs.Formats, want) {
 					t.Errorf("outputs.formats = %q, want %q (defaults' list replaced)", r.Outputs.Formats, want)
 				}
 				if want := []string{"nvidia-smi", "libcuda1"}; !reflect.DeepEqual(r.Userspace.Packages, want) {

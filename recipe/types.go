@@ -2,6 +2,8 @@
 // (with includes), fills defaults, validates it strictly and gives it a stable digest.
 package recipe
 
+import "github.com/peerboot/peerboot/output"
+
 // Recipe is one platform's image description. The field comments of this file are the
 // recipe reference: `peerboot docs` renders them into docs/recipe-reference.md.
 type Recipe struct {
@@ -157,9 +159,9 @@ type Boot struct {
 
 // Outputs selects the artifacts a build writes.
 type Outputs struct {
-	Formats  []string `toml:"formats"`   // at least one of "uki", "disk", "pxe", "iso"
-	DiskSize Size     `toml:"disk_size"` // GPT disk image size (64MiB..64GiB)
-	EFIStub  Source   `toml:"efi_stub"`  // the UKI's systemd EFI stub, a source like kernel.source
+	Formats  []output.Kind `toml:"formats"`   // at least one of "uki", "disk", "pxe", "iso"
+	DiskSize Size          `toml:"disk_size"` // GPT disk image size (64MiB..64GiB)
+	EFIStub  Source        `toml:"efi_stub"`  // the UKI's systemd EFI stub, a source like kernel.source
 }
 
 // Sign names keys as "file:PATH" (relative to the recipe's directory) or "env:VAR". Keys

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/peerboot/peerboot/bootproto"
+	"github.com/peerboot/peerboot/output"
 )
 
 // Limits that no real box exceeds; values beyond them are typos.
@@ -91,8 +92,8 @@ func (c *checker) sizeRange(key string, got, lo, hi Size) {
 	}
 }
 
-func (c *checker) unique(key string, list []string) {
-	seen := map[string]int{}
+func unique[S ~string](c *checker, key string, list []S) {
+	seen := map[S]int{}
 	for i, v := range list {
 		if j, ok := seen[v]; ok {
 			c.add(fmt.Sprintf("%s[%d]", key, i), "duplicate %q (also at index %d)", v, j)
@@ -147,9 +148,9 @@ func validate(r *Recipe) Errors {
 		c.add("outputs.formats", "want at least one of uki, disk, pxe, iso")
 	}
 	for i, f := range r.Outputs.Formats {
-		c.oneOf(fmt.Sprintf("outputs.formats[%d]", i), f, "uki", "disk", "pxe", "iso")
+		c.oneOf(fmt.Sprintf("outputs.formats[%d]", i), string(f), output.KindNames()...)
 	}
-	c.unique("outputs.formats", r.Outputs.Formats)
+	unique(c, "outputs.formats", r.Outputs.Formats)
 	c.sizeRange("outputs.disk_size", r.Outputs.DiskSize, 64<<20, 64<<30)
 	c.source("outputs.efi_stub", r.Outputs.EFIStub, len(r.Repos) > 0)
 	for _, k := range []struct{ key, v string }{
@@ -237,7 +238,7 @@ func (c *checker) repos(repos []Repo) {
 				c.add(fmt.Sprintf("%s.components[%d]", key, j), "want a component like \"non-free\", got %q", comp)
 			}
 		}
-		c.unique(key+".components", r.Components)
+		unique(c, key+".components", r.Components)
 		c.oneOf(key+".architecture", r.Architecture, "amd64")
 		if r.Keyring == "" {
 			c.add(key+".keyring", "required: the OpenPGP keyring that signs this repository's InRelease")
@@ -253,7 +254,7 @@ func (c *checker) repos(repos []Repo) {
 			c.archiveURL(key+".url", r.URL)
 		}
 	}
-	c.unique("repo", names)
+	unique(c, "repo", names)
 }
 
 func (c *checker) source(key string, s Source, haveRepos bool) {
@@ -324,7 +325,7 @@ func (c *checker) fileList(key string, list []string, required bool) {
 			c.add(fmt.Sprintf("%s[%d]", key, i), `want a file name (from the stage's data directory) or a "./relative/path", got %q`, f)
 		}
 	}
-	c.unique(key, list)
+	unique(c, key, list)
 }
 
 func (c *checker) driver(d *Driver, haveRepos bool) {
@@ -340,7 +341,7 @@ func (c *checker) driver(d *Driver, haveRepos bool) {
 	for i, m := range d.Modules {
 		c.oneOf(fmt.Sprintf("driver.modules[%d]", i), m, KnownModules...)
 	}
-	c.unique("driver.modules", d.Modules)
+	unique(c, "driver.modules", d.Modules)
 	if len(d.Modules) > 0 && d.Modules[0] != "nvidia" {
 		c.add("driver.modules[0]", "want \"nvidia\" first: the other modules depend on it, got %q", d.Modules[0])
 	}
@@ -373,7 +374,7 @@ func (c *checker) userspace(u *Userspace) {
 			c.add(key, "want a Debian version after '=', got %q", ver)
 		}
 	}
-	c.unique("userspace.packages", names)
+	unique(c, "userspace.packages", names)
 	for i, e := range u.Exclude {
 		key := fmt.Sprintf("userspace.exclude[%d]", i)
 		if !debNameRe.MatchString(e.Package) {

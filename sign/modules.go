@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/peerboot/peerboot/initramfs"
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/sign/modsign"
 )
 
@@ -20,13 +21,13 @@ import (
 // and each UKI's .initrd section), that every kernel module carries a signature
 // that verifies against cert: what the kernel checks at load time with
 // module.sig_enforce=1.
-func verifyModules(ctx context.Context, dir string, sums []Sum, cert *x509.Certificate, log io.Writer, fail func(string, string, ...any)) {
+func verifyModules(ctx context.Context, dir string, sums []output.Sum, cert *x509.Certificate, log io.Writer, fail func(string, string, ...any)) {
 	n := 0
 	for _, s := range sums {
 		var open func() (io.ReadCloser, error)
 		label := s.Path
 		switch {
-		case path.Base(s.Path) == "initrd.img":
+		case path.Base(s.Path) == output.InitrdFile:
 			open = func() (io.ReadCloser, error) { return os.Open(filepath.Join(dir, s.Path)) }
 		case strings.HasSuffix(s.Path, ".efi"):
 			label = s.Path + " (.initrd section)"
@@ -94,7 +95,7 @@ func verifyModules(ctx context.Context, dir string, sums []Sum, cert *x509.Certi
 		}
 	}
 	if n == 0 && sums != nil {
-		fail(SumsFile, "lists no initrd.img, and no UKI with an .initrd section, whose modules could be checked against the module certificate")
+		fail(output.SumsFile, "lists no initrd.img, and no UKI with an .initrd section, whose modules could be checked against the module certificate")
 	}
 }
 

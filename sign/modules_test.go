@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/peerboot/peerboot/initramfs"
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/sign/modsign"
 )
 
@@ -92,8 +93,8 @@ func TestVerifyUnsigned(t *testing.T) {
 	dir := writeSyntheticWith(t, false, map[string][]byte{"pxe/initrd.img": []byte("x")})
 	err := Verify(context.Background(), dir, VerifyOptions{Key: filepath.Join(testKeys, ArtifactPubFile)})
 	var ve *VerifyError
-	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].File != SumsSigFile ||
+	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].File != output.SumsSigFile ||
 		!strings.HasPrefix(ve.Problems[0].What, "not signed: run `peerboot sign "+dir) {
-		t.Fatalf("Verify of an unsigned output: %v; want one problem, %s: not signed: run `peerboot sign ...`", err, SumsSigFile)
+		t.Fatalf("Verify of an unsigned output: %v; want one problem, %s: not signed: run `peerboot sign ...`", err, output.SumsSigFile)
 	}
 }

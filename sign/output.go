@@ -14,8 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/peerboot/peerboot/build"
 	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/output"
 )
 
 // ArtifactPubFile (cosign.pub) is written beside the signatures for convenience;
@@ -63,12 +63,12 @@ func SignOutput(ctx context.Context, dir string, opt Options) error {
 	if err != nil {
 		return err
 	}
-	sumsPath := filepath.Join(dir, SumsFile)
+	sumsPath := filepath.Join(dir, output.SumsFile)
 	sb, err := os.ReadFile(sumsPath)
 	if err != nil {
 		return err
 	}
-	sums, err := ParseSums(sb)
+	sums, err := output.ParseSums(sb)
 	if err != nil {
 		return fmt.Errorf("%s: %w", sumsPath, err)
 	}
@@ -79,7 +79,7 @@ func SignOutput(ctx context.Context, dir string, opt Options) error {
 			return fmt.Errorf("%s: %w", filepath.Join(dir, s.Path), err)
 		}
 		if h != s.SHA256 {
-			return fmt.Errorf("%s: sha256 %s, but %s lists %s: refusing to sign a changed output", filepath.Join(dir, s.Path), h, SumsFile, s.SHA256)
+			return fmt.Errorf("%s: sha256 %s, but %s lists %s: refusing to sign a changed output", filepath.Join(dir, s.Path), h, output.SumsFile, s.SHA256)
 		}
 	}
 	if opt.DBKey != "" {
@@ -97,7 +97,7 @@ func SignOutput(ctx context.Context, dir string, opt Options) error {
 	return signArtifacts(dir, m, sums, art, opt)
 }
 
-func signUKIs(ctx context.Context, dir string, m *build.Manifest, sums []Sum, opt Options) error {
+func signUKIs(ctx context.Context, dir string, m *output.Manifest, sums []output.Sum, opt Options) error {
 	key, err := LoadSigner(opt.DBKey)
 	if err != nil {
 		return err
@@ -107,12 +107,12 @@ func signUKIs(ctx context.Context, dir string, m *build.Manifest, sums []Sum, op
 		return err
 	}
 	var uki, unsigned []byte
-	var images []*Sum // disk.img, peerboot.iso: rebuilt around the signed UKI
+	var images []*output.Sum // disk.img, peerboot.iso: rebuilt around the signed UKI
 	for i, s := range sums {
 		p := filepath.Join(dir, s.Path)
 		switch {
 		case strings.HasSuffix(s.Path, ".efi"):
-			if s.Path == UKIFile {
+			if s.Path == output.UKIFile {
 				if unsigned, err = os.ReadFile(p); err != nil {
 					return err
 				}
@@ -121,18 +121,18 @@ func signUKIs(ctx context.Context, dir string, m *build.Manifest, sums []Sum, op
 				return err
 			}
 			fmt.Fprintf(opt.Log, "sign: %s: Authenticode-signed (db certificate %s)\n", s.Path, certName(cert))
-			if s.Path == UKIFile {
+			if s.Path == output.UKIFile {
 				if uki, err = os.ReadFile(p); err != nil {
 					return err
 				}
 			}
-		case s.Path == DiskFile || s.Path == ISOFile:
+		case s.Path == output.DiskFile || s.Path == output.ISOFile:
 			images = append(images, &sums[i])
 		}
 	}
 	for _, img := range images {
 		if uki == nil {
-			return fmt.Errorf("%s: %s is listed but %s is not: cannot rebuild it around a signed UKI", dir, img.Path, UKIFile)
+			return fmt.Errorf("%s: %s is listed but %s is not: cannot rebuild it around a signed UKI", dir, img.Path, output.UKIFile)
 		}
 		p := filepath.Join(dir, img.Path)
 		info, err := os.Stat(p)
@@ -140,7 +140,7 @@ func signUKIs(ctx context.Context, dir string, m *build.Manifest, sums []Sum, op
 			return err
 		}
 		write := func(path string, uki []byte) error {
-			if img.Path == ISOFile {
+			if img.Path == output.ISOFile {
 				return WriteISO(path, m.RecipeDigest, m.SourceDateEpoch, uki)
 			}
 			return WriteDisk(path, info.Size(), m.RecipeDigest, m.SourceDateEpoch, uki)
@@ -168,8 +168,8 @@ func signUKIs(ctx context.Context, dir string, m *build.Manifest, sums []Sum, op
 	return nil
 }
 
-func signArtifacts(dir string, m *build.Manifest, sums []Sum, art crypto.Signer, opt Options) error {
-	sumsBytes := FormatSums(sums)
+func signArtifacts(dir string, m *output.Manifest, sums []output.Sum, art crypto.Signer, opt Options) error {
+	sumsBytes := output.FormatSums(sums)
 	sig, err := SignBlob(art, sumsBytes)
 	if err != nil {
 		return err
@@ -197,22 +197,22 @@ func signArtifacts(dir string, m *build.Manifest, sums []Sum, art crypto.Signer,
 	for _, f := range []struct {
 		name string
 		data []byte
-	}{{SumsFile, sumsBytes}, {SumsSigFile, EncodeSig(sig)}, {ArtifactPubFile, pub}, {ProvenanceFile, envBytes}} {
+	}{{output.SumsFile, sumsBytes}, {output.SumsSigFile, EncodeSig(sig)}, {ArtifactPubFile, pub}, {output.ProvenanceFile, envBytes}} {
 		if err := writeAtomic(filepath.Join(dir, f.name), f.data, 0o644); err != nil {
 			return err
 		}
 	}
-	fmt.Fprintf(opt.Log, "sign: %s signed (%s, %s), %s written (%d subjects)\n", SumsFile, keyKind(art.Public()), SumsSigFile, ProvenanceFile, len(st.Subject))
+	fmt.Fprintf(opt.Log, "sign: %s signed (%s, %s), %s written (%d subjects)\n", output.SumsFile, keyKind(art.Public()), output.SumsSigFile, output.ProvenanceFile, len(st.Subject))
 	return nil
 }
 
-func readManifest(dir string) (*build.Manifest, error) {
-	p := filepath.Join(dir, ManifestFile)
+func readManifest(dir string) (*output.Manifest, error) {
+	p := filepath.Join(dir, output.ManifestFile)
 	b, err := os.ReadFile(p)
 	if err != nil {
 		return nil, err
 	}
-	var m build.Manifest
+	var m output.Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
@@ -287,29 +287,29 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) error {
 	}
 	// 1. SHA256SUMS and its signature. An output with neither signature nor
 	// provenance was never signed: one problem that says what to run.
-	sumsBytes := read(SumsFile)
-	unsigned := missing(filepath.Join(dir, SumsSigFile)) && missing(filepath.Join(dir, ProvenanceFile))
+	sumsBytes := read(output.SumsFile)
+	unsigned := missing(filepath.Join(dir, output.SumsSigFile)) && missing(filepath.Join(dir, output.ProvenanceFile))
 	var sigFile []byte
 	if unsigned {
-		fail(SumsSigFile, "not signed: run `peerboot sign %s --artifact-key REF` first", dir)
+		fail(output.SumsSigFile, "not signed: run `peerboot sign %s --artifact-key REF` first", dir)
 	} else {
-		sigFile = read(SumsSigFile)
+		sigFile = read(output.SumsSigFile)
 	}
-	var sums []Sum
+	var sums []output.Sum
 	if sumsBytes != nil {
-		if sums, err = ParseSums(sumsBytes); err != nil {
-			fail(SumsFile, "%v", err)
+		if sums, err = output.ParseSums(sumsBytes); err != nil {
+			fail(output.SumsFile, "%v", err)
 		}
 	}
 	if sigFile != nil {
 		sig, err := DecodeSig(sigFile)
 		if err != nil {
-			fail(SumsSigFile, "%v", err)
+			fail(output.SumsSigFile, "%v", err)
 		} else if sumsBytes != nil {
 			if err := VerifyBlob(pub, sumsBytes, sig); err != nil {
-				fail(SumsFile, "the signature in %s does not verify (%v): %s or %s was altered, or signed with another key", SumsSigFile, err, SumsFile, SumsSigFile)
+				fail(output.SumsFile, "the signature in %s does not verify (%v): %s or %s was altered, or signed with another key", output.SumsSigFile, err, output.SumsFile, output.SumsSigFile)
 			} else {
-				fmt.Fprintf(opt.Log, "verify: %s: signature OK (%s)\n", SumsFile, keyKind(pub))
+				fmt.Fprintf(opt.Log, "verify: %s: signature OK (%s)\n", output.SumsFile, keyKind(pub))
 			}
 		}
 	}
@@ -319,39 +319,39 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) error {
 		listed[s.Path] = s.SHA256
 		h, err := HashFile(filepath.Join(dir, s.Path))
 		if err != nil {
-			fail(s.Path, "listed in %s but cannot be read: %v", SumsFile, err)
+			fail(s.Path, "listed in %s but cannot be read: %v", output.SumsFile, err)
 			continue
 		}
 		if h != s.SHA256 {
-			fail(s.Path, "sha256 %s, but %s lists %s", h, SumsFile, s.SHA256)
+			fail(s.Path, "sha256 %s, but %s lists %s", h, output.SumsFile, s.SHA256)
 		}
 	}
 	if sums != nil {
-		fmt.Fprintf(opt.Log, "verify: %d files hashed against %s\n", len(sums), SumsFile)
+		fmt.Fprintf(opt.Log, "verify: %d files hashed against %s\n", len(sums), output.SumsFile)
 	}
 	// 2b. The ISO boots the UKI checked below, byte for byte.
-	if _, ok := listed[ISOFile]; ok {
-		if _, ok := listed[UKIFile]; !ok {
-			fail(ISOFile, "listed without %s, so the UKI it boots cannot be checked", UKIFile)
-		} else if err := isoHoldsUKI(filepath.Join(dir, ISOFile), filepath.Join(dir, UKIFile)); err != nil {
-			fail(ISOFile, "%v", err)
+	if _, ok := listed[output.ISOFile]; ok {
+		if _, ok := listed[output.UKIFile]; !ok {
+			fail(output.ISOFile, "listed without %s, so the UKI it boots cannot be checked", output.UKIFile)
+		} else if err := isoHoldsUKI(filepath.Join(dir, output.ISOFile), filepath.Join(dir, output.UKIFile)); err != nil {
+			fail(output.ISOFile, "%v", err)
 		} else {
-			fmt.Fprintf(opt.Log, "verify: %s: its UEFI boot image holds %s\n", ISOFile, UKIFile)
+			fmt.Fprintf(opt.Log, "verify: %s: its UEFI boot image holds %s\n", output.ISOFile, output.UKIFile)
 		}
 	}
 	// 3. The provenance.
 	if unsigned {
 		// Named above.
-	} else if env := read(ProvenanceFile); env != nil {
+	} else if env := read(output.ProvenanceFile); env != nil {
 		payload, err := OpenEnvelope(env, pub, InTotoPayloadType)
 		if err != nil {
-			fail(ProvenanceFile, "%v", err)
+			fail(output.ProvenanceFile, "%v", err)
 		} else if st, err := ParseStatement(payload); err != nil {
-			fail(ProvenanceFile, "%v", err)
+			fail(output.ProvenanceFile, "%v", err)
 		} else {
 			checkSubjects(st, listed, sums != nil, fail)
 			checkAgainstManifest(dir, st, listed, fail)
-			fmt.Fprintf(opt.Log, "verify: %s: DSSE signature OK, %d subjects\n", ProvenanceFile, len(st.Subject))
+			fmt.Fprintf(opt.Log, "verify: %s: DSSE signature OK, %d subjects\n", output.ProvenanceFile, len(st.Subject))
 		}
 	}
 	// 4. The public key copy.
@@ -389,7 +389,7 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) error {
 			}
 		}
 		if n == 0 && sums != nil {
-			fail(SumsFile, "lists no .efi file to check against the db certificate")
+			fail(output.SumsFile, "lists no .efi file to check against the db certificate")
 		}
 	}
 	if opt.DBCert == "" {
@@ -428,7 +428,7 @@ func checkSubjects(st *Statement, listed map[string]string, haveSums bool, fail 
 	seen := map[string]bool{}
 	for _, s := range st.Subject {
 		if seen[s.Name] {
-			fail(ProvenanceFile, "subject %s appears twice", s.Name)
+			fail(output.ProvenanceFile, "subject %s appears twice", s.Name)
 		}
 		seen[s.Name] = true
 		if !haveSums {
@@ -437,37 +437,37 @@ func checkSubjects(st *Statement, listed map[string]string, haveSums bool, fail 
 		want, ok := listed[s.Name]
 		switch {
 		case !ok:
-			fail(ProvenanceFile, "subject %s is not listed in %s", s.Name, SumsFile)
+			fail(output.ProvenanceFile, "subject %s is not listed in %s", s.Name, output.SumsFile)
 		case len(s.Digest) != 1 || s.Digest["sha256"] != want:
-			fail(ProvenanceFile, "subject %s has digest %v, but %s lists sha256 %s", s.Name, s.Digest, SumsFile, want)
+			fail(output.ProvenanceFile, "subject %s has digest %v, but %s lists sha256 %s", s.Name, s.Digest, output.SumsFile, want)
 		}
 	}
 	for name := range listed {
 		if !seen[name] {
-			fail(ProvenanceFile, "lacks subject %s, which %s lists", name, SumsFile)
+			fail(output.ProvenanceFile, "lacks subject %s, which %s lists", name, output.SumsFile)
 		}
 	}
 }
 
 // checkAgainstManifest: the provenance must describe the build manifest.json records.
 func checkAgainstManifest(dir string, st *Statement, listed map[string]string, fail func(string, string, ...any)) {
-	if _, ok := listed[ManifestFile]; !ok {
+	if _, ok := listed[output.ManifestFile]; !ok {
 		return
 	}
 	m, err := readManifest(dir)
 	if err != nil {
-		fail(ManifestFile, "%v", err)
+		fail(output.ManifestFile, "%v", err)
 		return
 	}
 	want, err := NewStatement(m, nil, st.Predicate.RunDetails.Builder.Version["peerboot"])
 	if err != nil {
-		fail(ManifestFile, "%v", err)
+		fail(output.ManifestFile, "%v", err)
 		return
 	}
 	a, _ := json.Marshal(want.Predicate.BuildDefinition)
 	b, _ := json.Marshal(st.Predicate.BuildDefinition)
 	if !bytes.Equal(a, b) {
-		fail(ProvenanceFile, "buildDefinition differs from what %s records (recipe, inputs, stages)", ManifestFile)
+		fail(output.ProvenanceFile, "buildDefinition differs from what %s records (recipe, inputs, stages)", output.ManifestFile)
 	}
 }
 
@@ -492,7 +492,7 @@ func isoHoldsUKI(isoPath, ukiPath string) error {
 	}
 	if !bytes.Equal(got, want) {
 		gh, wh := sha256.Sum256(got), sha256.Sum256(want)
-		return fmt.Errorf("its UEFI boot image holds a UKI with sha256 %x, not %s's %x", gh, UKIFile, wh)
+		return fmt.Errorf("its UEFI boot image holds a UKI with sha256 %x, not %s's %x", gh, output.UKIFile, wh)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/peerboot/peerboot/measure"
+	"github.com/peerboot/peerboot/output"
 )
 
 // verifyPCRSigs checks every listed .efi that carries a .pcrsig: each
@@ -16,7 +17,7 @@ import (
 // given), and each signed policy against the PCR 11 values predicted from the
 // UKI's own sections, so a section changed after signing (one .cmdline byte)
 // is a problem. A UKI without .pcrsig is fine unless pcrPub asks for one.
-func verifyPCRSigs(dir string, sums []Sum, pcrPub string, log io.Writer, fail func(string, string, ...any)) error {
+func verifyPCRSigs(dir string, sums []output.Sum, pcrPub string, log io.Writer, fail func(string, string, ...any)) error {
 	var want []byte
 	if pcrPub != "" {
 		k, err := LoadPublicKey(pcrPub)

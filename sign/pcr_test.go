@@ -12,6 +12,7 @@ import (
 
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/measure"
+	"github.com/peerboot/peerboot/output"
 )
 
 // pcrSignedUKI is a UKI over minimalPE's code with .pcrpkey and .pcrsig from
@@ -60,7 +61,7 @@ func TestVerifyPCRSig(t *testing.T) {
 	good := pcrSignedUKI(t, "console=ttyS0")
 
 	// Signed for Secure Boot: Authenticode leaves the sections, so .pcrsig still checks.
-	dir := writeSyntheticWith(t, false, map[string][]byte{UKIFile: good})
+	dir := writeSyntheticWith(t, false, map[string][]byte{output.UKIFile: good})
 	if err := SignOutput(ctx, dir, signOpts(ArtifactKeyFile)); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestVerifyPCRSig(t *testing.T) {
 		{"no .pcrsig", filepath.Join(testKeys, PCRPubFile), minimalPE(7), "has no .pcrsig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := writeSyntheticWith(t, false, map[string][]byte{UKIFile: tc.uki})
+			dir := writeSyntheticWith(t, false, map[string][]byte{output.UKIFile: tc.uki})
 			if err := SignOutput(ctx, dir, opts); err != nil {
 				t.Fatal(err)
 			}
@@ -101,8 +102,8 @@ func TestVerifyPCRSig(t *testing.T) {
 			vo.PCRPub, vo.Log = tc.pcrPub, nil
 			err := Verify(ctx, dir, vo)
 			var ve *VerifyError
-			if !errors.As(err, &ve) || !names(ve, UKIFile) || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("Verify = %v, want a %s problem containing %q", err, UKIFile, tc.want)
+			if !errors.As(err, &ve) || !names(ve, output.UKIFile) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Verify = %v, want a %s problem containing %q", err, output.UKIFile, tc.want)
 			}
 		})
 	}

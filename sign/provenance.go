@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/peerboot/peerboot/build"
+	"github.com/peerboot/peerboot/output"
 )
 
 // in-toto Statement v1 (https://in-toto.io/Statement/v1) with an SLSA
@@ -16,13 +16,6 @@ const (
 	SLSAPredicateType  = "https://slsa.dev/provenance/v1"
 	BuildType          = "https://github.com/peerboot/peerboot/buildtypes/image/v1"
 	BuilderID          = "peerboot"
-	ProvenanceFile     = "provenance.intoto.jsonl"
-	SumsFile           = "SHA256SUMS"
-	SumsSigFile        = "SHA256SUMS.sig"
-	ManifestFile       = "manifest.json"
-	UKIFile            = "peerboot.efi"
-	DiskFile           = "disk.img"
-	ISOFile            = "peerboot.iso"
 	unsignedAnnotation = "unsigned"
 )
 
@@ -57,8 +50,8 @@ type ExternalParameters struct {
 }
 
 type InternalParameters struct {
-	SourceDateEpoch int64                 `json:"sourceDateEpoch"`
-	Stages          []build.ManifestStage `json:"stages"`
+	SourceDateEpoch int64                  `json:"sourceDateEpoch"`
+	Stages          []output.ManifestStage `json:"stages"`
 }
 
 type RunDetails struct {
@@ -91,7 +84,7 @@ func digestMap(d string) (map[string]string, error) {
 // SHA256SUMS lists; the build definition comes from manifest.json. Files whose
 // signed bytes differ from the unsigned build output are listed as byproducts
 // with the unsigned digest, so the reproducible payload stays checkable.
-func NewStatement(m *build.Manifest, sums []Sum, version string) (*Statement, error) {
+func NewStatement(m *output.Manifest, sums []output.Sum, version string) (*Statement, error) {
 	st := &Statement{Type: StatementType, PredicateType: SLSAPredicateType}
 	for _, s := range sums {
 		st.Subject = append(st.Subject, ResourceDescriptor{Name: s.Path, Digest: map[string]string{"sha256": s.SHA256}})
@@ -104,7 +97,7 @@ func NewStatement(m *build.Manifest, sums []Sum, version string) (*Statement, er
 	for _, in := range m.Inputs {
 		d, err := digestMap(in.Digest)
 		if err != nil {
-			return nil, fmt.Errorf("%s: input %s: %w", ManifestFile, in.Name, err)
+			return nil, fmt.Errorf("%s: input %s: %w", output.ManifestFile, in.Name, err)
 		}
 		bd.ResolvedDependencies = append(bd.ResolvedDependencies, ResourceDescriptor{Name: in.Name, Digest: d, Annotations: map[string]string{"role": in.Role}})
 	}

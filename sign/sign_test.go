@@ -20,8 +20,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/peerboot/peerboot/build"
 	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/output"
 )
 
 const (
@@ -267,31 +267,31 @@ func writeSyntheticWith(t *testing.T, withDisk bool, replace map[string][]byte) 
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "default")
 	files := map[string][]byte{
-		UKIFile:          minimalPE(7),
+		output.UKIFile:   minimalPE(7),
 		"pxe/boot.ipxe":  []byte("#!ipxe\nkernel vmlinuz\ninitrd initrd.img\nboot\n"),
 		"pxe/vmlinuz":    bytes.Repeat([]byte("kernel"), 700),
 		"pxe/initrd.img": bytes.Repeat([]byte{0x1f, 0x8b, 0, 1}, 500),
 	}
 	maps.Copy(files, replace)
-	m := build.Manifest{Recipe: "default", RecipeDigest: "sha256:" + strings.Repeat("ab", 32), SourceDateEpoch: 1700000000,
-		Inputs: []build.ManifestInput{{Role: "kernel-source", Name: "linux-source-6.1_6.1.192-3", Digest: "sha256:" + strings.Repeat("01", 32)},
+	m := output.Manifest{Recipe: "default", RecipeDigest: "sha256:" + strings.Repeat("ab", 32), SourceDateEpoch: 1700000000,
+		Inputs: []output.ManifestInput{{Role: "kernel-source", Name: "linux-source-6.1_6.1.192-3", Digest: "sha256:" + strings.Repeat("01", 32)},
 			{Role: "driver-source", Name: "open-gpu-kernel-modules", Digest: "git:" + strings.Repeat("c", 40)}},
-		Stages: []build.ManifestStage{{Name: "kernel", Key: "kernel-" + strings.Repeat("1", 64)}, {Name: "image", Key: "image-" + strings.Repeat("2", 64)}}}
+		Stages: []output.ManifestStage{{Name: "kernel", Key: "kernel-" + strings.Repeat("1", 64)}, {Name: "image", Key: "image-" + strings.Repeat("2", 64)}}}
 	if withDisk {
 		p := filepath.Join(t.TempDir(), "disk.img")
-		if err := WriteDisk(p, 72<<20, m.RecipeDigest, m.SourceDateEpoch, files[UKIFile]); err != nil {
+		if err := WriteDisk(p, 72<<20, m.RecipeDigest, m.SourceDateEpoch, files[output.UKIFile]); err != nil {
 			t.Fatal(err)
 		}
 		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		files[DiskFile] = b
-		p = filepath.Join(t.TempDir(), ISOFile)
-		if err := WriteISO(p, m.RecipeDigest, m.SourceDateEpoch, files[UKIFile]); err != nil {
+		files[output.DiskFile] = b
+		p = filepath.Join(t.TempDir(), output.ISOFile)
+		if err := WriteISO(p, m.RecipeDigest, m.SourceDateEpoch, files[output.UKIFile]); err != nil {
 			t.Fatal(err)
 		}
-		if files[ISOFile], err = os.ReadFile(p); err != nil {
+		if files[output.ISOFile], err = os.ReadFile(p); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -300,17 +300,17 @@ func writeSyntheticWith(t *testing.T, withDisk bool, replace map[string][]byte) 
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	var sums []Sum
+	var sums []output.Sum
 	for _, n := range names {
 		h := sha256.Sum256(files[n])
-		m.Outputs = append(m.Outputs, build.ManifestOutput{Path: n, Size: int64(len(files[n])), SHA256: hex.EncodeToString(h[:])})
-		sums = append(sums, Sum{Path: n, SHA256: hex.EncodeToString(h[:])})
+		m.Outputs = append(m.Outputs, output.ManifestOutput{Path: n, Size: int64(len(files[n])), SHA256: hex.EncodeToString(h[:])})
+		sums = append(sums, output.Sum{Path: n, SHA256: hex.EncodeToString(h[:])})
 	}
 	mj, _ := json.MarshalIndent(m, "", "  ")
-	files[ManifestFile] = append(mj, '\n')
-	h := sha256.Sum256(files[ManifestFile])
-	sums = append(sums, Sum{Path: ManifestFile, SHA256: hex.EncodeToString(h[:])})
-	files[SumsFile] = FormatSums(sums)
+	files[output.ManifestFile] = append(mj, '\n')
+	h := sha256.Sum256(files[output.ManifestFile])
+	sums = append(sums, output.Sum{Path: output.ManifestFile, SHA256: hex.EncodeToString(h[:])})
+	files[output.SumsFile] = output.FormatSums(sums)
 	for n, b := range files {
 		p := filepath.Join(dir, n)
 		os.MkdirAll(filepath.Dir(p), 0o755)
@@ -334,19 +334,19 @@ func TestSignAndVerify(t *testing.T) {
 	needTool(t, "sbverify")
 	ctx := context.Background()
 	dir := writeSynthetic(t, false)
-	unsigned, _ := os.ReadFile(filepath.Join(dir, UKIFile))
+	unsigned, _ := os.ReadFile(filepath.Join(dir, output.UKIFile))
 	if err := SignOutput(ctx, dir, signOpts(ArtifactKeyFile)); err != nil {
 		t.Fatal(err)
 	}
 	if err := Verify(ctx, dir, verifyOpts(ArtifactPubFile)); err != nil {
 		t.Fatal(err)
 	}
-	signed, _ := os.ReadFile(filepath.Join(dir, UKIFile))
+	signed, _ := os.ReadFile(filepath.Join(dir, output.UKIFile))
 	if ok, _ := PESigned(signed); !ok || bytes.Equal(signed, unsigned) {
 		t.Fatal("peerboot.efi was not signed")
 	}
 	// The statement's subjects are SHA256SUMS's files; the unsigned UKI is a byproduct.
-	env, _ := os.ReadFile(filepath.Join(dir, ProvenanceFile))
+	env, _ := os.ReadFile(filepath.Join(dir, output.ProvenanceFile))
 	pub, _ := LoadPublicKey(filepath.Join(testKeys, ArtifactPubFile))
 	payload, err := OpenEnvelope(env, pub, InTotoPayloadType)
 	if err != nil {
@@ -357,7 +357,7 @@ func TestSignAndVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	uh := sha256.Sum256(unsigned)
-	if bp := st.Predicate.RunDetails.Byproducts; len(bp) != 1 || bp[0].Name != UKIFile || bp[0].Digest["sha256"] != hex.EncodeToString(uh[:]) {
+	if bp := st.Predicate.RunDetails.Byproducts; len(bp) != 1 || bp[0].Name != output.UKIFile || bp[0].Digest["sha256"] != hex.EncodeToString(uh[:]) {
 		t.Errorf("byproducts %+v, want the unsigned UKI", bp)
 	}
 	if len(st.Subject) != 5 || len(st.Predicate.BuildDefinition.ResolvedDependencies) != 2 || st.Predicate.BuildDefinition.ResolvedDependencies[1].Digest["gitCommit"] == "" {
@@ -372,7 +372,7 @@ func TestSignAndVerify(t *testing.T) {
 	os.WriteFile(filepath.Join(td, "sig"), raw, 0o644)
 	run(t, "openssl", "dgst", "-sha256", "-verify", filepath.Join(testKeys, ArtifactPubFile), "-signature", filepath.Join(td, "sig"), filepath.Join(td, "pae"))
 	// sbverify, independently, with the db certificate.
-	run(t, "sbverify", "--cert", filepath.Join(testKeys, DBCertFile), filepath.Join(dir, UKIFile))
+	run(t, "sbverify", "--cert", filepath.Join(testKeys, DBCertFile), filepath.Join(dir, output.UKIFile))
 
 	// Signing twice is refused: the UKI already carries a signature.
 	if err := SignOutput(ctx, dir, signOpts(ArtifactKeyFile)); err == nil || !strings.Contains(err.Error(), "already carries") {
@@ -480,7 +480,7 @@ func TestEd25519Deterministic(t *testing.T) {
 			t.Fatal(err)
 		}
 		var all []byte
-		for _, f := range []string{SumsFile, SumsSigFile, ProvenanceFile, ArtifactPubFile} {
+		for _, f := range []string{output.SumsFile, output.SumsSigFile, output.ProvenanceFile, ArtifactPubFile} {
 			b, err := os.ReadFile(filepath.Join(dir, f))
 			if err != nil {
 				t.Fatal(err)
@@ -505,22 +505,22 @@ func TestSignRebuildsDisk(t *testing.T) {
 	needTool(t, "sbsign")
 	ctx := context.Background()
 	dir := writeSynthetic(t, true)
-	before, _ := HashFile(filepath.Join(dir, DiskFile))
+	before, _ := HashFile(filepath.Join(dir, output.DiskFile))
 	if err := SignOutput(ctx, dir, signOpts(ArtifactKeyFile)); err != nil {
 		t.Fatal(err)
 	}
 	if err := Verify(ctx, dir, verifyOpts(ArtifactPubFile)); err != nil {
 		t.Fatal(err)
 	}
-	disk, _ := os.ReadFile(filepath.Join(dir, DiskFile))
-	uki, _ := os.ReadFile(filepath.Join(dir, UKIFile))
+	disk, _ := os.ReadFile(filepath.Join(dir, output.DiskFile))
+	uki, _ := os.ReadFile(filepath.Join(dir, output.UKIFile))
 	if !bytes.Contains(disk, uki) {
 		t.Error("disk.img does not hold the signed UKI")
 	}
-	if h, _ := HashFile(filepath.Join(dir, DiskFile)); h == before {
+	if h, _ := HashFile(filepath.Join(dir, output.DiskFile)); h == before {
 		t.Error("disk.img unchanged")
 	}
-	isoPath := filepath.Join(dir, ISOFile)
+	isoPath := filepath.Join(dir, output.ISOFile)
 	isoInfo, _ := os.Stat(isoPath)
 	isoFile, _ := os.Open(isoPath)
 	defer isoFile.Close()
@@ -535,22 +535,22 @@ func TestSignRebuildsDisk(t *testing.T) {
 	want := filepath.Join(t.TempDir(), "d")
 	m, _ := readManifest(dir)
 	WriteDisk(want, 72<<20, m.RecipeDigest, m.SourceDateEpoch, uki)
-	if a, _ := HashFile(want); a != mustHash(t, filepath.Join(dir, DiskFile)) {
+	if a, _ := HashFile(want); a != mustHash(t, filepath.Join(dir, output.DiskFile)) {
 		t.Error("rewritten disk.img differs from a fresh WriteDisk")
 	}
 	// A disk whose layout does not match is not replaced.
 	dir2 := writeSynthetic(t, true)
-	p := filepath.Join(dir2, DiskFile)
+	p := filepath.Join(dir2, output.DiskFile)
 	b, _ := os.ReadFile(p)
 	m2, _ := readManifest(dir2)
 	m2.RecipeDigest = "sha256:" + strings.Repeat("cd", 32)
 	mj, _ := json.MarshalIndent(m2, "", "  ")
-	os.WriteFile(filepath.Join(dir2, ManifestFile), append(mj, '\n'), 0o644)
-	sums, _ := ParseSums(mustRead(t, filepath.Join(dir2, SumsFile)))
+	os.WriteFile(filepath.Join(dir2, output.ManifestFile), append(mj, '\n'), 0o644)
+	sums, _ := output.ParseSums(mustRead(t, filepath.Join(dir2, output.SumsFile)))
 	for i := range sums {
 		sums[i].SHA256 = mustHash(t, filepath.Join(dir2, sums[i].Path))
 	}
-	os.WriteFile(filepath.Join(dir2, SumsFile), FormatSums(sums), 0o644)
+	os.WriteFile(filepath.Join(dir2, output.SumsFile), output.FormatSums(sums), 0o644)
 	err := SignOutput(ctx, dir2, signOpts(ArtifactKeyFile))
 	if err == nil || !strings.Contains(err.Error(), "layout changed") {
 		t.Errorf("mismatching layout: %v", err)
@@ -593,7 +593,7 @@ var _ = fmt.Sprint
 func TestVerifyISOBootsTheUKI(t *testing.T) {
 	needTool(t, "sbsign")
 	ctx := context.Background()
-	other := filepath.Join(t.TempDir(), ISOFile)
+	other := filepath.Join(t.TempDir(), output.ISOFile)
 	if err := WriteISO(other, "sha256:"+strings.Repeat("ab", 32), 1700000000, minimalPE(8)); err != nil {
 		t.Fatal(err)
 	}
@@ -608,12 +608,12 @@ func TestVerifyISOBootsTheUKI(t *testing.T) {
 	// Swap in the other ISO and re-sign SHA256SUMS and the provenance over it.
 	dir2 := writeSyntheticWith(t, true, nil)
 	b, _ := os.ReadFile(other)
-	os.WriteFile(filepath.Join(dir2, ISOFile), b, 0o644)
-	sums, _ := ParseSums(mustRead(t, filepath.Join(dir2, SumsFile)))
+	os.WriteFile(filepath.Join(dir2, output.ISOFile), b, 0o644)
+	sums, _ := output.ParseSums(mustRead(t, filepath.Join(dir2, output.SumsFile)))
 	for i := range sums {
 		sums[i].SHA256 = mustHash(t, filepath.Join(dir2, sums[i].Path))
 	}
-	os.WriteFile(filepath.Join(dir2, SumsFile), FormatSums(sums), 0o644)
+	os.WriteFile(filepath.Join(dir2, output.SumsFile), output.FormatSums(sums), 0o644)
 	opts := signOpts(ArtifactKeyFile)
 	opts.DBKey, opts.DBCert = "", "" // the ISO no longer rebuilds from the UKI
 	if err := SignOutput(ctx, dir2, opts); err != nil {
@@ -622,7 +622,7 @@ func TestVerifyISOBootsTheUKI(t *testing.T) {
 	vo.DBCert = ""
 	err := Verify(ctx, dir2, vo)
 	var ve *VerifyError
-	if !errors.As(err, &ve) || !names(ve, ISOFile) || !strings.Contains(err.Error(), "holds a UKI with sha256") {
-		t.Errorf("Verify = %v, want a problem with %s's UKI", err, ISOFile)
+	if !errors.As(err, &ve) || !names(ve, output.ISOFile) || !strings.Contains(err.Error(), "holds a UKI with sha256") {
+		t.Errorf("Verify = %v, want a problem with %s's UKI", err, output.ISOFile)
 	}
 }

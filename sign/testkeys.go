@@ -17,16 +17,18 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/peerboot/peerboot/output"
 )
 
 // Files of a test key set, as InitTestKeys writes them.
 const (
-	DBKeyFile         = "db.key"       // RSA 2048, PKCS#8 PEM: Secure Boot db signing key
-	DBCertFile        = "db.crt"       // its self-signed certificate (enrol in db)
-	ModuleKeyFile     = "module.key"   // RSA 2048, PKCS#8 PEM: kernel module signing key
-	ModuleCertFile    = "module.crt"   // its certificate (the kernel's built-in keyring)
-	ArtifactKeyFile   = "artifact.key" // ECDSA P-256, PKCS#8 PEM: SHA256SUMS and provenance
-	ArtifactPubFile   = "cosign.pub"   // its PKIX public key PEM
+	DBKeyFile         = "db.key"             // RSA 2048, PKCS#8 PEM: Secure Boot db signing key
+	DBCertFile        = "db.crt"             // its self-signed certificate (enrol in db)
+	ModuleKeyFile     = "module.key"         // RSA 2048, PKCS#8 PEM: kernel module signing key
+	ModuleCertFile    = "module.crt"         // its certificate (the kernel's built-in keyring)
+	ArtifactKeyFile   = "artifact.key"       // ECDSA P-256, PKCS#8 PEM: SHA256SUMS and provenance
+	ArtifactPubFile   = output.PublicKeyFile // its PKIX public key PEM
 	Ed25519KeyFile    = "artifact-ed25519.key"
 	Ed25519PubFile    = "artifact-ed25519.pub"
 	PCRKeyFile        = "pcr.key" // RSA 2048, PKCS#8 PEM: signs the UKI's PCR 11 policies (sign.pcr_key)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/flash"
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/progress"
 )
 
@@ -58,7 +59,7 @@ error; 6 (integrity) the read-back differs from the image; 2 bad command line.`,
 			if st, err := os.Stat(img); err != nil {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("image: %w", err))
 			} else if st.IsDir() {
-				img = filepath.Join(img, "disk.img")
+				img = filepath.Join(img, output.DiskFile)
 			}
 			out := cmd.ErrOrStderr()
 			opt.Log = out

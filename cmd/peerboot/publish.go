@@ -11,6 +11,7 @@ import (
 
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/oci"
+	"github.com/peerboot/peerboot/output"
 )
 
 // registryFlags are the flags publish and pull share.
@@ -90,7 +91,7 @@ fails, 2 for a bad command line.`,
 			if _, err := oci.ParseRef(args[1]); err != nil {
 				return exitcode.Tag(exitcode.Usage, err)
 			}
-			if _, err := os.Stat(filepath.Join(args[0], "SHA256SUMS")); err != nil {
+			if _, err := os.Stat(filepath.Join(args[0], output.SumsFile)); err != nil {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s is not a build output: %w", args[0], err))
 			}
 			opt.Remote = rf.remote()

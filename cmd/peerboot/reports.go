@@ -13,6 +13,7 @@ import (
 	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/flash"
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -64,7 +65,7 @@ PEERBOOT partition; 2 bad command line. --json prints the list as JSON.`,
 			if st, err := os.Stat(src); err != nil {
 				return exitcode.Tag(exitcode.Usage, err)
 			} else if st.IsDir() {
-				src = filepath.Join(src, "disk.img")
+				src = filepath.Join(src, output.DiskFile)
 			}
 			found, err := flash.ReadReports(src)
 			if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/qemu"
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/sign"
@@ -97,7 +98,7 @@ swtpm_localca's CA in /var/lib/swtpm-localca), so the node sends one.`,
 				mode = qemu.UEFIPXE
 			}
 			if pxeDir == "" {
-				pxeDir = filepath.Join(dir, "pxe")
+				pxeDir = filepath.Join(dir, output.PXEDir)
 			}
 			st, err := g.openStore()
 			if err != nil {
@@ -108,7 +109,7 @@ swtpm_localca's CA in /var/lib/swtpm-localca), so the node sends one.`,
 				return err
 			}
 			defer os.RemoveAll(work)
-			disk := filepath.Join(dir, "disk.img")
+			disk := filepath.Join(dir, output.DiskFile)
 			if efiFile != "" {
 				disk = filepath.Join(work, "efi-disk.img")
 				if err := diskAround(efiFile, disk); err != nil {
@@ -134,7 +135,7 @@ swtpm_localca's CA in /var/lib/swtpm-localca), so the node sends one.`,
 			}
 			var report *selftest.Report
 			res, err := qemu.Boot(cmd.Context(), qemu.Options{
-				Mode: mode, Disk: disk, PXEDir: pxeDir, ISO: filepath.Join(dir, "peerboot.iso"), SecureBoot: secureBoot,
+				Mode: mode, Disk: disk, PXEDir: pxeDir, ISO: filepath.Join(dir, output.ISOFile), SecureBoot: secureBoot,
 				TPM: tpm, TPMStateDir: tpmState, TPMEKCert: tpmEKCert, Net: netOn,
 				Timeout: timeout, WorkDir: work, Console: console, Accel: accel,
 				KVMHint: filepath.Join(st.Root, "hints", "kvm-fails"),
@@ -156,9 +157,9 @@ swtpm_localca's CA in /var/lib/swtpm-localca), so the node sends one.`,
 			}
 			out := cmd.OutOrStdout()
 			if res.Refused != "" {
-				what := "disk.img"
+				what := output.DiskFile
 				if iso {
-					what = "peerboot.iso"
+					what = output.ISOFile
 				}
 				if efiFile != "" {
 					what = efiFile

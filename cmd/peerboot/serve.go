@@ -16,6 +16,7 @@ import (
 
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/netboot"
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/recipe"
 )
 
@@ -134,7 +135,7 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 			return usage(errors.New("--demo serves out/default: give no OUTDIR"))
 		}
 		dir := filepath.Join(f.out, "default")
-		if _, err := os.Stat(filepath.Join(dir, "manifest.json")); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, output.ManifestFile)); err != nil {
 			return usage(fmt.Errorf("--demo serves %s, which has no build: run `make image` (or bin/peerboot fetch && bin/peerboot build) first", dir))
 		}
 		args = []string{dir}
@@ -271,13 +272,13 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 	for _, b := range builds.All() {
 		formats := []string{}
 		if b.HasPXE() {
-			formats = append(formats, "pxe")
+			formats = append(formats, string(output.KindPXE))
 		}
 		if b.HasUKI() {
-			formats = append(formats, "uki")
+			formats = append(formats, string(output.KindUKI))
 		}
 		if b.HasISO() {
-			formats = append(formats, "iso")
+			formats = append(formats, string(output.KindISO))
 		}
 		fmt.Fprintf(stdout, "  %-12s build %s (%s) from %s\n", b.Recipe, b.ID, strings.Join(formats, ", "), b.Dir)
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/peerboot/peerboot/output"
 )
 
 // A provenance statement validly signed with the artifact key, but describing
@@ -55,7 +57,7 @@ func TestVerifyComparesProvenance(t *testing.T) {
 				t.Fatalf("the untouched output: %v", err)
 			}
 			// Re-sign an edited statement with the same key: the signature is good.
-			env, err := os.ReadFile(filepath.Join(dir, ProvenanceFile))
+			env, err := os.ReadFile(filepath.Join(dir, output.ProvenanceFile))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,7 +80,7 @@ func TestVerifyComparesProvenance(t *testing.T) {
 				t.Fatal(err)
 			}
 			b, _ := MarshalEnvelope(e)
-			if err := os.WriteFile(filepath.Join(dir, ProvenanceFile), b, 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, output.ProvenanceFile), b, 0o644); err != nil {
 				t.Fatal(err)
 			}
 			err = Verify(ctx, dir, vo)
@@ -86,8 +88,8 @@ func TestVerifyComparesProvenance(t *testing.T) {
 			if !errors.As(err, &ve) {
 				t.Fatalf("a re-signed statement of another build: Verify = %v, want a VerifyError", err)
 			}
-			if len(ve.Problems) == 0 || ve.Problems[0].File != ProvenanceFile || !strings.Contains(ve.Problems[0].What, c.msg) {
-				t.Errorf("got %v\nwant a %s problem saying %q", err, ProvenanceFile, c.msg)
+			if len(ve.Problems) == 0 || ve.Problems[0].File != output.ProvenanceFile || !strings.Contains(ve.Problems[0].What, c.msg) {
+				t.Errorf("got %v\nwant a %s problem saying %q", err, output.ProvenanceFile, c.msg)
 			}
 			for _, p := range ve.Problems {
 				if strings.Contains(p.What, "does not verify") {

@@ -506,7 +506,9 @@ func peerMemCases() []faultCase {
 		},
 		{
 			name: "inject-corruption-managed", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", args: []string{"--inject-corruption=managed"},
-			want: []string{"fail peermem.corrupt", "info test.injected"}, msg: []string{"in the managed check GPU 0 -> GPU 1, after the peer's write"},
+			want: []string{"fail peermem.corrupt", "info test.injected"},
+			// The owner's check of the peer's write catches it (the peer copy after it would too).
+			msg: []string{"in the managed check GPU 0 -> GPU 1, after the peer's write", "managed memory of GPU0 used by GPU1: 1 word(s) wrong in the peer write"},
 			check: func(t *testing.T, r *selftest.Report) {
 				for _, c := range r.Copies {
 					if c.Mismatch != nil {

@@ -514,7 +514,7 @@ func (m *memRun) vmm(pm *selftest.PeerMem, owner, peer int, exported bool) (regi
 
 // exercise moves data through the region: owner writes, peer reads in place, peer
 // writes, owner reads, peer's copy engine copies out. It returns the step of an error.
-func (m *memRun) exercise(pm *selftest.PeerMem, owner, peer int, reg region) (string, error) {
+func (m *memRun) exercise(pm *selftest.PeerMem, owner, peer int, reg region) (step string, err error) {
 	d := m.d
 	words := reg.bytes / 4
 	so, err := m.stream(owner)
@@ -587,7 +587,11 @@ func (m *memRun) exercise(pm *selftest.PeerMem, owner, peer int, reg region) (st
 	if err != nil {
 		return selftest.StepPeerCopy, err
 	}
-	defer d.Free(peer, dst)
+	defer func() {
+		if ferr := d.Free(peer, dst); err == nil && ferr != nil {
+			step, err = selftest.StepPeerCopy, ferr
+		}
+	}()
 	if err := d.Fill(peer, sp, dst, words, seedDst); err != nil {
 		return selftest.StepPeerCopy, err
 	}

@@ -31,10 +31,9 @@ const vmmBase = vaBase + 0x80<<vaShift
 
 // physMem is one cuMemCreate allocation.
 type physMem struct {
-	gpu     int
-	data    []byte
-	handles int // live handles (the created one and imports)
-	fdOK    bool
+	gpu  int
+	data []byte
+	fdOK bool // created exportable as a POSIX file descriptor
 }
 
 type vmmState struct {
@@ -113,7 +112,7 @@ func (b *FakeBox) cuMemCreate(h *uint64, n uintptr, prop *cuda.MemProp, flags ui
 	}
 	v := b.vmmInit()
 	hd := uint64(b.newHandle())
-	v.phys[hd] = &physMem{gpu: g, data: make([]byte, n), handles: 1, fdOK: prop.HandleTypes&1 != 0}
+	v.phys[hd] = &physMem{gpu: g, data: make([]byte, n), fdOK: prop.HandleTypes&1 != 0}
 	*h = hd
 	return 0
 }
@@ -126,7 +125,6 @@ func (b *FakeBox) cuMemRelease(h uint64) int32 {
 	if _, ok := v.phys[h]; !ok {
 		return cudaErrorInvalidValue
 	}
-	v.phys[h].handles--
 	delete(v.phys, h) // mappings keep the memory until unmapped, as the driver does
 	return 0
 }
@@ -250,7 +248,6 @@ func (b *FakeBox) cuMemImportFromShareableHandle(h *uint64, osHandle uintptr, ty
 	}
 	delete(v.fds, int32(osHandle)) // a descriptor number may be reused once closed
 	hd := uint64(b.newHandle())
-	pm.handles++
 	v.phys[hd] = pm
 	*h = hd
 	return 0

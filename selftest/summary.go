@@ -37,9 +37,13 @@ func Summary(r *Report) string {
 		b.WriteString("  gpus     none in sysfs\n")
 	}
 	for _, g := range r.GPUs {
-		fmt.Fprintf(&b, "  gpu      %s %s:%s x%d/x%d %s bar1 %s numa %d\n", g.BDF,
+		fmt.Fprintf(&b, "  gpu      %s %s:%s x%d/x%d %s bar1 %s numa %d", g.BDF,
 			strings.TrimPrefix(g.Vendor, "0x"), strings.TrimPrefix(g.Device, "0x"),
 			g.Link.CurrentWidth, g.Link.MaxWidth, g.Link.CurrentSpeed, HumanBytes(g.BAR1Bytes), g.NUMANode)
+		if g.P2PMode != "" {
+			fmt.Fprintf(&b, " p2p %s", g.P2PMode) // the driver's BAR1 mode for this GPU
+		}
+		b.WriteString("\n")
 	}
 	fmt.Fprintf(&b, "  cuda     %s\n", libLine(r.CUDA.Library, r.CUDA.Loaded, r.CUDA.Error, "cuInit", r.CUDA.CuInit, cudaVersion(r.CUDA.DriverVersion)))
 	fmt.Fprintf(&b, "  nvml     %s\n", libLine(r.NVML.Library, r.NVML.Loaded, r.NVML.Error, "init", r.NVML.Init, r.NVML.DriverVersion))

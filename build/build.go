@@ -14,7 +14,6 @@ import (
 
 	"github.com/peerboot/peerboot/debfile"
 	"github.com/peerboot/peerboot/exitcode"
-	"github.com/peerboot/peerboot/fetch"
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/source"
@@ -249,7 +248,7 @@ func (sr *stageRun) unpack(ctx context.Context, role, dir string) (string, error
 		return "", err
 	}
 	fmt.Fprintf(sr.Log, "unpacking %s\n", in.Name)
-	return source.Unpack(ctx, sr.Store, *in, func(u string) string { return fetch.GitDir(sr.Store, u) }, dir)
+	return source.Unpack(ctx, sr.Store, *in, dir)
 }
 
 // buildClock reads the build clock: the recipe's source_date_epoch, else the
@@ -297,7 +296,7 @@ func (c *buildClock) date(ctx context.Context, in lock.Input) (int64, error) {
 		}
 		return t, nil
 	case "git":
-		out, err := exec.CommandContext(ctx, "git", "--git-dir", fetch.GitDir(c.store, in.URL), "show", "-s", "--format=%ct", in.Commit).Output()
+		out, err := exec.CommandContext(ctx, "git", "--git-dir", c.store.GitDir(in.URL), "show", "-s", "--format=%ct", in.Commit).Output()
 		if err != nil {
 			return 0, fmt.Errorf("%s: reading commit time: %w", in.Name, err)
 		}

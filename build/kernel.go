@@ -13,6 +13,7 @@ import (
 	"github.com/peerboot/peerboot/kernel"
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/store"
 )
 
 const moduleCertDatum = "module certificate"
@@ -76,7 +77,7 @@ func kernelStage() *stage {
 			base := sr.Recipe.Kernel.Base
 			// The step count of the last compile of this config makes the total and
 			// the ETA of the progress lines; it never changes the output.
-			hint := kernelStepsHint(sr.Store.Root, base, frags)
+			hint := kernelStepsHint(sr.Store, base, frags)
 			res, err := kernel.Build(ctx, kernel.Options{
 				Source: src, Base: base, Fragments: frags, Patches: patches, ModuleSigCert: cert, Epoch: sr.Epoch,
 				Jobs: sr.Jobs, Log: sr.Log, LogFile: filepath.Join(sr.Scratch, "kernel.log"), ObjectsHint: hint,
@@ -84,7 +85,7 @@ func kernelStage() *stage {
 			if err != nil {
 				return err
 			}
-			saveKernelSteps(sr.Store.Root, base, frags, res.Steps)
+			saveKernelSteps(sr.Store, base, frags, res.Steps)
 			fmt.Fprintf(sr.Log, "kernel: release %s\n", res.Release)
 			return nil
 		},
@@ -94,24 +95,23 @@ func kernelStage() *stage {
 // kernelStepsFiles are where the store remembers a kernel compile's step count:
 // by the config (base and fragments: what decides which objects are built),
 // then by the base alone, for a config never compiled in this store.
-func kernelStepsFiles(root, base string, frags []kernel.Fragment) []string {
+func kernelStepsFiles(st *store.Store, base string, frags []kernel.Fragment) []string {
 	h := sha256.New()
 	fmt.Fprintf(h, "base %s\n", base)
 	for _, f := range frags {
 		fmt.Fprintf(h, "fragment %s %d\n", f.Name, len(f.Data))
 		h.Write(f.Data)
 	}
-	dir := filepath.Join(root, "hints")
 	return []string{
-		filepath.Join(dir, "kernel-steps-"+base+"-"+hex.EncodeToString(h.Sum(nil))[:16]),
-		filepath.Join(dir, "kernel-steps-"+base),
+		st.HintPath("kernel-steps-" + base + "-" + hex.EncodeToString(h.Sum(nil))[:16]),
+		st.HintPath("kernel-steps-" + base),
 	}
 }
 
 // kernelStepsHint is the step count of the last compile of this config (else
 // of this base), 0 when the store has none.
-func kernelStepsHint(root, base string, frags []kernel.Fragment) int64 {
-	for _, f := range kernelStepsFiles(root, base, frags) {
+func kernelStepsHint(st *store.Store, base string, frags []kernel.Fragment) int64 {
+	for _, f := range kernelStepsFiles(st, base, frags) {
 		if n, err := readInt(f); err == nil && n > 0 {
 			return n
 		}
@@ -119,11 +119,11 @@ func kernelStepsHint(root, base string, frags []kernel.Fragment) int64 {
 	return 0
 }
 
-func saveKernelSteps(root, base string, frags []kernel.Fragment, steps int64) {
+func saveKernelSteps(st *store.Store, base string, frags []kernel.Fragment, steps int64) {
 	if steps <= 0 {
 		return
 	}
-	for _, f := range kernelStepsFiles(root, base, frags) {
+	for _, f := range kernelStepsFiles(st, base, frags) {
 		os.MkdirAll(filepath.Dir(f), 0o755)
 		tmp := f + ".tmp"
 		if os.WriteFile(tmp, []byte(strconv.FormatInt(steps, 10)+"\n"), 0o644) == nil {

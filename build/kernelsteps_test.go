@@ -4,12 +4,16 @@ import (
 	"testing"
 
 	"github.com/peerboot/peerboot/kernel"
+	"github.com/peerboot/peerboot/store"
 )
 
 // The progress total of a kernel compile comes from the last compile of the same
 // config, else of the same base; another config's count is not taken for this one.
 func TestKernelStepsHint(t *testing.T) {
-	root := t.TempDir()
+	root, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	a := []kernel.Fragment{{Name: "base.config", Data: []byte("CONFIG_A=y\n")}}
 	b := []kernel.Fragment{{Name: "base.config", Data: []byte("CONFIG_B=y\n")}}
 	if n := kernelStepsHint(root, "tinyconfig", a); n != 0 {

@@ -11,8 +11,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -37,9 +35,13 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 	final := filepath.Join(outRoot, p.Recipe.Name)
 	src := st.OutputDir(img.Key)
 	// The store's MANIFEST already holds every output's sha256: no re-hashing.
-	outputs, err := storeOutputs(src)
+	files, err := st.OutputFiles(img.Key)
 	if err != nil {
 		return "", fmt.Errorf("publish: %w", err)
+	}
+	var outputs []output.ManifestOutput
+	for _, f := range files {
+		outputs = append(outputs, output.ManifestOutput{Path: f.Path, Size: f.Size, SHA256: f.SHA256})
 	}
 	m := output.Manifest{Recipe: p.Recipe.Name, RecipeDigest: p.Recipe.Digest, SourceDateEpoch: epoch, Outputs: outputs}
 	for _, in := range ins {
@@ -118,29 +120,6 @@ func predictPCR11(path string) (*output.ManifestPCR11, error) {
 	for _, ph := range pred.Phases {
 		out.Phases = append(out.Phases, output.ManifestPhase{Phase: ph.Name, Value: hex.EncodeToString(ph.PCR11[:])})
 	}
-	return out, nil
-}
-
-// storeOutputs lists a stage output's files with their sizes and the sha256
-// its MANIFEST recorded when the store committed it.
-func storeOutputs(dir string) ([]output.ManifestOutput, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "MANIFEST"))
-	if err != nil {
-		return nil, err
-	}
-	var out []output.ManifestOutput
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		sum, path, ok := strings.Cut(line, "  ")
-		if !ok {
-			return nil, fmt.Errorf("%s/MANIFEST: malformed line %q", dir, line)
-		}
-		info, err := os.Stat(filepath.Join(dir, path))
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, output.ManifestOutput{Path: path, Size: info.Size(), SHA256: sum})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
 }
 

@@ -38,17 +38,13 @@ func (p *Plan) record() planRecord {
 	return rec
 }
 
-func planRecordPath(st *store.Store, name string) string {
-	return filepath.Join(st.Root, "plans", name+".json")
-}
-
 // SaveRecord remembers p as the recipe's last built plan (written atomically).
 func SaveRecord(st *store.Store, p *Plan) error {
 	b, err := json.MarshalIndent(p.record(), "", "  ")
 	if err != nil {
 		return err
 	}
-	path := planRecordPath(st, p.Recipe.Name)
+	path := st.PlanPath(p.Recipe.Name)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
@@ -63,7 +59,7 @@ func SaveRecord(st *store.Store, p *Plan) error {
 // the key lines that changed: the recipe fields by name, the inputs and data
 // files by digest, and the stages upstream.
 func (p *Plan) Why(w io.Writer, st *store.Store) error {
-	b, err := os.ReadFile(planRecordPath(st, p.Recipe.Name))
+	b, err := os.ReadFile(st.PlanPath(p.Recipe.Name))
 	if errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("no earlier build of recipe %q in this store: nothing to compare with (build it first)", p.Recipe.Name)
 	}
@@ -72,7 +68,7 @@ func (p *Plan) Why(w io.Writer, st *store.Store) error {
 	}
 	var prev planRecord
 	if err := json.Unmarshal(b, &prev); err != nil {
-		return fmt.Errorf("%s: %w", planRecordPath(st, p.Recipe.Name), err)
+		return fmt.Errorf("%s: %w", st.PlanPath(p.Recipe.Name), err)
 	}
 	before := map[string]stageRecord{}
 	for _, s := range prev.Stages {

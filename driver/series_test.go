@@ -146,7 +146,7 @@ func gitTree(t *testing.T, cloneURL, commit string) (string, string) {
 		tried = append(tried, "PEERBOOT_GIT_MIRRORS has no mirror for "+cloneURL)
 	}
 	if st, err := store.Open(store.DefaultRoot()); err == nil {
-		dirs = append(dirs, fetch.GitDir(st, cloneURL))
+		dirs = append(dirs, st.GitDir(cloneURL))
 	}
 	for _, d := range dirs {
 		if _, err := os.Stat(d); err != nil {

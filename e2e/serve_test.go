@@ -18,6 +18,7 @@ import (
 
 	"github.com/peerboot/peerboot/qemu"
 	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/store"
 )
 
 // served is one `peerboot serve` process on 127.0.0.1, as an operator runs it.
@@ -102,7 +103,7 @@ func (s *served) pxeBoot(t *testing.T) (*selftest.Report, string, *qemu.Result) 
 	}
 	var console bytes.Buffer
 	res, err := qemu.Boot(context.Background(), qemu.Options{Mode: qemu.PXE, PXEDir: pxe, WorkDir: t.TempDir(), Timeout: 8 * time.Minute,
-		Console: &console, KVMHint: filepath.Join(cacheDir(), "hints", "kvm-fails"), // shared with `peerboot run`
+		Console: &console, KVMHint: (&store.Store{Root: cacheDir()}).HintPath(store.KVMFailsHint), // shared with `peerboot run`
 		Stop:      func(line string) bool { return strings.Contains(line, "report POST") },
 		Succeeded: func() bool { return strings.Contains(console.String(), selftest.Marker) }})
 	if err != nil {

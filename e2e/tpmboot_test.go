@@ -11,6 +11,7 @@ import (
 
 	"github.com/peerboot/peerboot/qemu"
 	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/store"
 )
 
 // fetchBuildDefault fetches the inputs and builds the default recipe into
@@ -38,7 +39,7 @@ func bootWithTPM(t *testing.T, script, tpmState string) (*qemu.Result, string) {
 	var console bytes.Buffer
 	res, err := qemu.Boot(context.Background(), qemu.Options{Mode: qemu.UEFIPXE, PXEDir: pxe, WorkDir: t.TempDir(), Timeout: 10 * time.Minute,
 		TPM: true, TPMStateDir: tpmState,
-		Console: &console, KVMHint: filepath.Join(cacheDir(), "hints", "kvm-fails"),
+		Console: &console, KVMHint: (&store.Store{Root: cacheDir()}).HintPath(store.KVMFailsHint),
 		Stop:      func(line string) bool { return strings.Contains(line, "report POST") },
 		Succeeded: func() bool { return strings.Contains(console.String(), selftest.Marker) }})
 	if err != nil {

@@ -96,7 +96,7 @@ func Fetch(ctx context.Context, st *store.Store, inputs []lock.Input, opt Option
 		// the air-gapped path imports it by hand after fetching the rest.
 		installerErr error
 		wg           sync.WaitGroup
-		sem      = make(chan struct{}, opt.Parallel)
+		sem          = make(chan struct{}, opt.Parallel)
 	)
 	for _, in := range todo {
 		wg.Add(1)

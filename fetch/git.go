@@ -3,8 +3,6 @@ package fetch
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,12 +12,6 @@ import (
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/store"
 )
-
-// GitDir is the bare repository in the store that holds commits of cloneURL.
-func GitDir(st *store.Store, cloneURL string) string {
-	sum := sha256.Sum256([]byte(cloneURL))
-	return filepath.Join(st.Root, "git", hex.EncodeToString(sum[:8])+".git")
-}
 
 func git(ctx context.Context, dir string, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "git", append([]string{"-C", dir}, args...)...)
@@ -33,7 +25,7 @@ func git(ctx context.Context, dir string, args ...string) (string, error) {
 }
 
 func hasCommit(ctx context.Context, st *store.Store, in lock.Input) (bool, error) {
-	dir := GitDir(st, in.URL)
+	dir := st.GitDir(in.URL)
 	if _, err := os.Stat(dir); err != nil {
 		return false, nil
 	}
@@ -44,12 +36,12 @@ func hasCommit(ctx context.Context, st *store.Store, in lock.Input) (bool, error
 
 // fetchGit fetches exactly the pinned commit, from a mirror if one is mapped.
 func fetchGit(ctx context.Context, st *store.Store, in lock.Input, opt Options) error {
-	unlock, err := st.Lock("git-" + filepath.Base(GitDir(st, in.URL)))
+	unlock, err := st.Lock("git-" + filepath.Base(st.GitDir(in.URL)))
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	dir := GitDir(st, in.URL)
+	dir := st.GitDir(in.URL)
 	if _, err := os.Stat(dir); err != nil {
 		if _, err := git(ctx, filepath.Dir(dir), "init", "--bare", "--quiet", dir); err != nil {
 			return err

@@ -18,13 +18,10 @@ import (
 	"github.com/peerboot/peerboot/store"
 )
 
-// GitDir finds the store's bare repository for a git input (fetch puts it there).
-type GitDir func(cloneURL string) string
-
 // Unpack extracts in into dir and returns the source root: the directory below dir
 // that holds the tree, after descending through single-directory levels (a source
 // tarball's "linux-source-6.1/", nvidia's "modules/nvidia-open-kernel/").
-func Unpack(ctx context.Context, st *store.Store, in lock.Input, gitDir GitDir, dir string) (string, error) {
+func Unpack(ctx context.Context, st *store.Store, in lock.Input, dir string) (string, error) {
 	var err error
 	switch in.Kind {
 	case "deb":
@@ -32,7 +29,7 @@ func Unpack(ctx context.Context, st *store.Store, in lock.Input, gitDir GitDir, 
 	case "url":
 		err = untar(ctx, st.BlobPath(in.SHA256), dir)
 	case "git":
-		err = gitArchive(ctx, gitDir(in.URL), in.Commit, dir)
+		err = gitArchive(ctx, st.GitDir(in.URL), in.Commit, dir)
 	default:
 		err = fmt.Errorf("unknown source kind %q", in.Kind)
 	}

@@ -36,7 +36,7 @@ func TestUnpackSourceDeb(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	root, err := Unpack(context.Background(), st, lock.Input{Kind: "deb", Name: "nvidia-open-kernel-source", SHA256: hexsum}, nil, dir)
+	root, err := Unpack(context.Background(), st, lock.Input{Kind: "deb", Name: "nvidia-open-kernel-source", SHA256: hexsum}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestUnpackSourceDeb(t *testing.T) {
 	empty := debtest.Build("x", []debtest.Entry{{Name: "./usr/share/doc/x", Body: "x"}})
 	s2 := sha256.Sum256(empty)
 	st.Put(context.Background(), bytes.NewReader(empty), hex.EncodeToString(s2[:]))
-	if _, err := Unpack(context.Background(), st, lock.Input{Kind: "deb", Name: "x", SHA256: hex.EncodeToString(s2[:])}, nil, t.TempDir()); err == nil {
+	if _, err := Unpack(context.Background(), st, lock.Input{Kind: "deb", Name: "x", SHA256: hex.EncodeToString(s2[:])}, t.TempDir()); err == nil {
 		t.Error("a .deb without a source tarball was accepted")
 	}
 }

@@ -124,8 +124,34 @@ func (s *Store) CommitOutput(key, dir string) error {
 	if err := os.Rename(dir, dst); err != nil {
 		return fmt.Errorf("committing output %s: %w", key, err)
 	}
-	syncDir(filepath.Dir(dst))
-	return nil
+	return syncDir(filepath.Dir(dst))
+}
+
+// OutputFile is one file of a committed output, as its MANIFEST lists it.
+type OutputFile struct {
+	Path   string // relative, slash-separated
+	SHA256 string // hex, recorded at commit: no re-hashing
+	Size   int64
+}
+
+// OutputFiles lists the files of key's committed output, sorted by path, with
+// the sha256 its MANIFEST recorded and the size they have now.
+func (s *Store) OutputFiles(key string) ([]OutputFile, error) {
+	dir := s.OutputDir(key)
+	m, err := readManifest(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	var out []OutputFile
+	for _, e := range m {
+		info, err := os.Stat(filepath.Join(dir, e.path))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, OutputFile{Path: e.path, SHA256: e.sum, Size: info.Size()})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
 }
 
 func joinLines(lines []string) string {

@@ -73,6 +73,31 @@ func checkSum(sum string) error {
 	return nil
 }
 
+// GitDir is the bare repository that holds the fetched commits of cloneURL
+// (fetch fills it, the stages archive from it).
+func (s *Store) GitDir(cloneURL string) string {
+	sum := sha256.Sum256([]byte(cloneURL))
+	return filepath.Join(s.Root, "git", hex.EncodeToString(sum[:8])+".git")
+}
+
+// PlanPath is where the last built plan of the recipe named name is kept, for
+// `peerboot why` to compare the next plan with.
+func (s *Store) PlanPath(name string) string {
+	return filepath.Join(s.Root, "plans", name+".json")
+}
+
+// Hints the store keeps about this host: neither inputs nor outputs, safe to delete.
+const (
+	// KVMFailsHint exists once a KVM boot failed here: QEMU runs use TCG until it is deleted.
+	KVMFailsHint = "kvm-fails"
+)
+
+// HintPath is the file of the hint named name (KVMFailsHint, a kernel stage's
+// step counts).
+func (s *Store) HintPath(name string) string {
+	return filepath.Join(s.Root, "hints", name)
+}
+
 // BlobPath is where the input with that sha256 lives (whether or not it exists).
 func (s *Store) BlobPath(sum string) string {
 	return filepath.Join(s.Root, "blobs", "sha256", sum[:2], sum)
@@ -243,9 +268,9 @@ func (p *Partial) Commit() error {
 		return err
 	}
 	p.done = true
-	syncDir(filepath.Dir(dst))
+	err := syncDir(filepath.Dir(dst))
 	p.unlock()
-	return nil
+	return err
 }
 
 // Abort drops the temp file; safe to call after Commit.
@@ -323,11 +348,21 @@ func (c ctxReader) Read(b []byte) (int, error) {
 	return c.r.Read(b)
 }
 
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
+// syncDir makes a rename or create in dir durable: without it a crash may
+// lose an entry the caller was told is committed.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
 	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("syncing %s: %w", dir, err)
+	}
+	return nil
 }
 
 // isBlobName reports whether a file name under blobs/ is a well-formed entry.

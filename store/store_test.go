@@ -98,6 +98,16 @@ func TestOutputCommitAndVerify(t *testing.T) {
 	if want := sumOf([]byte("kernel bytes")) + "  boot/vmlinuz\n"; string(manifest) != want {
 		t.Fatalf("MANIFEST = %q, want %q", manifest, want)
 	}
+	files, err := st.OutputFiles(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (OutputFile{Path: "boot/vmlinuz", SHA256: sumOf([]byte("kernel bytes")), Size: 12}); len(files) != 1 || files[0] != want {
+		t.Fatalf("OutputFiles = %+v, want [%+v]", files, want)
+	}
+	if _, err := st.OutputFiles("kernel-" + strings.Repeat("cd", 32)); err == nil || !strings.Contains(err.Error(), "no MANIFEST") {
+		t.Fatalf("OutputFiles of an uncommitted key: %v, want a no-MANIFEST error", err)
+	}
 	os.WriteFile(filepath.Join(st.OutputDir(key), "boot", "vmlinuz"), []byte("kernel bytez"), 0o644)
 	p, _ := st.Verify(context.Background(), nil)
 	if len(p) != 1 || !strings.HasSuffix(p[0].Path, "boot/vmlinuz") {

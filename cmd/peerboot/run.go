@@ -16,6 +16,7 @@ import (
 	"github.com/peerboot/peerboot/qemu"
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/sign"
+	"github.com/peerboot/peerboot/store"
 )
 
 func runCmd(g *globals) *cobra.Command {
@@ -138,7 +139,7 @@ swtpm_localca's CA in /var/lib/swtpm-localca), so the node sends one.`,
 				Mode: mode, Disk: disk, PXEDir: pxeDir, ISO: filepath.Join(dir, output.ISOFile), SecureBoot: secureBoot,
 				TPM: tpm, TPMStateDir: tpmState, TPMEKCert: tpmEKCert, Net: netOn,
 				Timeout: timeout, WorkDir: work, Console: console, Accel: accel,
-				KVMHint: filepath.Join(st.Root, "hints", "kvm-fails"),
+				KVMHint: st.HintPath(store.KVMFailsHint),
 				Stop: func(line string) bool {
 					if !strings.Contains(line, selftest.Marker) {
 						return false

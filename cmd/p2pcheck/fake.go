@@ -20,6 +20,9 @@ import (
 	"github.com/peerboot/peerboot/selftest/pcie"
 )
 
+// hasFake says this binary carries the FAKE backend.
+const hasFake = true
+
 type fakeBackend struct{ s gpufake.Scenario }
 
 // loadFake reads a --fake scenario file.

@@ -198,9 +198,25 @@ func TestDeadline(t *testing.T) {
 }
 
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{{"--bogus"}, {"extra"}} {
-		if code := run(args, &bytes.Buffer{}, &bytes.Buffer{}); code != exitUsage {
+	for _, args := range [][]string{{"--bogus"}, {"extra"}, {"--inject-corruption=pinned"}, {"--fake", filepath.Join(t.TempDir(), "absent.json")}} {
+		var stderr bytes.Buffer
+		if code := run(args, &bytes.Buffer{}, &stderr); code != exitUsage {
 			t.Errorf("run(%v) = %d, want %d", args, code, exitUsage)
+		}
+		if args[0] == "--inject-corruption=pinned" && !strings.Contains(stderr.String(), "want copy, managed, vmm or ipc") {
+			t.Errorf("run(%v) said %q", args, stderr.String())
+		}
+		// In-process, this package is what go test compiled: without -tags gpufake it is
+		// the image's p2pcheck, which has no FAKE backend and says so.
+		if args[0] == "--fake" && !hasFake && !strings.Contains(stderr.String(), "this p2pcheck has no FAKE backend") {
+			t.Errorf("run(%v) said %q", args, stderr.String())
+		}
+	}
+	// --inject-corruption alone is the copy hook, as before it took a value.
+	for arg, want := range map[string]corruptFlag{"--inject-corruption": corruptCopy, "--inject-corruption=copy": corruptCopy, "--inject-corruption=vmm": "vmm", "--inject-corruption=false": ""} {
+		var o options
+		if err := flagSet(&o, &bytes.Buffer{}).Parse([]string{arg}); err != nil || o.corrupt != want {
+			t.Errorf("%s: %q %v, want %q", arg, o.corrupt, err, want)
 		}
 	}
 }

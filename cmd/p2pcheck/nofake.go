@@ -4,6 +4,9 @@ package main
 
 import "fmt"
 
+// hasFake says this binary carries the FAKE backend.
+const hasFake = false
+
 // loadFake refuses --fake: this p2pcheck was built without the FAKE backend (the
 // image's never has it; the tests build theirs with -tags gpufake, see fake.go).
 func loadFake(path string) (backend, error) {

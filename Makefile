@@ -4,7 +4,7 @@ BIN     := bin/peerboot
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 RECIPE  ?= recipes/default.toml
 
-.PHONY: all deps test-deps sign-deps image test e2e repro fuzz drivers clean FORCE
+.PHONY: all deps test-deps sign-deps image test e2e repro fuzz mutants drivers clean FORCE
 
 all: $(BIN)
 
@@ -56,6 +56,14 @@ e2e: test-deps
 # Short fuzz runs of every parser of outside bytes.
 fuzz:
 	sh scripts/fuzz.sh 30s
+
+# Mutation testing (docs/testing.md): gremlins v0.6.0 (pinned in scripts/mutants) breaks
+# one operator at a time in the packages whose checks users rely on and runs their tests
+# with -short; each package's kill rate and survivors are compared with
+# mutants/baseline.txt. Hours on two cores, so not part of `make test`: the mutants
+# workflow runs it weekly, one job per package. MUTANTS=store make mutants: one package.
+mutants:
+	$(GO) run ./scripts/mutants $(MUTANTS_FLAGS) $(MUTANTS)
 
 # The driver stage (the full module compiles `make test` leaves out: 6-45 min each on two
 # cores) of every flavour the matrix builds. The driver stage needs only the kernel and

@@ -1,0 +1,433 @@
+// Command mutants is `make mutants`: mutation testing of the packages whose
+// checks users rely on, with github.com/go-gremlins/gremlins at a pinned
+// version (fetched by `go run` through the module proxy, never vendored). One
+// package at a time, tests run with -short (the quick loop's and CI's unit
+// phase), it reports each package's kill rate and its surviving mutants, and
+// compares them with the committed baseline (mutants/baseline.txt): a lower
+// rate or a survivor the baseline does not list fails the run. Equivalent
+// mutants (no test can tell them from the original) are listed in
+// mutants/equivalent.txt, each with a reason, and left out of the rate.
+//
+//	go run ./scripts/mutants [-update] [-workers N] [-timeout-coefficient N] [PKG...]
+//
+// -update rewrites the baseline from this run (for the packages run). See
+// docs/testing.md.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Gremlins is the pinned mutation tool; `go run` fetches exactly this version.
+const Gremlins = "github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0"
+
+// Package is one unit of the run: a directory (gremlins mutates it and the
+// packages under it) and, when only some of its files hold the checks in
+// question, those files.
+type Package struct {
+	Path  string
+	Files []string // "": every file
+}
+
+// Packages are the packages whose checks users rely on (issue 35).
+var Packages = []Package{
+	{Path: "rollout"},
+	{Path: "store"},
+	{Path: "nvrun"},
+	{Path: "patch"},
+	{Path: "attest"},
+	{Path: "sign"},
+	{Path: "selftest"},
+	// The stage keys: which recipe fields and inputs each stage's key covers.
+	{Path: "build", Files: []string{"fields.go", "stage.go"}},
+	// Serve's operator auth, attestation and rollouts.
+	{Path: "netboot", Files: []string{"operator.go", "attest.go", "attest_store.go", "rollout_server.go", "rollout_store.go", "inventory_rollout.go"}},
+}
+
+// Mutant is one mutation gremlins made and what the tests did about it.
+type Mutant struct {
+	Pkg, File, Type, Status string
+	Line, Col               int
+	Source                  string // the mutated line, trimmed: the key that survives edits above it
+}
+
+// Key identifies a mutant across runs: file, mutator, column and the line's
+// text, not its number (an edit above it moves the number).
+func (m Mutant) Key() string {
+	return strings.Join([]string{m.Pkg + "/" + m.File, m.Type, strconv.Itoa(m.Col), m.Source}, "\t")
+}
+
+// Stats is one package's result.
+type Stats struct {
+	Pkg                                           string
+	Killed, TimedOut, Lived, NotCovered, Excluded int
+	Survivors                                     []Mutant // lived or not covered, not excluded
+}
+
+// Rate is the kill rate: killed (a timeout counts as killed: the mutant made
+// the tests hang) over every mutant not excluded as equivalent, the ones no
+// test even runs (not covered) included: those are misses too.
+func (s Stats) Rate() float64 {
+	n := s.Killed + s.TimedOut + s.Lived + s.NotCovered
+	if n == 0 {
+		return 100
+	}
+	return 100 * float64(s.Killed+s.TimedOut) / float64(n)
+}
+
+func (s Stats) String() string {
+	return fmt.Sprintf("%-10s %6.1f%%  killed %d  timed out %d  lived %d  not covered %d  equivalent %d",
+		s.Pkg, s.Rate(), s.Killed, s.TimedOut, s.Lived, s.NotCovered, s.Excluded)
+}
+
+// report is the JSON gremlins writes with -o.
+type report struct {
+	Files []struct {
+		FileName  string `json:"file_name"`
+		Mutations []struct {
+			Type   string `json:"type"`
+			Status string `json:"status"`
+			Line   int    `json:"line"`
+			Column int    `json:"column"`
+		} `json:"mutations"`
+	} `json:"files"`
+}
+
+// ParseReport reads gremlins' JSON for pkg; src gives a file's lines (for Source).
+func ParseReport(pkg string, r io.Reader, src func(file string) []string) ([]Mutant, error) {
+	var rep report
+	if err := json.NewDecoder(r).Decode(&rep); err != nil {
+		return nil, fmt.Errorf("gremlins report for %s: %w", pkg, err)
+	}
+	var out []Mutant
+	for _, f := range rep.Files {
+		lines := src(f.FileName)
+		for _, m := range f.Mutations {
+			mu := Mutant{Pkg: pkg, File: f.FileName, Type: m.Type, Status: m.Status, Line: m.Line, Col: m.Column}
+			if m.Line >= 1 && m.Line <= len(lines) {
+				mu.Source = strings.TrimSpace(lines[m.Line-1])
+			}
+			out = append(out, mu)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.File != b.File {
+			return a.File < b.File
+		}
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		if a.Col != b.Col {
+			return a.Col < b.Col
+		}
+		return a.Type < b.Type
+	})
+	return out, nil
+}
+
+// Tally counts a package's mutants, leaving out those equivalent lists.
+func Tally(pkg string, ms []Mutant, equivalent map[string]string) Stats {
+	s := Stats{Pkg: pkg}
+	for _, m := range ms {
+		if _, ok := equivalent[m.Key()]; ok && (m.Status == "LIVED" || m.Status == "NOT COVERED") {
+			s.Excluded++
+			continue
+		}
+		switch m.Status {
+		case "KILLED":
+			s.Killed++
+		case "TIMED OUT":
+			s.TimedOut++
+		case "LIVED":
+			s.Lived++
+			s.Survivors = append(s.Survivors, m)
+		case "NOT COVERED":
+			s.NotCovered++
+			s.Survivors = append(s.Survivors, m)
+		} // NOT VIABLE (does not compile) and SKIPPED are no mutants of the code
+	}
+	return s
+}
+
+// Baseline is the committed result: each package's rate and survivors.
+type Baseline struct {
+	Rates     map[string]float64
+	Survivors map[string]map[string]bool // pkg -> survivor keys
+}
+
+// ParseBaseline reads mutants/baseline.txt:
+//
+//	rate PKG PERCENT
+//	survivor PKG/FILE<TAB>TYPE<TAB>COL<TAB>SOURCE
+func ParseBaseline(r io.Reader) (*Baseline, error) {
+	b := &Baseline{Rates: map[string]float64{}, Survivors: map[string]map[string]bool{}}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "rate "):
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(strings.TrimSuffix(f[len(f)-1], "%"), 64)
+			if len(f) != 3 || err != nil {
+				return nil, fmt.Errorf("baseline line %d: want \"rate PKG PERCENT\", got %q", n, line)
+			}
+			b.Rates[f[1]] = v
+		case strings.HasPrefix(line, "survivor "):
+			key := strings.TrimPrefix(line, "survivor ")
+			pkg, _, ok := strings.Cut(key, "\t")
+			if !ok || strings.Count(key, "\t") != 3 {
+				return nil, fmt.Errorf("baseline line %d: want \"survivor PKG/FILE<TAB>TYPE<TAB>COL<TAB>SOURCE\", got %q", n, line)
+			}
+			p := pkgOfFile(pkg)
+			if b.Survivors[p] == nil {
+				b.Survivors[p] = map[string]bool{}
+			}
+			b.Survivors[p][key] = true
+		default:
+			return nil, fmt.Errorf("baseline line %d: unknown line %q", n, line)
+		}
+	}
+	return b, sc.Err()
+}
+
+// pkgOfFile finds the configured package a "PKG/FILE" path belongs to.
+func pkgOfFile(p string) string {
+	best := ""
+	for _, pk := range Packages {
+		if strings.HasPrefix(p, pk.Path+"/") && len(pk.Path) > len(best) {
+			best = pk.Path
+		}
+	}
+	if best == "" {
+		return filepath.Dir(p)
+	}
+	return best
+}
+
+// FormatBaseline writes the baseline for stats.
+func FormatBaseline(w io.Writer, stats []Stats) {
+	fmt.Fprintln(w, "# make mutants' committed result (go run ./scripts/mutants -update rewrites it):")
+	fmt.Fprintln(w, "# each package's kill rate with -short, and every surviving mutant (lived or not")
+	fmt.Fprintln(w, "# covered; equivalent ones are in equivalent.txt). A lower rate, or a survivor not")
+	fmt.Fprintln(w, "# listed here, fails make mutants.")
+	for _, s := range stats {
+		fmt.Fprintf(w, "rate %s %.1f%%\n", s.Pkg, s.Rate())
+	}
+	for _, s := range stats {
+		for _, m := range s.Survivors {
+			fmt.Fprintf(w, "survivor %s\n", m.Key())
+		}
+	}
+}
+
+// Compare says what got worse than the baseline: a rate more than 0.05
+// points lower (the baseline keeps one decimal), or a survivor it does not
+// list. Packages the baseline lacks are new and only reported.
+func Compare(b *Baseline, stats []Stats) []string {
+	var worse []string
+	for _, s := range stats {
+		base, ok := b.Rates[s.Pkg]
+		if !ok {
+			continue
+		}
+		if s.Rate() < base-0.05 {
+			worse = append(worse, fmt.Sprintf("%s: kill rate %.1f%%, the baseline's is %.1f%%", s.Pkg, s.Rate(), base))
+		}
+		for _, m := range s.Survivors {
+			if !b.Survivors[s.Pkg][m.Key()] {
+				worse = append(worse, fmt.Sprintf("%s: new survivor %s %s at %s/%s:%d:%d: %s", s.Pkg, m.Status, m.Type, m.Pkg, m.File, m.Line, m.Col, m.Source))
+			}
+		}
+	}
+	return worse
+}
+
+// ParseEquivalent reads mutants/equivalent.txt: one mutant a line, as a
+// baseline survivor's key, then a tab and the reason no test can kill it.
+func ParseEquivalent(r io.Reader) (map[string]string, error) {
+	eq := map[string]string{}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Split(line, "\t")
+		if len(f) != 5 || strings.TrimSpace(f[4]) == "" {
+			return nil, fmt.Errorf("equivalent.txt line %d: want PKG/FILE<TAB>TYPE<TAB>COL<TAB>SOURCE<TAB>REASON, got %q", n, line)
+		}
+		eq[strings.Join(f[:4], "\t")] = f[4]
+	}
+	return eq, sc.Err()
+}
+
+// exclusions are gremlins -E patterns leaving out the files of p's directory
+// that p does not name.
+func exclusions(p Package) ([]string, error) {
+	if len(p.Files) == 0 {
+		return nil, nil
+	}
+	all, err := filepath.Glob(filepath.Join(p.Path, "*.go"))
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, f := range all {
+		base := filepath.Base(f)
+		if strings.HasSuffix(base, "_test.go") || slices.Contains(p.Files, base) {
+			continue
+		}
+		out = append(out, "^"+regexp.QuoteMeta(base)+"$")
+	}
+	for _, f := range p.Files {
+		if _, err := os.Stat(filepath.Join(p.Path, f)); err != nil {
+			return nil, fmt.Errorf("mutants: %s lists %s: %w", p.Path, f, err)
+		}
+	}
+	// Subdirectories are not part of a package narrowed to files.
+	out = append(out, "/")
+	return out, nil
+}
+
+func run(p Package, dir string, workers, coef int, log io.Writer) ([]Mutant, time.Duration, error) {
+	ex, err := exclusions(p)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := filepath.Join(dir, strings.ReplaceAll(p.Path, "/", "_")+".json")
+	args := []string{"run", Gremlins, "unleash", "--workers", strconv.Itoa(workers), "--timeout-coefficient", strconv.Itoa(coef),
+		"--invert-logical", "-o", out}
+	for _, e := range ex {
+		args = append(args, "-E", e)
+	}
+	args = append(args, "./"+p.Path)
+	cmd := exec.Command("go", args...)
+	// -short: the quick loop's tests, which must catch these on their own.
+	cmd.Env = append(os.Environ(), "GOFLAGS=-short")
+	cmd.Stdout, cmd.Stderr = log, log
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		return nil, 0, fmt.Errorf("gremlins on %s: %w (its output: %s)", p.Path, err, dir)
+	}
+	took := time.Since(start)
+	f, err := os.Open(out)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	ms, err := ParseReport(p.Path, f, func(file string) []string {
+		b, _ := os.ReadFile(filepath.Join(p.Path, file))
+		return strings.Split(string(b), "\n")
+	})
+	return ms, took, err
+}
+
+func main() {
+	update := flag.Bool("update", false, "rewrite mutants/baseline.txt with this run's result")
+	workers := flag.Int("workers", 1, "gremlins workers (each runs a package's tests)")
+	coef := flag.Int("timeout-coefficient", 3, "a mutant's test run may take this many times the unmutated run")
+	out := flag.String("out", "mutants.out", "where gremlins' reports and logs go")
+	flag.Parse()
+	if err := mainErr(*update, *workers, *coef, *out, flag.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "mutants:", err)
+		os.Exit(1)
+	}
+}
+
+func mainErr(update bool, workers, coef int, out string, only []string) error {
+	eqf, err := os.Open("mutants/equivalent.txt")
+	if err != nil {
+		return err
+	}
+	eq, err := ParseEquivalent(eqf)
+	eqf.Close()
+	if err != nil {
+		return err
+	}
+	bf, err := os.Open("mutants/baseline.txt")
+	if err != nil {
+		return err
+	}
+	base, err := ParseBaseline(bf)
+	bf.Close()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	var stats []Stats
+	for _, p := range Packages {
+		if len(only) > 0 && !slices.Contains(only, p.Path) {
+			continue
+		}
+		logf, err := os.Create(filepath.Join(out, strings.ReplaceAll(p.Path, "/", "_")+".log"))
+		if err != nil {
+			return err
+		}
+		ms, took, err := run(p, out, workers, coef, logf)
+		logf.Close()
+		if err != nil {
+			return err
+		}
+		s := Tally(p.Path, ms, eq)
+		fmt.Printf("%s  (%s)\n", s, took.Round(time.Second))
+		for _, m := range s.Survivors {
+			fmt.Printf("    %-11s %-22s %s/%s:%d:%d  %s\n", m.Status, m.Type, m.Pkg, m.File, m.Line, m.Col, m.Source)
+		}
+		stats = append(stats, s)
+	}
+	if update {
+		// Keep the baseline's packages this run did not cover.
+		var all []Stats
+		for _, p := range Packages {
+			if i := slices.IndexFunc(stats, func(s Stats) bool { return s.Pkg == p.Path }); i >= 0 {
+				all = append(all, stats[i])
+			} else if r, ok := base.Rates[p.Path]; ok {
+				all = append(all, baselineStats(p.Path, r, base.Survivors[p.Path]))
+			}
+		}
+		f, err := os.Create("mutants/baseline.txt")
+		if err != nil {
+			return err
+		}
+		FormatBaseline(f, all)
+		return f.Close()
+	}
+	if worse := Compare(base, stats); len(worse) > 0 {
+		return fmt.Errorf("worse than mutants/baseline.txt (a test stopped catching a mutant; equivalent ones go in mutants/equivalent.txt with a reason):\n  %s", strings.Join(worse, "\n  "))
+	}
+	return nil
+}
+
+// baselineStats stands in for a package this run skipped, so -update keeps it.
+// Only its rate and survivors matter to FormatBaseline.
+func baselineStats(pkg string, rate float64, survivors map[string]bool) Stats {
+	s := Stats{Pkg: pkg}
+	// Reproduce the rate over 1000 mutants: FormatBaseline prints one decimal.
+	s.Killed = int(rate*10 + 0.5)
+	s.Lived = 1000 - s.Killed
+	for _, k := range slices.Sorted(maps.Keys(survivors)) {
+		f := strings.SplitN(k, "\t", 4)
+		pf := f[0]
+		col, _ := strconv.Atoi(f[2])
+		s.Survivors = append(s.Survivors, Mutant{Pkg: pkg, File: strings.TrimPrefix(pf, pkg+"/"), Type: f[1], Col: col, Source: f[3]})
+	}
+	return s
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const sample = `{"files":[{"file_name":"rollout.go","mutations":[
+ {"type":"CONDITIONALS_NEGATION","status":"KILLED","line":2,"column":5},
+ {"type":"INVERT_LOGICAL","status":"LIVED","line":3,"column":9},
+ {"type":"CONDITIONALS_BOUNDARY","status":"NOT COVERED","line":1,"column":3},
+ {"type":"ARITHMETIC_BASE","status":"TIMED OUT","line":2,"column":7},
+ {"type":"ARITHMETIC_BASE","status":"NOT VIABLE","line":2,"column":8}]}]}`
+
+var src = []string{"\tif a < b {", "\tx := y + 1", "\tif !ok || a != b {"}
+
+func parsed(t *testing.T) []Mutant {
+	t.Helper()
+	ms, err := ParseReport("rollout", strings.NewReader(sample), func(string) []string { return src })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+func TestTallyAndRate(t *testing.T) {
+	s := Tally("rollout", parsed(t), nil)
+	// Killed 1 + timed out 1 of 4 (lived and not covered are misses; not viable is no mutant).
+	if s.Killed != 1 || s.TimedOut != 1 || s.Lived != 1 || s.NotCovered != 1 || s.Rate() != 50 || len(s.Survivors) != 2 {
+		t.Fatalf("%+v rate %.1f", s, s.Rate())
+	}
+	if got := s.Survivors[0].Key(); got != "rollout/rollout.go\tCONDITIONALS_BOUNDARY\t3\tif a < b {" {
+		t.Fatalf("key %q", got)
+	}
+	// An equivalent mutant leaves the rate and the survivors.
+	eq, err := ParseEquivalent(strings.NewReader("# c\nrollout/rollout.go\tINVERT_LOGICAL\t9\tif !ok || a != b {\tsame: ok implies a is set\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = Tally("rollout", parsed(t), eq)
+	if s.Excluded != 1 || s.Lived != 0 || len(s.Survivors) != 1 || s.Rate() < 66.6 || s.Rate() > 66.7 {
+		t.Fatalf("with equivalent: %+v rate %.1f", s, s.Rate())
+	}
+	if _, err := ParseEquivalent(strings.NewReader("rollout/rollout.go\tINVERT_LOGICAL\t9\tif x {\n")); err == nil {
+		t.Fatal("an equivalent mutant without a reason was accepted")
+	}
+}
+
+// The baseline round-trips, and Compare reports a lower rate and a new
+// survivor, and nothing for the same result.
+func TestBaselineCompare(t *testing.T) {
+	s := Tally("rollout", parsed(t), nil)
+	var buf bytes.Buffer
+	FormatBaseline(&buf, []Stats{s})
+	b, err := ParseBaseline(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if worse := Compare(b, []Stats{s}); len(worse) != 0 {
+		t.Fatalf("the same result is worse: %v", worse)
+	}
+	better := s
+	better.Survivors = better.Survivors[1:]
+	better.Lived, better.Killed = 0, 2
+	if worse := Compare(b, []Stats{better}); len(worse) != 0 {
+		t.Fatalf("a better result is worse: %v", worse)
+	}
+	w := s
+	w.Killed, w.Lived = 0, 2
+	w.Survivors = append(append([]Mutant{}, s.Survivors...), Mutant{Pkg: "rollout", File: "rollout.go", Type: "CONDITIONALS_NEGATION", Status: "LIVED", Line: 2, Col: 5, Source: "x := y + 1"})
+	worse := Compare(b, []Stats{w})
+	if len(worse) != 2 || !strings.Contains(worse[0], "kill rate 25.0%, the baseline's is 50.0%") || !strings.Contains(worse[1], "new survivor LIVED CONDITIONALS_NEGATION at rollout/rollout.go:2:5") {
+		t.Fatalf("worse: %q", worse)
+	}
+	if _, err := ParseBaseline(strings.NewReader("rate rollout\n")); err == nil {
+		t.Fatal("a malformed rate line was accepted")
+	}
+}
+
+// The committed files parse, every configured package has a rate, and each
+// equivalent mutant still names a line that exists (an edit that removes it
+// must remove the entry).
+func TestCommittedFiles(t *testing.T) {
+	t.Chdir(filepath.Join("..", "..")) // make mutants runs at the module root
+	root := "."
+	f, err := os.Open(filepath.Join(root, "mutants", "baseline.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := ParseBaseline(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := os.Open(filepath.Join(root, "mutants", "equivalent.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	eq, err := ParseEquivalent(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key := range eq {
+		f := strings.Split(key, "\t")
+		body, err := os.ReadFile(filepath.Join(root, f[0]))
+		if err != nil {
+			t.Errorf("equivalent.txt names %s: %v", f[0], err)
+			continue
+		}
+		found := false
+		for _, l := range strings.Split(string(body), "\n") {
+			found = found || strings.TrimSpace(l) == f[3]
+		}
+		if !found {
+			t.Errorf("equivalent.txt: %s has no line %q any more: remove or update the entry", f[0], f[3])
+		}
+	}
+	for _, p := range Packages {
+		if ex, err := exclusions(p); err != nil {
+			t.Error(err)
+		} else if len(p.Files) > 0 && len(ex) == 0 {
+			t.Errorf("%s: narrowed to %v but nothing excluded", p.Path, p.Files)
+		}
+		_ = b.Rates[p.Path] // a package not measured yet has no rate; make mutants reports it as new
+	}
+}
+
+// The weekly workflow runs one job per configured package, no more, no less.
+func TestWorkflowMatrix(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", ".github", "workflows", "mutants.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, p := range Packages {
+		want = append(want, p.Path)
+	}
+	line := "package: [" + strings.Join(want, ", ") + "]"
+	if !strings.Contains(string(b), line) || !strings.Contains(string(b), "make mutants MUTANTS=${{ matrix.package }}") {
+		t.Fatalf("mutants.yml must have %q and run make mutants per package", line)
+	}
+}

@@ -52,8 +52,9 @@ func (s *Store) CompareOutput(key, dir string) error {
 		return nil
 	}
 	sort.Strings(diffs)
-	if len(diffs) > 20 {
-		diffs = append(diffs[:20], fmt.Sprintf("... and %d more", len(diffs)-20))
+	n := len(diffs) // before the list is cut to 20 lines
+	if n > 20 {
+		diffs = append(diffs[:20], fmt.Sprintf("... and %d more", n-20))
 	}
-	return fmt.Errorf("%d files differ:\n  %s", len(diffs), strings.Join(diffs, "\n  "))
+	return fmt.Errorf("%d files differ:\n  %s", n, strings.Join(diffs, "\n  "))
 }

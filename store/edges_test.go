@@ -1,0 +1,169 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Behaviour the mutation run (make mutants, store) found no -short test for:
+// each case fails when its condition is inverted.
+
+// CompareOutput (build --check) names every file that differs, and only those.
+func TestCompareOutput(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	key := "image-" + strings.Repeat("ab", 32)
+	files := map[string]string{"a": "A", "b/c": "C", "d": "D"}
+	commitTestOutput(t, st, key, files)
+	rebuild := func(edit func(dir string)) string {
+		dir := t.TempDir()
+		for p, b := range files {
+			os.MkdirAll(filepath.Dir(filepath.Join(dir, p)), 0o755)
+			os.WriteFile(filepath.Join(dir, p), []byte(b), 0o644)
+		}
+		edit(dir)
+		return dir
+	}
+	if err := st.CompareOutput(key, rebuild(func(string) {})); err != nil {
+		t.Fatalf("the same files: %v", err)
+	}
+	err := st.CompareOutput(key, rebuild(func(dir string) {
+		os.WriteFile(filepath.Join(dir, "a"), []byte("changed"), 0o644)
+		os.Remove(filepath.Join(dir, "d"))
+		os.WriteFile(filepath.Join(dir, "e"), []byte("new"), 0o644)
+	}))
+	want := fmt.Sprintf("3 files differ:\n  a: stored sha256 %s, rebuilt %s\n  d: only in the stored output\n  e: only in the rebuild", sumOf([]byte("A")), sumOf([]byte("changed")))
+	if err == nil || err.Error() != want {
+		t.Fatalf("got %v\nwant %s", err, want)
+	}
+	err = st.CompareOutput(key, rebuild(func(dir string) {
+		for i := range 25 {
+			os.WriteFile(filepath.Join(dir, fmt.Sprintf("x%02d", i)), nil, 0o644)
+		}
+	}))
+	if err == nil || !strings.HasPrefix(err.Error(), "25 files differ:") || !strings.HasSuffix(err.Error(), "\n  ... and 5 more") || strings.Count(err.Error(), "only in the rebuild") != 20 {
+		t.Fatalf("25 differences: %v", err)
+	}
+	if err := st.CompareOutput("image-"+strings.Repeat("cd", 32), t.TempDir()); err == nil {
+		t.Fatal("an output that was never committed compared equal")
+	}
+}
+
+// GC: a leftover exactly maxAge old goes; removing a scratch removes its lock
+// file, a partial download's lock file stays; the lock file of a scratch that
+// is gone is removed, a live scratch's is kept.
+func TestGCEdges(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	now := time.Now()
+	sc, _ := st.OpenScratch("kernel")
+	sc.Release()
+	edge := now.Add(-time.Hour)
+	os.Chtimes(sc.Dir, edge, edge)
+	young, _ := st.OpenScratch("driver")
+	young.Release()
+	sum := sumOf([]byte("download"))
+	p, _ := st.NewPartial(sum, false)
+	p.Write([]byte("down"))
+	p.f.Close()
+	partial := filepath.Join(st.Root, "tmp", sum+".partial")
+	os.Chtimes(partial, edge, edge)
+	p.unlock()
+	stale := filepath.Join(st.Root, "locks", "scratch-gone-1.lock")
+	os.WriteFile(stale, nil, 0o644)
+	lockOf := func(dir string) string { return filepath.Join(st.Root, "locks", "scratch-"+filepath.Base(dir)+".lock") }
+
+	stats, err := st.GC(time.Hour, now)
+	if err != nil || stats.Removed != 2 {
+		t.Fatalf("GC at exactly maxAge: %+v %v, want the scratch and the partial removed", stats, err)
+	}
+	for _, gone := range []string{sc.Dir, partial, lockOf(sc.Dir), stale} {
+		if _, err := os.Lstat(gone); err == nil {
+			t.Errorf("%s kept", gone)
+		}
+	}
+	for _, kept := range []string{young.Dir, lockOf(young.Dir), filepath.Join(st.Root, "locks", "blob-"+sum+".lock")} {
+		if _, err := os.Lstat(kept); err != nil {
+			t.Errorf("%s removed: %v", kept, err)
+		}
+	}
+	// Scratch.Remove leaves no lock file either.
+	sc2, _ := st.OpenScratch("rootfs")
+	if err := sc2.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(lockOf(sc2.Dir)); err == nil {
+		t.Error("Scratch.Remove left its lock file")
+	}
+}
+
+// SIZES lines that are not "<bytes>  <path>" are refused, not read as sizes.
+func TestReadSizesRefusesMalformed(t *testing.T) {
+	for _, line := range []string{"x  boot/vmlinuz", "-1  boot/vmlinuz", "12 boot/vmlinuz"} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, sizesName), []byte(line+"\n"), 0o644)
+		if _, err := readSizes(dir); err == nil || !strings.Contains(err.Error(), "malformed line") {
+			t.Errorf("%q: %v", line, err)
+		}
+	}
+}
+
+// The store's root, entry names and local imports.
+func TestRootAndEntries(t *testing.T) {
+	t.Setenv("PEERBOOT_CACHE", "/srv/pb-cache")
+	if got := DefaultRoot(); got != "/srv/pb-cache" {
+		t.Errorf("DefaultRoot with PEERBOOT_CACHE: %s", got)
+	}
+	t.Setenv("PEERBOOT_CACHE", "")
+	t.Setenv("XDG_CACHE_HOME", "/xdg")
+	if got := DefaultRoot(); got != "/xdg/peerboot" {
+		t.Errorf("DefaultRoot from the user cache: %s", got)
+	}
+	st, _ := Open(t.TempDir())
+	data := []byte("imported")
+	src := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(src, data, 0o644)
+	if err := st.Import(context.Background(), src, sumOf(data)); err != nil || !st.HasBlob(sumOf(data)) {
+		t.Fatalf("Import: %v, HasBlob %v", err, st.HasBlob(sumOf(data)))
+	}
+	if err := st.Import(context.Background(), src+".missing", sumOf(data)); err == nil {
+		t.Error("importing a missing file succeeded")
+	}
+	bad := "NOTASUM"
+	if st.HasBlob(bad) || st.HasBlob(sumOf([]byte("absent"))) {
+		t.Error("HasBlob of a malformed or absent sum")
+	}
+	if _, err := st.Open(bad); err == nil {
+		t.Error("Open of a malformed sum")
+	}
+	if err := st.Remove(bad); err == nil {
+		t.Error("Remove of a malformed sum")
+	}
+	if err := st.Remove(sumOf(data)); err != nil || st.HasBlob(sumOf(data)) {
+		t.Errorf("Remove: %v", err)
+	}
+}
+
+// A partial download reset after a wrong start commits the right bytes.
+func TestPartialReset(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	data := []byte("the right bytes")
+	p, err := st.NewPartial(sumOf(data), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Write([]byte("a server's wrong answer"))
+	if err := p.Reset(); err != nil || p.Size() != 0 {
+		t.Fatalf("Reset: %v, size %d", err, p.Size())
+	}
+	p.Write(data)
+	if err := p.Commit(); err != nil {
+		t.Fatalf("commit after reset: %v", err)
+	}
+	if b, _ := os.ReadFile(st.BlobPath(sumOf(data))); string(b) != string(data) {
+		t.Fatalf("blob %q", b)
+	}
+}

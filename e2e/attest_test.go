@@ -42,6 +42,9 @@ type reportPost struct {
 //	    (with its own body: the stored report's duplicate, not a second one);
 //	(d) a forged report under the token alone: stored unattested.
 //
+// The operator opens an AK enrollment window for the node first (peerboot
+// rollout enroll, with the operator token serve created).
+//
 // A proxy in front of serve records the node's POSTs, so (c) replays the bytes
 // the node sent.
 func TestAttestedReportFromServe(t *testing.T) {
@@ -70,6 +73,12 @@ func TestAttestedReportFromServe(t *testing.T) {
 	const token = "e2e-attest-static-token"
 	srv := startServe(t, "--out", outRoot, "--db", filepath.Join(t.TempDir(), "reports.db"), "--report-token", token,
 		"--burst", "10") // (a), (c) twice and (d) come within seconds
+	// The node's first AK is recorded only inside an enrollment window the operator
+	// opens (issue 28), with the operator token serve created under --out.
+	if out, code := peerboot(t, "rollout", "enroll", "tpm-node", "--for", "2h", "--server", "http://"+srv.base,
+		"--operator-token", filepath.Join(outRoot, "operator.token")); code != 0 {
+		t.Fatalf("rollout enroll: exit %d\n%s", code, out)
+	}
 	target, _ := url.Parse("http://" + srv.base)
 	var mu sync.Mutex
 	var posts []reportPost

@@ -2,7 +2,10 @@ package netboot
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -17,21 +20,28 @@ import (
 // Attestation on the collector (see attest for the evidence and its checks):
 //
 //   - Every boot gets a one-time nonce bound to the node and the build served
-//     to it: in the iPXE script's kernel arguments (peerboot.nonce=), or from
-//     POST /attest/nonce?node= under the node's report token for a UKI whose
-//     command line is baked in. The nonce row carries the PCR 11 predicted for
-//     that build's UKI, so a build replaced since is still verifiable.
+//     to it, the two things its report token names: in the iPXE script's
+//     kernel arguments (peerboot.nonce=), or from POST /attest/nonce?node=
+//     under the node's report token for a UKI whose command line is baked in.
+//     A nonce is the build, its expiry, 8 random bytes and an HMAC of them and
+//     the node under the server's secret (makeNonce): the server checks it
+//     without a row, so issuing stores nothing per node and no number of
+//     anonymous script fetches can evict the nonce a node is about to spend
+//     (issue 28). The PCR 11 predicted for the build is recorded once per
+//     build (attest_predictions), so a build replaced since, or a replica that
+//     never served it, still verifies.
 //   - POST /reports with the Peerboot-Attestation header is verified, the
-//     nonce spent (one UPDATE ... WHERE used_at = 0: one replica wins), the
-//     node's AK recorded on first use, and the report stored "attested" in the
-//     same transaction as its attestation row. Any failed check refuses the
-//     POST (4xx with the reason) and records the refusal for the node's page.
+//     nonce spent (an INSERT of its row: one replica wins; the row stays until
+//     the nonce expires), the node's AK checked against the inventory's pin or
+//     the one on record, recorded only inside an enrollment window
+//     (enroll.go), and the report stored "attested" in the same transaction as
+//     its attestation row. Any failed check refuses the POST (4xx with the
+//     reason) and records the refusal for the node's page.
 //   - Without the header a report is stored "unattested", under its token only.
 
 // Defaults for Options' attestation fields.
 const (
 	defaultNonceTTL = 2 * time.Hour // a boot, its self-test and retries fit
-	noncesPerNode   = 16            // unspent nonces kept per node
 	refusalsPerNode = 50            // refusals kept per node
 )
 
@@ -39,6 +49,7 @@ const (
 type prediction struct {
 	pcr11 string // hex; "" with why
 	why   string
+	saved bool // recorded in the store by this process
 }
 
 // predict returns the PCR 11 predicted for b's UKI at enter-initrd, cached per
@@ -83,24 +94,77 @@ func (s *Server) predict(b *Build) (string, string) {
 	return p.pcr11, p.why
 }
 
-// issueNonce stores a fresh nonce for node booting b; "" when the store keeps
-// no nonces.
+// issueNonce makes a fresh nonce for node booting b, recording b's PCR 11
+// prediction first (once per build and process); "" when the store keeps no
+// attestation.
 func (s *Server) issueNonce(ctx context.Context, node string, b *Build) (string, time.Time, error) {
 	as, ok := s.opt.Store.(AttestStore)
 	if !ok {
 		return "", time.Time{}, nil
 	}
-	raw := make([]byte, 16)
+	pcr11, why := s.predict(b)
+	s.predMu.Lock()
+	saved := s.predictions[b.ID].saved
+	s.predMu.Unlock()
+	if !saved {
+		if err := as.SavePrediction(ctx, b.ID, pcr11, why, s.opt.Now()); err != nil {
+			return "", time.Time{}, err
+		}
+		s.predMu.Lock()
+		p := s.predictions[b.ID]
+		p.saved = true
+		s.predictions[b.ID] = p
+		s.predMu.Unlock()
+	}
+	raw := make([]byte, 8)
 	if _, err := rand.Read(raw); err != nil {
 		return "", time.Time{}, err
 	}
-	pcr11, _ := s.predict(b)
-	now := s.opt.Now()
-	n := Nonce{Nonce: hex.EncodeToString(raw), NodeID: node, Build: b.ID, PCR11: pcr11, IssuedAt: now, Expires: now.Add(s.opt.NonceTTL)}
-	if err := as.IssueNonce(ctx, n, noncesPerNode); err != nil {
-		return "", time.Time{}, err
+	expires := s.opt.Now().Add(s.opt.NonceTTL).Truncate(time.Second)
+	n, err := s.makeNonce(node, b.ID, expires, raw)
+	return n, expires, err
+}
+
+// nonceLen is a nonce's length in hex: build (8 bytes), expiry (8), random (8),
+// HMAC (16).
+const nonceLen = 2 * (8 + 8 + 8 + 16)
+
+// makeNonce is the nonce of node and build expiring at expires with random raw.
+func (s *Server) makeNonce(node, build string, expires time.Time, raw []byte) (string, error) {
+	id, err := hex.DecodeString(build)
+	if err != nil || len(id) != 8 {
+		return "", fmt.Errorf("build id %q: want 16 hex digits", build)
 	}
-	return n.Nonce, n.Expires, nil
+	msg := make([]byte, 0, 24)
+	msg = append(msg, id...)
+	msg = binary.BigEndian.AppendUint64(msg, uint64(expires.Unix()))
+	msg = append(msg, raw...)
+	return hex.EncodeToString(append(msg, s.nonceMAC(node, msg)...)), nil
+}
+
+func (s *Server) nonceMAC(node string, msg []byte) []byte {
+	m := hmac.New(sha256.New, s.secret)
+	io.WriteString(m, "peerboot nonce v1\x00"+node+"\x00")
+	m.Write(msg)
+	return m.Sum(nil)[:16]
+}
+
+// openNonce checks that nonce is one this server made for node, and returns
+// the build and expiry it names; false: it is not (another node's, altered,
+// or not a nonce at all).
+func (s *Server) openNonce(nonce, node string) (build string, expires time.Time, ok bool) {
+	if len(nonce) != nonceLen {
+		return "", time.Time{}, false
+	}
+	b, err := hex.DecodeString(nonce)
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	msg, mac := b[:24], b[24:]
+	if !hmac.Equal(mac, s.nonceMAC(node, msg)) {
+		return "", time.Time{}, false
+	}
+	return hex.EncodeToString(msg[:8]), time.Unix(int64(binary.BigEndian.Uint64(msg[8:16])), 0).UTC(), true
 }
 
 // postNonce is POST /attest/nonce?node=: a nonce for a node whose command line
@@ -148,6 +212,8 @@ func (s *Server) postNonce(w http.ResponseWriter, r *http.Request) {
 // attestation is what postReport stores of a report's attestation.
 type attestation struct {
 	status, akName, nonce string
+	nonceBuild            string
+	nonceExpires          time.Time
 }
 
 // attestReport checks the evidence of a report POST, if any. false: it
@@ -174,41 +240,43 @@ func (s *Server) attestReport(w http.ResponseWriter, r *http.Request, node, buil
 	if err != nil {
 		return refuse(http.StatusBadRequest, fmt.Errorf("malformed evidence: %w", err))
 	}
-	n, err := as.LookupNonce(r.Context(), ev.Nonce, node)
-	switch {
-	case errors.Is(err, ErrNotFound):
+	nb, expires, ok := s.openNonce(ev.Nonce, node)
+	if !ok {
 		return refuse(http.StatusForbidden, fmt.Errorf("nonce unknown or expired: %q was not issued to node %s, or has expired", clipText(ev.Nonce), node))
-	case err != nil:
+	}
+	if !s.opt.Now().Before(expires) {
+		return refuse(http.StatusForbidden, fmt.Errorf("nonce unknown or expired: it expired at %s", expires.Format(time.RFC3339)))
+	}
+	switch spent, err := as.LookupNonce(r.Context(), ev.Nonce, node); {
+	case err == nil:
+		return refuse(http.StatusConflict, fmt.Errorf("nonce already used: spent at %s (a replayed report)", spent.UsedAt.Format(time.RFC3339)))
+	case !errors.Is(err, ErrNotFound):
 		s.fail(w, r, http.StatusServiceUnavailable, "report not stored", err, "node", node)
 		return attestation{}, false
-	case !n.UsedAt.IsZero():
-		return refuse(http.StatusConflict, fmt.Errorf("nonce already used: spent at %s (a replayed report)", n.UsedAt.Format(time.RFC3339)))
-	case !s.opt.Now().Before(n.Expires):
-		return refuse(http.StatusForbidden, fmt.Errorf("nonce unknown or expired: it expired at %s", n.Expires.Format(time.RFC3339)))
-	case buildID != "" && n.Build != buildID:
-		return refuse(http.StatusForbidden, fmt.Errorf("the nonce was issued for build %s, the token is for build %s", n.Build, buildID))
-	case n.PCR11 == "":
-		s.predMu.Lock()
-		why := s.predictions[n.Build].why
-		s.predMu.Unlock()
-		if why == "" {
-			why = "none was made when the nonce was issued"
-		}
-		return refuse(http.StatusForbidden, fmt.Errorf("no PCR 11 prediction for build %s: %s", n.Build, why))
 	}
+	if buildID != "" && nb != buildID {
+		return refuse(http.StatusForbidden, fmt.Errorf("the nonce was issued for build %s, the token is for build %s", nb, buildID))
+	}
+	pcr11, why, known, err := as.Prediction(r.Context(), nb)
+	if err != nil {
+		s.fail(w, r, http.StatusServiceUnavailable, "report not stored", err, "node", node)
+		return attestation{}, false
+	}
+	if pcr11 == "" {
+		if !known {
+			why = "none was recorded when the nonce was issued"
+		}
+		return refuse(http.StatusForbidden, fmt.Errorf("no PCR 11 prediction for build %s: %s", nb, why))
+	}
+	n := Nonce{Nonce: ev.Nonce, NodeID: node, Build: nb, PCR11: pcr11, Expires: expires}
 	var want attest.Expect
 	want.Nonce = n.Nonce
 	p, _ := hex.DecodeString(n.PCR11)
 	copy(want.PCR11[:], p)
 	want.EKRoots = s.opt.EKRoots
-	rec, err := as.NodeAK(r.Context(), node)
-	if err != nil {
-		s.fail(w, r, http.StatusServiceUnavailable, "report not stored", err, "node", node)
-		return attestation{}, false
-	}
-	if rec != nil {
-		want.AKName = rec.AKName
-	}
+	// The quote is checked against the AK it carries (want.AKName ""), so a
+	// quote by another AK is known to verify before it is called a conflict;
+	// which AK the node may use is decided after, by trustAK.
 	res, err := attest.Verify(ev, body, want)
 	if err != nil {
 		return refuse(http.StatusForbidden, err)
@@ -216,18 +284,14 @@ func (s *Server) attestReport(w http.ResponseWriter, r *http.Request, node, buil
 	// The nonce is spent in the report's transaction (insertAttestation), so a replica
 	// killed before that commit leaves it for the node's retry; a POST that loses the
 	// race to spend it is refused there (nonceRaceLost).
-	if res.FirstUse {
-		got, err := as.RecordAK(r.Context(), NodeAK{NodeID: node, AKName: res.AKName, AKPublic: ev.AKPublic, EKName: res.EKName, RecordedAt: s.opt.Now()})
-		if err != nil {
-			s.fail(w, r, http.StatusServiceUnavailable, "report not stored", err, "node", node)
+	if status, err := s.trustAK(r.Context(), node, remote, res, ev.AKPublic); err != nil {
+		if status == http.StatusServiceUnavailable {
+			s.fail(w, r, status, "report not stored", err, "node", node)
 			return attestation{}, false
 		}
-		if got.AKName != res.AKName {
-			return refuse(http.StatusForbidden, fmt.Errorf("AK changed: node %s recorded AK %s first, this quote is signed by %s", node, got.AKName, res.AKName))
-		}
-		s.log.Info("AK recorded (first attested boot)", "node", node, "ak", res.AKName)
+		return refuse(status, err)
 	}
-	return attestation{status: Attested, akName: res.AKName, nonce: n.Nonce}, true
+	return attestation{status: Attested, akName: res.AKName, nonce: n.Nonce, nonceBuild: n.Build, nonceExpires: n.Expires}, true
 }
 
 // clipText shortens outside text quoted into a reason.
@@ -264,6 +328,22 @@ func (s *Server) attach(ctx context.Context, views ...*ReportSummary) error {
 			v.Attestation, v.AKName = a.Status, a.AKName
 		}
 	}
+	vs, ok := s.opt.Store.(VoteStore)
+	if !ok {
+		return nil
+	}
+	votes, err := vs.Votes(ctx, ids)
+	if err != nil {
+		return err
+	}
+	for _, v := range views {
+		if v == nil {
+			continue
+		}
+		if vote, ok := votes[v.ID]; ok {
+			v.Vote = &vote
+		}
+	}
 	return nil
 }
 
@@ -293,7 +373,21 @@ func (s *Server) attachNode(ctx context.Context, v *NodeView) error {
 		return nil
 	}
 	var err error
-	v.Refusals, err = as.Refusals(ctx, v.ID, refusalsPerNode)
+	if v.Refusals, err = as.Refusals(ctx, v.ID, refusalsPerNode); err != nil {
+		return err
+	}
 	v.Refused = int64(len(v.Refusals))
-	return err
+	ak, err := as.NodeAK(ctx, v.ID)
+	if err != nil {
+		return err
+	}
+	if ak != nil {
+		v.AKName = ak.AKName
+	}
+	if es, ok := s.opt.Store.(EnrollStore); ok {
+		if v.AKConflicts, err = es.AKConflicts(ctx, v.ID); err != nil {
+			return err
+		}
+	}
+	return nil
 }

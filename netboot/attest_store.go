@@ -10,10 +10,9 @@ import (
 
 // The attestation tables (migration 5):
 //
-//	attest_nonces        one row per nonce issued: the node and build it was issued
-//	                     for, the PCR 11 predicted for that build, its expiry, and
-//	                     when it was spent (0: not yet). Spending is one UPDATE ...
-//	                     WHERE used_at = 0, so of two replicas only one wins.
+//	attest_nonces        since migration 6, one row per nonce spent, kept until it
+//	                     expires (trust_store.go); spending is an INSERT, so of
+//	                     two replicas only one wins.
 //	node_aks             the AK recorded at a node's first attested boot (TOFU).
 //	report_attestations  a report's attestation ("attested" with the AK, or
 //	                     "unattested"), written in the report's own transaction.
@@ -59,7 +58,7 @@ const (
 	Refused    = "refused" // a POST refused by a check: in the refusals, never a report
 )
 
-// Nonce is one issued nonce.
+// Nonce is one spent nonce (attest.go: an unspent one is only its HMAC).
 type Nonce struct {
 	Nonce    string
 	NodeID   string
@@ -95,14 +94,17 @@ var ErrNonceSpent = errors.New("nonce already used")
 
 // AttestStore is what attestation needs of a Store; the SQL stores implement it.
 type AttestStore interface {
-	// IssueNonce stores n, drops expired nonces, and keeps at most keep unspent
-	// nonces of n's node (the oldest go).
-	IssueNonce(ctx context.Context, n Nonce, keep int) error
-	// LookupNonce returns the nonce issued to node (ErrNotFound: none such).
+	// SavePrediction records build's PCR 11 prediction (or why there is none)
+	// unless it has one.
+	SavePrediction(ctx context.Context, build, pcr11, why string, at time.Time) error
+	// Prediction is build's recorded prediction; ok false: none recorded.
+	Prediction(ctx context.Context, build string) (pcr11, why string, ok bool, err error)
+	// LookupNonce returns the nonce if node spent it (ErrNotFound: not spent).
 	LookupNonce(ctx context.Context, nonce, node string) (*Nonce, error)
-	// SpendNonce marks the nonce used at now, if it is unspent and unexpired: true
-	// means this caller spent it; exactly one of concurrent callers gets true.
-	SpendNonce(ctx context.Context, nonce, node string, now time.Time) (bool, error)
+	// SpendNonce records n spent at n.UsedAt and drops the spent nonces expired
+	// by then: true means this caller spent it; exactly one of concurrent
+	// callers gets true, at whichever replica.
+	SpendNonce(ctx context.Context, n Nonce) (bool, error)
 	// NodeAK returns the node's recorded AK (nil: none yet).
 	NodeAK(ctx context.Context, node string) (*NodeAK, error)
 	// RecordAK records ak unless the node has one; it returns the node's AK after.
@@ -127,27 +129,28 @@ type ReportAttestation struct {
 
 var _ AttestStore = (*sqlStore)(nil)
 
-func (s *sqlStore) IssueNonce(ctx context.Context, n Nonce, keep int) error {
+func (s *sqlStore) SavePrediction(ctx context.Context, build, pcr11, why string, at time.Time) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
-		now := n.IssuedAt.UnixMicro()
-		if _, err := tx.ExecContext(ctx, `DELETE FROM attest_nonces WHERE expires_at < $1`, now); err != nil {
-			return err
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO attest_nonces (nonce, node_id, build, pcr11, issued_at, expires_at) VALUES ($1, $2, $3, $4, $5, $6)`,
-			n.Nonce, n.NodeID, n.Build, n.PCR11, now, n.Expires.UnixMicro()); err != nil {
-			return err
-		}
-		if keep > 0 {
-			_, err := tx.ExecContext(ctx, `DELETE FROM attest_nonces WHERE node_id = $1 AND used_at = 0 AND issued_at <= (
-	SELECT issued_at FROM attest_nonces WHERE node_id = $1 AND used_at = 0 ORDER BY issued_at DESC LIMIT 1 OFFSET $2)`, n.NodeID, keep)
-			return err
-		}
-		return nil
+		_, err := tx.ExecContext(ctx, `INSERT INTO attest_predictions (build, pcr11, why, at) VALUES ($1, $2, $3, $4) ON CONFLICT (build) DO NOTHING`,
+			build, pcr11, why, at.UnixMicro())
+		return err
 	})
 	if err != nil {
-		return fmt.Errorf("storing a nonce for %s: %w", n.NodeID, err)
+		return fmt.Errorf("recording the PCR 11 prediction of build %s: %w", build, err)
 	}
 	return nil
+}
+
+func (s *sqlStore) Prediction(ctx context.Context, build string) (string, string, bool, error) {
+	var pcr11, why string
+	err := s.db.QueryRowContext(ctx, `SELECT pcr11, why FROM attest_predictions WHERE build = $1`, build).Scan(&pcr11, &why)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", "", false, nil
+	}
+	if err != nil {
+		return "", "", false, fmt.Errorf("reading the PCR 11 prediction of build %s: %w", build, err)
+	}
+	return pcr11, why, true, nil
 }
 
 func (s *sqlStore) LookupNonce(ctx context.Context, nonce, node string) (*Nonce, error) {
@@ -168,29 +171,40 @@ func (s *sqlStore) LookupNonce(ctx context.Context, nonce, node string) (*Nonce,
 	return &n, nil
 }
 
-func (s *sqlStore) SpendNonce(ctx context.Context, nonce, node string, now time.Time) (bool, error) {
+func (s *sqlStore) SpendNonce(ctx context.Context, n Nonce) (bool, error) {
 	var spent bool
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		var err error
-		spent, err = spendNonce(ctx, tx, nonce, node, now)
+		spent, err = spendNonce(ctx, tx, n)
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("spending a nonce of %s: %w", node, err)
+		return false, fmt.Errorf("spending a nonce of %s: %w", n.NodeID, err)
 	}
 	return spent, nil
 }
 
-// spendNonce marks the nonce used in tx: true if this transaction spent it. An
-// attested report's nonce is spent in the report's own transaction (insertAttestation).
-func spendNonce(ctx context.Context, tx *sql.Tx, nonce, node string, now time.Time) (bool, error) {
-	res, err := tx.ExecContext(ctx, `UPDATE attest_nonces SET used_at = $1 WHERE nonce = $2 AND node_id = $3 AND used_at = 0 AND expires_at > $1`,
-		now.UnixMicro(), nonce, node)
+// spendNonce records n spent in tx: true if this transaction spent it (the
+// primary key lets one of any number of replicas insert it). Spent nonces are
+// kept until they expire, which bounds them (a node spends one per attested
+// report, at its report rate); an expired one is refused before it gets here.
+// An attested report's nonce is spent in the report's own transaction
+// (insertAttestation).
+func spendNonce(ctx context.Context, tx *sql.Tx, n Nonce) (bool, error) {
+	now := n.UsedAt.UnixMicro()
+	if !n.UsedAt.Before(n.Expires) {
+		return false, nil
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM attest_nonces WHERE expires_at < $1`, now); err != nil {
+		return false, err
+	}
+	res, err := tx.ExecContext(ctx, `INSERT INTO attest_nonces (nonce, node_id, build, pcr11, issued_at, expires_at, used_at) VALUES ($1, $2, $3, $4, $5, $6, $5) ON CONFLICT (nonce) DO NOTHING`,
+		n.Nonce, n.NodeID, n.Build, n.PCR11, now, n.Expires.UnixMicro())
 	if err != nil {
 		return false, err
 	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	c, err := res.RowsAffected()
+	return c == 1, err
 }
 
 func (s *sqlStore) NodeAK(ctx context.Context, node string) (*NodeAK, error) {
@@ -310,7 +324,7 @@ func insertAttestation(ctx context.Context, tx *sql.Tx, r *StoredReport) error {
 	// The nonce is spent with the report, all or nothing: a replica killed before
 	// the commit leaves it unspent, so the node's retry (at any replica) is stored.
 	if status == Attested {
-		spent, err := spendNonce(ctx, tx, r.Nonce, r.NodeID, r.ReceivedAt)
+		spent, err := spendNonce(ctx, tx, Nonce{Nonce: r.Nonce, NodeID: r.NodeID, Build: r.NonceBuild, UsedAt: r.ReceivedAt, Expires: r.NonceExpires})
 		if err != nil {
 			return err
 		}

@@ -73,7 +73,7 @@ func (e *testEnv) postAttested(t *testing.T, path, token, header string, body []
 	return resp, b.String()
 }
 
-var nonceArg = regexp.MustCompile(`peerboot\.nonce=([0-9a-f]{32})`)
+var nonceArg = regexp.MustCompile(`peerboot\.nonce=([0-9a-f]{80})`)
 
 // bootNonce is the nonce in the boot script served to mac.
 func (e *testEnv) bootNonce(t *testing.T, mac string) string {
@@ -97,7 +97,7 @@ func (c *clock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unloc
 
 func TestAttestedReports(t *testing.T) {
 	clk := &clock{t: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
-	e := newEnv(t, Options{PredictPCR11: stubPCR11, Now: clk.now, RateBurst: 100, SourceBurst: 100})
+	e := newEnv(t, Options{PredictPCR11: stubPCR11, Now: clk.now, RateBurst: 100, SourceBurst: 100, EnrollAll: time.Hour})
 	const mac = "52:54:00:aa:00:01"
 	b := e.build(t, "default")
 	uki, err := os.ReadFile(filepath.Join(b.Dir, "peerboot.efi"))
@@ -249,17 +249,7 @@ func TestNonceSpentOnce(t *testing.T) {
 			as := st.(AttestStore)
 			ctx := context.Background()
 			now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-			for i, n := range []string{"n1", "n2", "n3"} {
-				if err := as.IssueNonce(ctx, Nonce{Nonce: n, NodeID: "node", Build: "b", PCR11: "00", IssuedAt: now.Add(time.Duration(i) * time.Second), Expires: now.Add(time.Hour)}, 2); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if _, err := as.LookupNonce(ctx, "n1", "node"); err != ErrNotFound {
-				t.Errorf("the oldest beyond keep=2 stays: %v", err)
-			}
-			if _, err := as.LookupNonce(ctx, "n2", "other"); err != ErrNotFound {
-				t.Errorf("another node's nonce found: %v", err)
-			}
+			n2 := Nonce{Nonce: "n2", NodeID: "node", Build: "b", PCR11: "00", UsedAt: now.Add(time.Minute), Expires: now.Add(time.Hour)}
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			wins := 0
@@ -267,7 +257,7 @@ func TestNonceSpentOnce(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					ok, err := as.SpendNonce(ctx, "n2", "node", now.Add(time.Minute))
+					ok, err := as.SpendNonce(ctx, n2)
 					if err != nil {
 						t.Error(err)
 					}
@@ -282,11 +272,21 @@ func TestNonceSpentOnce(t *testing.T) {
 			if wins != 1 {
 				t.Errorf("%d spenders won, want 1", wins)
 			}
-			if ok, _ := as.SpendNonce(ctx, "n3", "node", now.Add(2*time.Hour)); ok {
+			if ok, _ := as.SpendNonce(ctx, Nonce{Nonce: "n3", NodeID: "node", UsedAt: now.Add(2 * time.Hour), Expires: now.Add(time.Hour)}); ok {
 				t.Error("an expired nonce was spent")
 			}
 			if n, err := as.LookupNonce(ctx, "n2", "node"); err != nil || n.UsedAt.IsZero() {
 				t.Errorf("spent nonce reads unspent: %+v %v", n, err)
+			}
+			if _, err := as.LookupNonce(ctx, "n2", "other"); err != ErrNotFound {
+				t.Errorf("another node's spent nonce found: %v", err)
+			}
+			// Spent nonces are kept until they expire, then dropped by the next spend.
+			if ok, _ := as.SpendNonce(ctx, Nonce{Nonce: "n4", NodeID: "node", UsedAt: now.Add(90 * time.Minute), Expires: now.Add(3 * time.Hour)}); !ok {
+				t.Error("n4 not spent")
+			}
+			if _, err := as.LookupNonce(ctx, "n2", "node"); err != ErrNotFound {
+				t.Errorf("an expired spent nonce is kept: %v", err)
 			}
 			// TOFU: the first AK recorded stays.
 			a, _ := as.RecordAK(ctx, NodeAK{NodeID: "node", AKName: "first", AKPublic: []byte{1}, RecordedAt: now})
@@ -341,9 +341,10 @@ func TestNonceEndpoint(t *testing.T) {
 			if tc.status == 200 {
 				var v struct{ Nonce string }
 				json.Unmarshal(buf.Bytes(), &v)
-				n, err := e.store.(AttestStore).LookupNonce(context.Background(), v.Nonce, tc.node)
-				if err != nil || n.Build != b.ID || n.PCR11 == "" {
-					t.Fatalf("stored nonce %+v %v", n, err)
+				build, _, ok := e.srv.openNonce(v.Nonce, tc.node)
+				pcr11, _, _, err := e.store.(AttestStore).Prediction(context.Background(), b.ID)
+				if !ok || build != b.ID || err != nil || pcr11 == "" {
+					t.Fatalf("nonce %s: build %s ok %t, prediction %q %v", v.Nonce, build, ok, pcr11, err)
 				}
 			}
 		})

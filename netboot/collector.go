@@ -115,11 +115,13 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sr := &StoredReport{NodeID: node, ReceivedAt: s.opt.Now(), Recipe: recipe, Build: buildID, Verdict: rep.Verdict,
-		SHA256: hex.EncodeToString(sum[:]), Remote: remote, Body: body, Attestation: att.status, AKName: att.akName, Nonce: att.nonce}
+		SHA256: hex.EncodeToString(sum[:]), Remote: remote, Body: body, Attestation: att.status, AKName: att.akName, Nonce: att.nonce,
+		NonceBuild: att.nonceBuild, NonceExpires: att.nonceExpires}
 	summarize(sr, rep)
 	id, err := s.opt.Store.AddReport(r.Context(), sr)
 	switch {
 	case errors.Is(err, ErrDuplicate) && id > 0:
+		sr.ID = id
 		s.applyRollout(r.Context(), sr) // once per report: the store knows it if the first try got that far
 		s.duplicate(w, node, id, rep.Verdict, sr.SHA256)
 		return
@@ -133,6 +135,7 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusServiceUnavailable, "report not stored", err, "node", node)
 		return
 	}
+	sr.ID = id
 	s.applyRollout(r.Context(), sr)
 	s.prune(r, node)
 	s.log.Info("report stored", "id", id, "node", node, "recipe", recipe, "build", buildID, "verdict", rep.Verdict, "attestation", att.status,

@@ -77,6 +77,10 @@ type NodeView struct {
 	// page) lists the newest with their reasons.
 	Refused  int64           `json:"refused"`
 	Refusals []AttestRefusal `json:"refusals,omitempty"`
+	// AKName is the AK on record (node page); AKConflicts the AKs refused
+	// after their quotes verified (enroll.go), for the operator to decide.
+	AKName      string       `json:"ak_name,omitempty"`
+	AKConflicts []AKConflict `json:"ak_conflicts,omitempty"`
 }
 
 // ReportSummary is a report without its body.
@@ -91,6 +95,9 @@ type ReportSummary struct {
 	// (the token only); AKName is the attested report's AK.
 	Attestation string `json:"attestation"`
 	AKName      string `json:"ak_name,omitempty"`
+	// Vote says whether the report counted toward its recipe's rollout, and why
+	// not (nil: no rollout decided on it).
+	Vote *Vote `json:"vote,omitempty"`
 }
 
 // ReportView is a decoded report with what the pages draw from it.

@@ -52,13 +52,20 @@ type Inventory struct {
 
 // Rule is one [[node]] table.
 type Rule struct {
-	MAC        string `toml:"mac"`
-	Host       string `toml:"host"`
-	Name       string `toml:"name"`
-	Recipe     string `toml:"recipe"`
-	Args       string `toml:"args"`
-	Channel    string `toml:"channel"` // of its recipe's [[rollout]]; "": the last channel
-	Line       int    `toml:"-"`       // where the table starts
+	MAC     string `toml:"mac"`
+	Host    string `toml:"host"`
+	Name    string `toml:"name"`
+	Recipe  string `toml:"recipe"`
+	Args    string `toml:"args"`
+	Channel string `toml:"channel"` // of its recipe's [[rollout]]; "": the last channel
+	// TPM says the node has a TPM and always reports attested: its unattested
+	// reports never vote. AKName and EKName pin its TPM (hex TPM Names): a quote
+	// by another AK, or an AK under another EK, is refused, and the first AK
+	// needs no enrollment window. MAC rules only.
+	TPM        bool   `toml:"tpm"`
+	AKName     string `toml:"ak_name"`
+	EKName     string `toml:"ek_name"`
+	Line       int    `toml:"-"` // where the table starts
 	recipeLine int
 }
 
@@ -105,6 +112,10 @@ var tomlLine = regexp.MustCompile(`line (\d+)(?: \(last key "[^"]*"\))?: `)
 
 var recipeName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
+// tpmName is a TPM Name in hex: the name algorithm (sha256, sha384, sha512), then
+// the digest of the public area.
+var tpmName = regexp.MustCompile(`^(000b[0-9a-f]{64}|000c[0-9a-f]{96}|000d[0-9a-f]{128})$`)
+
 // LoadInventory reads and checks an inventory file.
 func LoadInventory(file string) (*Inventory, error) {
 	data, err := os.ReadFile(file)
@@ -137,7 +148,7 @@ func ParseInventory(file string, data []byte) (*Inventory, error) {
 	}
 	for _, k := range md.Undecoded() {
 		key := strings.Join(k, ".")
-		add(key, lines.find(k), "unknown key (want default, args, [[node]] tables with mac or host, name, recipe, args, channel, and [[rollout]] tables with recipe, channels, promote_after, window)")
+		add(key, lines.find(k), "unknown key (want default, args, [[node]] tables with mac or host, name, recipe, args, channel, tpm, ak_name, ek_name, and [[rollout]] tables with recipe, channels, promote_after, window, require_attestation)")
 	}
 	if inv.Default != "" && !recipeName.MatchString(inv.Default) {
 		add("default", lines.top["default"], "want a recipe name ([a-z0-9][a-z0-9._-]*), got %q", inv.Default)
@@ -189,6 +200,21 @@ func ParseInventory(file string, data []byte) (*Inventory, error) {
 		}
 		if strings.ContainsAny(r.Name, "\x00\r\n") {
 			add(key+".name", at("name"), "want one line, got %q", r.Name)
+		}
+		for _, pin := range []struct {
+			k string
+			v *string
+		}{{"ak_name", &r.AKName}, {"ek_name", &r.EKName}} {
+			if *pin.v == "" {
+				continue
+			}
+			*pin.v = strings.ToLower(*pin.v)
+			if !tpmName.MatchString(*pin.v) {
+				add(key+"."+pin.k, at(pin.k), "want a TPM Name in hex (000b and 64 hex digits for a sha256 name), got %q", *pin.v)
+			}
+		}
+		if r.MAC == "" && (r.TPM || r.AKName != "" || r.EKName != "") {
+			add(key, r.Line, "tpm, ak_name and ek_name need a mac rule: a hostname is a claim anyone can make")
 		}
 	}
 	checkRollouts(inv, lines, add)
@@ -249,6 +275,22 @@ func (inv *Inventory) Lookup(mac, host string) (Match, bool) {
 		return Match{}, false
 	}
 	return Match{Recipe: inv.Default, Args: inv.Args}, true
+}
+
+// ByMAC is the [[node]] rule naming mac; a hostname rule never matches here.
+func (inv *Inventory) ByMAC(mac string) (Rule, bool) {
+	if inv == nil || mac == "" {
+		return Rule{}, false
+	}
+	for _, r := range inv.Nodes {
+		if r.MAC != "" && r.MAC == mac {
+			if r.Recipe == "" {
+				r.Recipe = inv.Default
+			}
+			return r, true
+		}
+	}
+	return Rule{}, false
 }
 
 func joinArgs(a, b string) string {

@@ -13,8 +13,39 @@ type RolloutPolicy struct {
 	Channels     []string `toml:"channels"`
 	PromoteAfter int      `toml:"promote_after"` // default 1
 	Window       string   `toml:"window"`        // a Go duration; default "24h"
-	Line         int      `toml:"-"`
-	window       time.Duration
+	// RequireAttestation: true (every channel) or a list of channels whose votes
+	// must be attested reports.
+	RequireAttestation channelList `toml:"require_attestation"`
+	Line               int         `toml:"-"`
+	window             time.Duration
+}
+
+// channelList is require_attestation: true, false or a list of channel names.
+type channelList struct {
+	All      bool
+	Channels []string
+	bad      string
+}
+
+// UnmarshalTOML takes a boolean or an array of strings; anything else is kept
+// for checkRollouts to report at its line.
+func (c *channelList) UnmarshalTOML(v any) error {
+	switch x := v.(type) {
+	case bool:
+		c.All = x
+	case []any:
+		for _, e := range x {
+			s, ok := e.(string)
+			if !ok {
+				c.bad = fmt.Sprintf("%v", v)
+				return nil
+			}
+			c.Channels = append(c.Channels, s)
+		}
+	default:
+		c.bad = fmt.Sprintf("%v", v)
+	}
+	return nil
 }
 
 // Defaults of a [[rollout]] table's optional keys.
@@ -31,7 +62,11 @@ func (inv *Inventory) Policy(recipe string) (rollout.Policy, bool) {
 	}
 	for _, r := range inv.Rollouts {
 		if r.Recipe == recipe {
-			return rollout.Policy{Recipe: r.Recipe, Channels: r.Channels, PromoteAfter: r.PromoteAfter, Window: r.window}, true
+			req := r.RequireAttestation.Channels
+			if r.RequireAttestation.All {
+				req = r.Channels
+			}
+			return rollout.Policy{Recipe: r.Recipe, Channels: r.Channels, PromoteAfter: r.PromoteAfter, Window: r.window, RequireAttestation: req}, true
 		}
 	}
 	return rollout.Policy{}, false
@@ -81,6 +116,15 @@ func checkRollouts(inv *Inventory, lines invLines, add func(key string, line int
 		}
 		if r.PromoteAfter < 1 {
 			add(key+".promote_after", at("promote_after"), "want a number of nodes, 1 or more, got %d", r.PromoteAfter)
+		}
+		if ra := r.RequireAttestation; ra.bad != "" {
+			add(key+".require_attestation", at("require_attestation"), `want true, false or a list of channels, e.g. ["canary"], got %s`, ra.bad)
+		} else {
+			for _, c := range ra.Channels {
+				if !chans[c] {
+					add(key+".require_attestation", at("require_attestation"), "unknown channel %q (the rollout has %v)", c, r.Channels)
+				}
+			}
 		}
 		r.window = defaultWindow
 		if r.Window != "" {

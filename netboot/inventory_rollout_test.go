@@ -49,6 +49,16 @@ func TestInventoryRollout(t *testing.T) {
 			t.Errorf("Lookup(%q, %q).Channel = %q, want %q", c.mac, c.host, m.Channel, c.channel)
 		}
 	}
+	inv, err = ParseInventory("inv.toml", []byte(rolloutInventory+"[[node]]\nmac = \"52:54:00:00:00:07\"\ntpm = true\n[[rollout]]\nrecipe = \"r2\"\nchannels = [\"a\", \"b\"]\nrequire_attestation = true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := inv.Policy("default"); p.Requires("canary") || p.Requires("stable") {
+		t.Errorf("default requires attestation: %+v", p)
+	}
+	if p, _ := inv.Policy("r2"); !p.Requires("a") || !p.Requires("b") {
+		t.Errorf("require_attestation = true: %+v", p)
+	}
 	inv, err = ParseInventory("inv.toml", []byte("[[rollout]]\nrecipe = \"x\"\nchannels = [\"a\"]\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -100,6 +110,30 @@ channels = ["x"]
 			`inv.toml:9: rollout[1].channels: want channel names ([a-z0-9][a-z0-9._-]*), got "B c"`,
 			`inv.toml:10: rollout.rollback: unknown key`,
 			`inv.toml:13: rollout[2].recipe: recipe r already has a rollout at line 8`,
+		}},
+		{"attestation keys", `default = "default"
+[[rollout]]
+recipe = "default"
+channels = ["canary", "stable"]
+require_attestation = ["canary", "beta"]
+
+[[rollout]]
+recipe = "r2"
+channels = ["a"]
+require_attestation = 3
+
+[[node]]
+host = "gpu-*"
+tpm = true
+
+[[node]]
+mac = "52:54:00:12:34:56"
+ak_name = "000bzz"
+`, []string{
+			`inv.toml:5: rollout[0].require_attestation: unknown channel "beta" (the rollout has [canary stable])`,
+			`inv.toml:10: rollout[1].require_attestation: want true, false or a list of channels, e.g. ["canary"], got 3`,
+			`inv.toml:12: node[0]: tpm, ak_name and ek_name need a mac rule`,
+			`inv.toml:18: node[1].ak_name: want a TPM Name in hex`,
 		}},
 	}
 	for _, tt := range tests {

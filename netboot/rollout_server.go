@@ -101,10 +101,13 @@ func (s *Server) chooseBuild(ctx context.Context, m Match, node string) (*Build,
 	return b, err
 }
 
-// applyRollout records a stored report's verdict with the rollout of its recipe.
-// It runs for a report just stored and for a retry of one (idempotent in the store),
-// so a replica that died between storing a report and deciding on it loses nothing
-// once the node retries. A failure is logged: the report itself is stored.
+// applyRollout records a stored report's verdict with the rollout of its recipe,
+// if the report is a vote (voter, rollout.Counts): only a node the inventory names
+// by MAC votes, and one with a TPM on record votes only attested. Whether it
+// counted, and why not, is recorded for the pages. It runs for a report just
+// stored and for a retry of one (idempotent in the store), so a replica that died
+// between storing a report and deciding on it loses nothing once the node
+// retries. A failure is logged: the report itself is stored.
 func (s *Server) applyRollout(ctx context.Context, sr *StoredReport) {
 	rs, ok := s.rolloutStore()
 	if !ok || sr.Build == "" {
@@ -118,17 +121,22 @@ func (s *Server) applyRollout(ctx context.Context, sr *StoredReport) {
 	if !ok {
 		return
 	}
-	channel := ""
-	mac, host := "", ""
-	if n, err := s.opt.Store.Node(ctx, sr.NodeID); err == nil {
-		mac, host = n.MAC, n.Hostname
-	} else if m, err := NormalizeMAC(sr.NodeID); err == nil {
-		mac = m
+	v, err := s.voter(ctx, sr)
+	if err != nil {
+		s.log.Error("rollout: who reported", "node", sr.NodeID, "build", sr.Build, "error", err.Error())
+		return // not counted, not recorded: the node's retry decides again
 	}
-	if m, ok := s.opt.Inventory.Lookup(mac, host); ok && m.Recipe == recipe {
-		channel = m.Channel
+	counted, why := rollout.Counts(p, recipe, v)
+	if vs, ok := s.opt.Store.(VoteStore); ok && sr.ID > 0 {
+		if err := vs.RecordVote(ctx, sr.ID, Vote{Recipe: recipe, Counted: counted, Reason: why}); err != nil {
+			s.log.Error("rollout: recording a vote", "node", sr.NodeID, "error", err.Error())
+		}
 	}
-	out, err := rs.RecordVerdict(ctx, p, RolloutVerdict{Recipe: recipe, Build: sr.Build, Node: sr.NodeID, Channel: channel,
+	if !counted {
+		s.log.Warn("rollout: report not counted", "node", sr.NodeID, "build", sr.Build, "verdict", sr.Verdict, "why", why)
+		return
+	}
+	out, err := rs.RecordVerdict(ctx, p, RolloutVerdict{Recipe: recipe, Build: sr.Build, Node: sr.NodeID, Channel: v.Channel,
 		Verdict: sr.Verdict, SHA256: sr.SHA256, At: sr.ReceivedAt})
 	if err != nil {
 		s.log.Error("rollout: recording a verdict", "node", sr.NodeID, "build", sr.Build, "error", err.Error())
@@ -139,11 +147,52 @@ func (s *Server) applyRollout(ctx context.Context, sr *StoredReport) {
 	}
 }
 
+// voter is what the inventory and the store say of a stored report's node. The
+// report's attestation is read back from the store (a retry carries none of its
+// own); the node is listed only by a [[node]] rule naming its MAC.
+func (s *Server) voter(ctx context.Context, sr *StoredReport) (rollout.Voter, error) {
+	v := rollout.Voter{Node: sr.NodeID, Attested: sr.Attestation == Attested}
+	as, hasAttest := s.opt.Store.(AttestStore)
+	if hasAttest && sr.ID > 0 {
+		got, err := as.Attestations(ctx, []int64{sr.ID})
+		if err != nil {
+			return v, err
+		}
+		v.Attested = got[sr.ID].Status == Attested
+	}
+	mac, err := NormalizeMAC(sr.NodeID)
+	if err != nil {
+		return v, nil
+	}
+	r, ok := s.opt.Inventory.ByMAC(mac)
+	if !ok {
+		return v, nil
+	}
+	v.Listed, v.Recipe, v.Channel = true, r.Recipe, r.Channel
+	switch {
+	case r.AKName != "" || r.EKName != "":
+		v.MustAttest = "its TPM is pinned in the inventory"
+	case r.TPM:
+		v.MustAttest = "tpm = true in the inventory"
+	case hasAttest:
+		ak, err := as.NodeAK(ctx, sr.NodeID)
+		if err != nil {
+			return v, err
+		}
+		if ak != nil {
+			v.MustAttest = "it has AK " + clipText(ak.AKName) + " on record"
+		}
+	}
+	return v, nil
+}
+
 func (s *Server) rolloutRoutes(m *http.ServeMux) {
 	m.Handle("GET /api/rollouts", s.pages(s.apiRollouts))
 	m.Handle("GET /api/rollouts/{recipe}", s.pages(s.apiRollout))
 	m.Handle("POST /api/rollouts/{recipe}/{action}", s.operator(s.apiRolloutAction))
 	m.Handle("POST /api/nodes/{node}/clear", s.operator(s.apiClear))
+	m.Handle("POST /api/nodes/{node}/ak-reset", s.operator(s.apiAKReset))
+	m.Handle("POST /api/attest/enroll", s.operator(s.apiEnroll))
 }
 
 // rolloutStatuses is every recipe's rollout, by recipe name.

@@ -80,6 +80,9 @@ type Options struct {
 	PredictPCR11 func(uki []byte) ([32]byte, error)
 	EKRoots      *x509.CertPool
 	NonceTTL     time.Duration
+	// EnrollAll, when set, opens an AK enrollment window for every node for
+	// this long from New (serve --enroll; enroll.go).
+	EnrollAll time.Duration
 }
 
 // Server is the HTTP boot service, report collector and fleet dashboard.
@@ -171,6 +174,17 @@ func New(ctx context.Context, opt Options) (*Server, error) {
 	}
 	for _, b := range opt.Builds.All() {
 		s.issued[b.ID] = b.Recipe
+	}
+	if opt.EnrollAll > 0 {
+		es, ok := opt.Store.(EnrollStore)
+		if !ok {
+			return nil, errors.New("enrollment: this store keeps no attestation")
+		}
+		now := opt.Now()
+		if err := es.OpenEnrollment(ctx, "*", now, now.Add(opt.EnrollAll)); err != nil {
+			return nil, err
+		}
+		s.log.Info("AK enrollment window opened for every node", "until", now.Add(opt.EnrollAll))
 	}
 	s.routes()
 	s.syncRollouts(ctx)

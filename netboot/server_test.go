@@ -63,11 +63,14 @@ func TestBootScript(t *testing.T) {
 			t.Errorf("script lacks %q:\n%s", want, body)
 		}
 	}
-	// The nonce: 32 hex digits, stored for this node and build (attest_test.go spends them).
-	if m := regexp.MustCompile(`peerboot\.nonce=([0-9a-f]{32})\n`).FindStringSubmatch(body); m == nil {
+	// The nonce: 80 hex digits naming this node and build (attest_test.go spends them),
+	// unspent.
+	if m := regexp.MustCompile(`peerboot\.nonce=([0-9a-f]{80})\n`).FindStringSubmatch(body); m == nil {
 		t.Errorf("script lacks a nonce:\n%s", body)
-	} else if n, err := e.store.(AttestStore).LookupNonce(context.Background(), m[1], "52:54:00:12:34:56"); err != nil || n.Build != x.ID || !n.UsedAt.IsZero() {
-		t.Errorf("nonce %s: %+v %v", m[1], n, err)
+	} else if build, _, ok := e.srv.openNonce(m[1], "52:54:00:12:34:56"); !ok || build != x.ID {
+		t.Errorf("nonce %s: build %s, ok %t", m[1], build, ok)
+	} else if _, err := e.store.(AttestStore).LookupNonce(context.Background(), m[1], "52:54:00:12:34:56"); err != ErrNotFound {
+		t.Errorf("a nonce just issued reads spent: %v", err)
 	}
 	n, err := e.store.Node(context.Background(), "SN1")
 	if err != nil || n.MAC != "52:54:00:12:34:56" || n.Boots != 1 {

@@ -95,6 +95,8 @@ UPDATE reports SET size = (SELECT length(b.body) FROM report_bodies b WHERE b.re
 	rolloutMigration,
 	// 5: attestation: nonces, the nodes' AKs, each report's attestation, refusals (attest_store.go).
 	attestMigration,
+	// 6: votes, predictions, spent-only nonces, AK enrollment and conflicts (trust_store.go).
+	trustMigration,
 }
 
 type sqlStore struct {
@@ -754,8 +756,16 @@ func pruneUnreported(ctx context.Context, tx *sql.Tx, d dialect, unreported stri
 		if _, err := tx.ExecContext(ctx, `DELETE FROM boots WHERE node_id IN `+in+` AND NOT EXISTS (SELECT 1 FROM reports r WHERE r.node_id = boots.node_id)`, chunk...); err != nil {
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id IN `+in+` AND NOT EXISTS (SELECT 1 FROM reports r WHERE r.node_id = nodes.id)`, chunk...)
-		return err
+		if _, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id IN `+in+` AND NOT EXISTS (SELECT 1 FROM reports r WHERE r.node_id = nodes.id)`, chunk...); err != nil {
+			return err
+		}
+		// What attestation kept of a node goes with it (issue 28: orphans).
+		for _, table := range []string{"attest_nonces", "attest_refusals", "ak_conflicts", "node_aks"} {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE node_id IN `+in+` AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = `+table+`.node_id)`, chunk...); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

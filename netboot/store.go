@@ -64,8 +64,11 @@ type StoredReport struct {
 	// evidence and hints, messages cut to maxMessage bytes.
 	Failing []selftest.Finding
 	// Attestation is Attested or Unattested ("" reads as Unattested); AKName and
-	// Nonce are the attested report's AK and the nonce it spent.
+	// Nonce are the attested report's AK and the nonce it spent, NonceBuild and
+	// NonceExpires what the nonce says of itself.
 	Attestation, AKName, Nonce string
+	NonceBuild                 string
+	NonceExpires               time.Time
 }
 
 // Retention bounds what the store keeps; a field of zero or less is no bound.

@@ -19,6 +19,56 @@ type Policy struct {
 	// of the build entering the channel and with no FAIL, promote it to the next channel.
 	PromoteAfter int
 	Window       time.Duration
+	// RequireAttestation lists the channels on which only attested reports vote.
+	RequireAttestation []string
+}
+
+// Requires says whether ch's votes must be attested.
+func (p Policy) Requires(ch string) bool {
+	for _, c := range p.RequireAttestation {
+		if c == ch {
+			return true
+		}
+	}
+	return false
+}
+
+// Voter is what the server knows of a stored report's node when deciding whether
+// its verdict counts toward a rollout (Counts).
+type Voter struct {
+	Node string
+	// Listed: the inventory names the node's MAC in a [[node]] rule. A hostname
+	// glob, a serial or an address is a claim anyone can make, never a voter.
+	Listed  bool
+	Recipe  string // the recipe the inventory gives the node
+	Channel string // its channel ("" : the policy's default)
+	// Attested: the report came with evidence that verified (a TPM quote).
+	Attested bool
+	// Why the node must attest, if it must: an AK on record, tpm = true or a
+	// pinned AK/EK in the inventory. "": it need not (unless its channel does).
+	MustAttest string
+}
+
+// Counts decides whether a report of v about recipe is a vote in p; when it is
+// not, why says so for the fleet page.
+func Counts(p Policy, recipe string, v Voter) (ok bool, why string) {
+	ch := v.Channel
+	if ch == "" {
+		ch = p.Default()
+	}
+	switch {
+	case !v.Listed:
+		return false, fmt.Sprintf("node %s is not in the inventory by MAC: only [[node]] mac = rules vote", v.Node)
+	case v.Recipe != recipe:
+		return false, fmt.Sprintf("the inventory gives node %s recipe %s, not %s", v.Node, v.Recipe, recipe)
+	case v.Attested:
+		return true, ""
+	case v.MustAttest != "":
+		return false, fmt.Sprintf("unattested: node %s votes only with an attested report (%s)", v.Node, v.MustAttest)
+	case p.Requires(ch):
+		return false, fmt.Sprintf("unattested: channel %s of %s has require_attestation", ch, p.Recipe)
+	}
+	return true, ""
 }
 
 // Default is the channel of nodes that name none: the last.

@@ -38,7 +38,7 @@ type rolloutFlags struct {
 func rolloutCmd() *cobra.Command {
 	f := &rolloutFlags{}
 	cmd := &cobra.Command{
-		Use:   "rollout status|promote|halt|resume|clear",
+		Use:   "rollout status|promote|halt|resume|clear|enroll|ak-reset",
 		Short: "Show and steer the rollouts of a running peerboot serve",
 		Long: `rollout talks to a running ` + "`peerboot serve`" + ` (its JSON API). status reads, protected
 like the fleet pages: --token is its --page-token, --auth its --auth USER:PASSWORD.
@@ -53,6 +53,9 @@ created 0600 at its --operator-token (default OUT/operator.token), read here fro
   halt RECIPE [--reason ...] stop automatic promotion
   resume RECIPE              start it again
   clear NODE                 end a node's hold: it boots its channel's build again
+  enroll [NODE...] --for D   let the nodes (none named: every node) record their first
+                             TPM AK for D (default 1h)
+  ak-reset NODE              forget a node's AK (a replaced TPM); enroll it again after
 
 --server defaults to $PEERBOOT_SERVER, else http://127.0.0.1:8080; --token to
 $PEERBOOT_PAGE_TOKEN; --auth to $PEERBOOT_SERVE_AUTH.
@@ -138,7 +141,49 @@ a state the action does not apply to, wrong credentials).`,
 			return f.action(cmd, "/api/nodes/"+url.PathEscape(args[0])+"/clear", nil)
 		},
 	}
-	cmd.AddCommand(status, promote, halt, resume, clear)
+	var enrollFor time.Duration
+	enroll := &cobra.Command{
+		Use:   "enroll [NODE...] [--for DURATION]",
+		Short: "Open an AK enrollment window for the nodes (none named: every node)",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if enrollFor <= 0 {
+				return exitcode.Tag(exitcode.Usage, errors.New("--for: want a duration such as 1h"))
+			}
+			var out struct {
+				Nodes []string  `json:"nodes"`
+				Until time.Time `json:"until"`
+			}
+			if err := f.call(cmd, "POST", "/api/attest/enroll", map[string]any{"nodes": append([]string{}, args...), "for": enrollFor.String()}, &out); err != nil {
+				return err
+			}
+			if f.asJSON {
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "enrollment open until %s for %s\n", out.Until.UTC().Format("2006-01-02 15:04:05Z"), strings.Join(out.Nodes, " "))
+			return nil
+		},
+	}
+	enroll.Flags().DurationVar(&enrollFor, "for", time.Hour, "how long the window stays open (at most 168h)")
+	akReset := &cobra.Command{
+		Use:   "ak-reset NODE",
+		Short: "Forget a node's TPM AK (MAC or node id)",
+		Args:  nArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var out struct {
+				Node   string `json:"node"`
+				AKName string `json:"ak_name"`
+			}
+			if err := f.call(cmd, "POST", "/api/nodes/"+url.PathEscape(args[0])+"/ak-reset", map[string]string{}, &out); err != nil {
+				return err
+			}
+			if f.asJSON {
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node %s: AK %s forgotten; its next AK needs an enrollment window (peerboot rollout enroll %s)\n", out.Node, out.AKName, out.Node)
+			return nil
+		},
+	}
+	cmd.AddCommand(status, promote, halt, resume, clear, enroll, akReset)
 	return cmd
 }
 

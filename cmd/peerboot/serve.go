@@ -38,6 +38,7 @@ type serveFlags struct {
 	tftpMax, tftpPerSource                        int
 	ekCA                                          string
 	operatorToken                                 string
+	enroll                                        time.Duration
 }
 
 func serveCmd() *cobra.Command {
@@ -77,8 +78,13 @@ connections are capped (--max-conns).
 A report POSTed with a Peerboot-Attestation header (a TPM2 quote over PCRs 4, 7, 11,
 bound to the boot's one-time peerboot.nonce= or a POST /attest/nonce) is verified and
 stored "attested", or refused with the reason; one without is stored "unattested".
-The node's AK is trusted on first use; --ek-ca FILE also requires an EK certificate
-chaining to that PEM bundle.
+A node's first AK is recorded only inside an enrollment window (peerboot rollout
+enroll NODE..., or --enroll DURATION for every node from start) or when the inventory
+pins it (ak_name); another AK is refused and listed on the node's page as a conflict
+(peerboot rollout ak-reset NODE forgets the one on record). --ek-ca FILE also requires
+an EK certificate chaining to that PEM bundle. Only nodes the inventory names by MAC
+vote in a rollout, and a node with an AK on record, tpm = true or a pin votes only
+with attested reports.
 
 --tftp ADDR adds a read-only TFTP server (same file rules) for firmware that can only
 TFTP a first-stage iPXE; --proxy-dhcp IFACE answers PXE clients only, on IFACE, for
@@ -118,6 +124,7 @@ database holding two example nodes (8-GPU and 4-GPU fixture reports).`,
 	fl.StringVar(&f.tftp, "tftp", "", "also serve TFTP on this address (e.g. :69): the first-stage iPXE of --tftp-dir and a boot.ipxe chaining to HTTP")
 	fl.StringVar(&f.tftpDir, "tftp-dir", "", "first-stage iPXE files served over TFTP, e.g. a copy of Debian's ipxe.efi and undionly.kpxe (cp -L: symlinks out of the directory are refused)")
 	fl.StringVar(&f.operatorToken, "operator-token", "", "file of the operator token that authorises rollout writes, created 0600 if missing (default OUT/operator.token, or $PEERBOOT_OPERATOR_TOKEN_FILE)")
+	fl.DurationVar(&f.enroll, "enroll", 0, "open an AK enrollment window for every node for this long from start (the first AK a node quotes with is recorded only inside a window: peerboot rollout enroll)")
 	fl.StringVar(&f.ekCA, "ek-ca", "", "PEM bundle of TPM EK CA certificates: attested reports must carry an EK certificate chaining to it")
 	fl.StringVar(&f.proxyDHCP, "proxy-dhcp", "", "answer PXE clients on this interface as a ProxyDHCP (the site's DHCP server keeps giving addresses)")
 	return cmd
@@ -186,6 +193,10 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 		Retention: netboot.Retention{ReportsPerNode: f.keepReports, ReportBytes: keepBytes, UnreportedNodes: f.keepUnreported},
 		Limits:    netboot.Limits{MaxConns: f.maxConns, BodyTimeout: f.bodyTimeout, WriteIdle: f.writeIdle}}
 	opt.PredictPCR11 = predictPCR11
+	if f.enroll < 0 {
+		return usage(errors.New("--enroll: want a duration such as 1h"))
+	}
+	opt.EnrollAll = f.enroll
 	if f.ekCA != "" {
 		if opt.EKRoots, err = loadEKRoots(f.ekCA); err != nil {
 			return usage(err)

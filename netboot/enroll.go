@@ -1,0 +1,198 @@
+package netboot
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/peerboot/peerboot/attest"
+)
+
+// Which AK a node may quote with (issue 28, item 6: trust on first use let an
+// attacker's swtpm register a node's first AK and lock the real node out):
+//
+//   - an AK pinned in the inventory (ak_name) is the node's, whatever is on
+//     record;
+//   - else the AK on record is;
+//   - else the first AK is recorded only inside an enrollment window an
+//     operator opened (peerboot rollout enroll, or serve --enroll DURATION for
+//     every node); outside one it is refused;
+//   - an ek_name pinned in the inventory must be the EK the evidence names.
+//     It is a check, never a reason to enroll: without credential activation
+//     nothing proves the AK lives in that EK's TPM, and an EK public is no
+//     secret.
+//
+// Every AK refused after its quote verified is kept as a conflict (the node
+// page and the API list them), so a replaced TPM or a forger shows instead of
+// silently failing; peerboot rollout ak-reset NODE forgets the AK on record.
+
+const conflictsPerNode = 8 // AK conflicts kept per node
+
+// trustAK decides whether res's AK is node's, recording it when it is enrolled
+// now. The status is the POST's answer when it is not (503: the store failed).
+func (s *Server) trustAK(ctx context.Context, node, remote string, res *attest.Result, akPublic []byte) (int, error) {
+	as := s.opt.Store.(AttestStore)
+	es, _ := s.opt.Store.(EnrollStore)
+	var pin Rule
+	if mac, err := NormalizeMAC(node); err == nil {
+		pin, _ = s.opt.Inventory.ByMAC(mac)
+	}
+	rec, err := as.NodeAK(ctx, node)
+	if err != nil {
+		return http.StatusServiceUnavailable, err
+	}
+	conflict := func(why error) (int, error) {
+		if es != nil {
+			c := AKConflict{NodeID: node, AKName: res.AKName, EKName: res.EKName, Last: s.opt.Now(), Remote: remote}
+			if err := es.AddAKConflict(ctx, c, conflictsPerNode); err != nil {
+				s.log.Error("recording an AK conflict", "node", node, "error", err.Error())
+			}
+		}
+		return http.StatusForbidden, why
+	}
+	if pin.EKName != "" && res.EKName != pin.EKName {
+		return conflict(fmt.Errorf("EK mismatch: the inventory pins EK %s for node %s, the evidence names %s", clipText(pin.EKName), node, clipText(res.EKName)))
+	}
+	record := func(how string) (int, error) {
+		got, err := as.RecordAK(ctx, NodeAK{NodeID: node, AKName: res.AKName, AKPublic: akPublic, EKName: res.EKName, RecordedAt: s.opt.Now()})
+		if err != nil {
+			return http.StatusServiceUnavailable, err
+		}
+		if got.AKName != res.AKName && pin.AKName == "" {
+			return conflict(fmt.Errorf("AK changed: node %s recorded AK %s first, this quote is signed by %s", node, clipText(got.AKName), clipText(res.AKName)))
+		}
+		s.log.Info("AK recorded", "node", node, "ak", res.AKName, "how", how)
+		return 0, nil
+	}
+	switch {
+	case pin.AKName != "":
+		if res.AKName != pin.AKName {
+			return conflict(fmt.Errorf("AK changed: the inventory pins AK %s for node %s, this quote is signed by %s", clipText(pin.AKName), node, clipText(res.AKName)))
+		}
+		if rec == nil {
+			return record("pinned in the inventory")
+		}
+		return 0, nil
+	case rec != nil:
+		if res.AKName != rec.AKName {
+			return conflict(fmt.Errorf("AK changed: node %s has AK %s on record, this quote is signed by %s (a replaced TPM: peerboot rollout ak-reset %s, then enroll it)",
+				node, clipText(rec.AKName), clipText(res.AKName), node))
+		}
+		return 0, nil
+	}
+	open := false
+	if es != nil {
+		if open, err = es.Enrolling(ctx, node, s.opt.Now()); err != nil {
+			return http.StatusServiceUnavailable, err
+		}
+	}
+	if !open {
+		return conflict(fmt.Errorf("AK not enrolled: node %s has no AK on record and no enrollment window is open (peerboot rollout enroll %s, or ak_name in the inventory); AK %s", node, node, clipText(res.AKName)))
+	}
+	return record("enrollment window")
+}
+
+// enrollBody is POST /api/attest/enroll's body.
+type enrollBody struct {
+	Nodes []string `json:"nodes"` // MACs or node ids; none: every node
+	For   string   `json:"for"`   // a Go duration, at most maxEnrollment
+}
+
+// maxEnrollment bounds a window: enrollment is a decision about now, not a
+// standing policy.
+const maxEnrollment = 7 * 24 * time.Hour
+
+func (s *Server) apiEnroll(w http.ResponseWriter, r *http.Request) {
+	es, ok := s.opt.Store.(EnrollStore)
+	if !ok {
+		s.fail(w, r, http.StatusNotImplemented, "enroll refused", errors.New("this store keeps no attestation"))
+		return
+	}
+	var b enrollBody
+	data, err := io.ReadAll(io.LimitReader(r.Body, maxActionBody+1))
+	if err == nil && len(data) > maxActionBody {
+		err = fmt.Errorf("the body is over %d bytes", maxActionBody)
+	}
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&b)
+	}
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, "enroll refused", fmt.Errorf(`want {"nodes": ["MAC", ...], "for": "1h"}: %w`, err))
+		return
+	}
+	d, err := time.ParseDuration(b.For)
+	if err != nil || d <= 0 || d > maxEnrollment {
+		s.fail(w, r, http.StatusBadRequest, "enroll refused", fmt.Errorf("for: want a duration up to %s, got %q", maxEnrollment, b.For))
+		return
+	}
+	nodes := []string{}
+	for _, n := range b.Nodes {
+		id, err := nodeKey(n)
+		if err != nil {
+			s.fail(w, r, http.StatusBadRequest, "enroll refused", err)
+			return
+		}
+		nodes = append(nodes, id)
+	}
+	if len(nodes) == 0 {
+		nodes = []string{"*"}
+	}
+	now := s.opt.Now()
+	until := now.Add(d)
+	for _, n := range nodes {
+		if err := es.OpenEnrollment(r.Context(), n, now, until); err != nil {
+			s.fail(w, r, http.StatusInternalServerError, "enroll failed", err)
+			return
+		}
+	}
+	s.log.Info("AK enrollment window opened", "nodes", nodes, "until", until)
+	writeJSON(w, map[string]any{"nodes": nodes, "until": until.UTC()})
+}
+
+func (s *Server) apiAKReset(w http.ResponseWriter, r *http.Request) {
+	es, ok := s.opt.Store.(EnrollStore)
+	if !ok {
+		s.fail(w, r, http.StatusNotImplemented, "ak-reset refused", errors.New("this store keeps no attestation"))
+		return
+	}
+	if _, ok := s.readAction(w, r); !ok {
+		return
+	}
+	id, err := nodeKey(r.PathValue("node"))
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, "ak-reset refused", err)
+		return
+	}
+	if n, err := s.opt.Store.Node(r.Context(), id); err == nil {
+		id = n.ID
+	}
+	old, err := es.ResetAK(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, http.StatusInternalServerError, "ak-reset failed", err)
+		return
+	}
+	if old == nil {
+		s.fail(w, r, http.StatusNotFound, "ak-reset refused", fmt.Errorf("node %s has no AK on record: %w", id, ErrNotFound))
+		return
+	}
+	s.log.Info("AK reset", "node", id, "ak", old.AKName)
+	writeJSON(w, map[string]any{"node": id, "ak_name": old.AKName})
+}
+
+// nodeKey is a node named on the command line: a MAC (normalized) or a node id.
+func nodeKey(n string) (string, error) {
+	if mac, err := NormalizeMAC(n); err == nil {
+		return mac, nil
+	}
+	if !nodeWord.MatchString(n) {
+		return "", fmt.Errorf("node: want a MAC or a node id (up to 64 of A-Z a-z 0-9 . _ : -), got %q", n)
+	}
+	return n, nil
+}

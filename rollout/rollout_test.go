@@ -3,6 +3,7 @@ package rollout
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -149,5 +150,29 @@ func TestNodeAfterVerdict(t *testing.T) {
 	}
 	if got := Serve(pol(), st, "canary", &Hold{Failed: "B"}); got != "B" {
 		t.Errorf("held node with no rollback target served %q, want its channel's B", got)
+	}
+}
+
+func TestCounts(t *testing.T) {
+	p := Policy{Recipe: "r", Channels: []string{"canary", "stable"}, RequireAttestation: []string{"canary"}}
+	for _, c := range []struct {
+		name string
+		v    Voter
+		ok   bool
+		why  string
+	}{
+		{"unlisted", Voter{Node: "n", Recipe: "r", Attested: true}, false, "not in the inventory by MAC"},
+		{"another recipe", Voter{Node: "n", Listed: true, Recipe: "x", Attested: true}, false, "gives node n recipe x"},
+		{"listed, stable, unattested", Voter{Node: "n", Listed: true, Recipe: "r"}, true, ""},
+		{"listed, default channel is stable", Voter{Node: "n", Listed: true, Recipe: "r", Channel: ""}, true, ""},
+		{"must attest, unattested", Voter{Node: "n", Listed: true, Recipe: "r", MustAttest: "an AK"}, false, "only with an attested report (an AK)"},
+		{"must attest, attested", Voter{Node: "n", Listed: true, Recipe: "r", MustAttest: "an AK", Attested: true}, true, ""},
+		{"canary requires, unattested", Voter{Node: "n", Listed: true, Recipe: "r", Channel: "canary"}, false, "channel canary of r has require_attestation"},
+		{"canary requires, attested", Voter{Node: "n", Listed: true, Recipe: "r", Channel: "canary", Attested: true}, true, ""},
+	} {
+		ok, why := Counts(p, "r", c.v)
+		if ok != c.ok || !strings.Contains(why, c.why) || (c.ok && why != "") {
+			t.Errorf("%s: %t %q, want %t %q", c.name, ok, why, c.ok, c.why)
+		}
 	}
 }

@@ -80,6 +80,18 @@ channel = "canary"
 	if _, e, code := rollout("clear", "52:54:00:12:34:56"); code != 2 || !strings.Contains(e, "404") {
 		t.Errorf("clearing a node not held: exit %d %s", code, e)
 	}
+	if o, e, code := rollout("enroll", "52:54:00:12:34:56", "--for", "10m"); code != 0 || !strings.Contains(o, "enrollment open until") || !strings.Contains(o, "52:54:00:12:34:56") {
+		t.Errorf("enroll: exit %d %s%s", code, o, e)
+	}
+	if _, e, code := rollout("enroll", "--for", "10000h"); code != 2 || !strings.Contains(e, "for: want a duration up to") {
+		t.Errorf("enroll for too long: exit %d %s", code, e)
+	}
+	if _, e, code := rollout("ak-reset", "52:54:00:12:34:56"); code != 2 || !strings.Contains(e, "no AK on record") {
+		t.Errorf("ak-reset of a node without an AK: exit %d %s", code, e)
+	}
+	if _, e, code := run(t, "rollout", "enroll", "--server", "http://"+addr, "--operator-token", forged); code != 2 || !strings.Contains(e, "chmod 600") {
+		t.Errorf("enroll without the operator token: exit %d %s", code, e)
+	}
 	if _, e, code := rollout("status", "nosuch"); code != 2 || !strings.Contains(e, `recipe "nosuch" has no [[rollout]]`) {
 		t.Errorf("unknown recipe: exit %d %s", code, e)
 	}

@@ -1,6 +1,6 @@
 package build
 
-// StageJSON is one stage of `plan --json` (README, "Machine-readable output").
+// StageJSON is one stage of `plan --json` (docs/commands.md, "Machine-readable output").
 type StageJSON struct {
 	Name       string     `json:"name"`
 	Version    int        `json:"version"`

@@ -25,7 +25,7 @@ const (
 	Interrupted Class = 130
 )
 
-// Names lists the classes for documentation (README, `peerboot help exit-codes`).
+// Names lists the classes for documentation (docs/commands.md, `peerboot exit-codes`).
 var Names = []struct {
 	Class Class
 	Name  string

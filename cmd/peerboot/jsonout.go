@@ -8,11 +8,11 @@ import (
 )
 
 // Every --json output is one JSON document followed by a newline, indented, with
-// the shape its command's xxxJSON type gives (README "Machine-readable output").
+// the shape its command's xxxJSON type gives (docs/commands.md, "Machine-readable output").
 // Field names are snake_case and never change meaning; new fields may be added.
 
 func addJSONFlag(cmd *cobra.Command, v *bool) {
-	cmd.Flags().BoolVar(v, "json", false, "print the result as JSON (shape: README, \"Machine-readable output\")")
+	cmd.Flags().BoolVar(v, "json", false, "print the result as JSON (shape: docs/commands.md, \"Machine-readable output\")")
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -69,7 +69,7 @@ it. It reads no network.
 A lock file that is missing or out of date with the recipe is named and plan exits 4
 (stale) after printing what it can: the stages whose inputs the lock must pin are
 blocked. Pinned inputs the store does not hold yet are listed ("peerboot fetch").
---json prints the plan as JSON (README, "Machine-readable output").`,
+--json prints the plan as JSON (docs/commands.md, "Machine-readable output").`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, ins, un, st, err := g.recipeInputs(recipeArg(args), false)

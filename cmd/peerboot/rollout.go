@@ -72,7 +72,7 @@ a state the action does not apply to, wrong credentials).`,
 	pf.StringVar(&f.token, "token", "", "the server's --page-token (default $PEERBOOT_PAGE_TOKEN)")
 	pf.StringVar(&f.auth, "auth", "", "USER:PASSWORD of the server's --auth (default $PEERBOOT_SERVE_AUTH)")
 	pf.StringVar(&f.operatorToken, "operator-token", "", "file of the server's operator token, for writes (default $PEERBOOT_OPERATOR_TOKEN_FILE or out/operator.token)")
-	pf.BoolVar(&f.asJSON, "json", false, "print the result as JSON (shape: README, \"Machine-readable output\")")
+	pf.BoolVar(&f.asJSON, "json", false, "print the result as JSON (shape: docs/commands.md, \"Machine-readable output\")")
 
 	status := &cobra.Command{
 		Use:   "status [RECIPE]",

@@ -14,7 +14,7 @@ import (
 	"github.com/peerboot/peerboot/store"
 )
 
-// The store commands' --json shapes (README, "Machine-readable output").
+// The store commands' --json shapes (docs/commands.md, "Machine-readable output").
 type storeVerifyJSON struct {
 	Root     string             `json:"root"`
 	OK       bool               `json:"ok"`

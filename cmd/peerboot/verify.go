@@ -50,7 +50,7 @@ Every problem is printed as "FILE: what was wrong". Exit 0 when all checks pass,
 (integrity) when any fails, 2 for a bad command line, an unreadable key or an OUTDIR that
 is not a directory. An output
 never signed is one problem: "not signed: run ` + "`peerboot sign`" + `". --json prints the
-checks and problems as JSON (README, "Machine-readable output").`,
+checks and problems as JSON (docs/commands.md, "Machine-readable output").`,
 		Args: nArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opt.Key == "" {

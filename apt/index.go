@@ -32,6 +32,10 @@ type Repo struct {
 	Components []string // main contrib non-free non-free-firmware
 	Arch       string   // amd64
 	Keyring    string   // path to an OpenPGP keyring file (binary or armored)
+	// IgnoreValidUntil is apt's Check-Valid-Until=false for this repository: an
+	// InRelease whose Valid-Until has passed is still read (its signature is still
+	// verified); the Index says it was expired so the caller can warn.
+	IgnoreValidUntil bool
 }
 
 // Cache stores downloaded index files by sha256 (the project's
@@ -47,8 +51,9 @@ type Cache interface {
 type Client struct {
 	HTTP  *http.Client // nil means http.DefaultClient
 	Cache Cache        // may be nil: no caching
-	// IgnoreValidUntil accepts an InRelease whose Valid-Until has passed,
-	// for rebuilding from an archive snapshot on purpose.
+	// IgnoreValidUntil accepts an InRelease whose Valid-Until has passed in
+	// every repository, for rebuilding from an archive snapshot on purpose;
+	// Repo.IgnoreValidUntil does it for one.
 	IgnoreValidUntil bool
 	// Now returns the current time for expiry checks; nil means time.Now.
 	Now func() time.Time
@@ -59,7 +64,12 @@ type Index struct {
 	Repo            Repo
 	InReleaseSHA256 string    // sha256 of the InRelease bytes that were verified
 	Date            time.Time // InRelease Date field
-	Packages        []Package
+	ValidUntil      time.Time // InRelease Valid-Until field; zero when absent
+	// Expired says Valid-Until had passed when the index was read, which only
+	// IgnoreValidUntil (the client's or the repository's) lets through: the
+	// mirror may be stale or the suite unmaintained (missing security fixes).
+	Expired  bool
+	Packages []Package
 }
 
 // Limits on what a server can make us hold in memory. Real InRelease files
@@ -117,11 +127,15 @@ func (c *Client) LoadIndex(ctx context.Context, r Repo) (*Index, error) {
 		return nil, withKind(KindIntegrity, fmt.Errorf("repository %q: %s describes suite %q (codename %q), not %q",
 			r.Name, irURL, rel.Suite, rel.Codename, r.Suite))
 	}
-	if !rel.ValidUntil.IsZero() && !c.IgnoreValidUntil && c.now().After(rel.ValidUntil) {
-		return nil, withKind(KindIntegrity, fmt.Errorf("repository %q: %s expired at %s (Valid-Until); the mirror is stale or replaying old metadata",
+	// Only checked after the signature: an expired index is still one the archive
+	// signed, while a bad signature is refused whatever the validity setting.
+	expired := !rel.ValidUntil.IsZero() && c.now().After(rel.ValidUntil)
+	if expired && !c.IgnoreValidUntil && !r.IgnoreValidUntil {
+		return nil, withKind(KindIntegrity, fmt.Errorf("repository %q: %s expired at %s (Valid-Until); the mirror is stale or replaying old metadata "+
+			"(a suite the archive no longer refreshes can be read anyway with check_valid_until = false on its [[repo]])",
 			r.Name, irURL, rel.ValidUntil.Format(time.RFC1123)))
 	}
-	idx := &Index{Repo: r, InReleaseSHA256: hex.EncodeToString(sum[:]), Date: rel.Date}
+	idx := &Index{Repo: r, InReleaseSHA256: hex.EncodeToString(sum[:]), Date: rel.Date, ValidUntil: rel.ValidUntil, Expired: expired}
 	for _, comp := range r.Components {
 		// The security archive lists its components as "updates/main" while its
 		// index files stay under main/; accept the plain name as apt does.

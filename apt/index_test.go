@@ -264,6 +264,8 @@ func TestLoadIndex(t *testing.T) {
 		wantErr   []string
 		wantFetch []string // paths fetched on the first load, relative to dists/test
 		copyTo    string   // also serve InRelease under this suite
+		tamper    bool     // change one byte of the signed text after signing
+		expired   bool     // the loaded index must say it was expired
 	}{
 		{name: "xz preferred", files: standard,
 			wantFetch: []string{"InRelease", "main/binary-amd64/Packages.xz", "contrib/binary-amd64/Packages.xz"}},
@@ -292,7 +294,24 @@ func TestLoadIndex(t *testing.T) {
 			wantErr: []string{"expired at Sat, 17 May 2025 08:58:14 UTC"}},
 		{name: "expired but ignored", header: "Valid-Until: Sat, 17 May 2025 08:58:14 UTC\n", files: standard,
 			client:    Client{IgnoreValidUntil: true},
+			wantFetch: []string{"InRelease", "main/binary-amd64/Packages.xz", "contrib/binary-amd64/Packages.xz"}, expired: true},
+		{name: "expired, this repository ignores Valid-Until", header: "Valid-Until: Sat, 17 May 2025 08:58:14 UTC\n", files: standard,
+			mutate: func(r *Repo) { r.IgnoreValidUntil = true }, expired: true,
 			wantFetch: []string{"InRelease", "main/binary-amd64/Packages.xz", "contrib/binary-amd64/Packages.xz"}},
+		{name: "not expired, Valid-Until ahead", header: "Valid-Until: Fri, 01 Jan 2100 00:00:00 UTC\n", files: standard,
+			wantFetch: []string{"InRelease", "main/binary-amd64/Packages.xz", "contrib/binary-amd64/Packages.xz"}},
+		// A broken signature is refused whatever the validity setting: ignoring
+		// Valid-Until never means trusting an unsigned index.
+		{name: "broken signature", files: standard, tamper: true,
+			wantErr: []string{"bad signature from key " + keyID(key)}},
+		{name: "broken signature, expired, repository ignores Valid-Until", header: "Valid-Until: Sat, 17 May 2025 08:58:14 UTC\n",
+			files: standard, tamper: true, mutate: func(r *Repo) { r.IgnoreValidUntil = true },
+			wantErr: []string{"bad signature from key " + keyID(key)}},
+		{name: "broken signature, expired, client ignores Valid-Until", header: "Valid-Until: Sat, 17 May 2025 08:58:14 UTC\n",
+			files: standard, tamper: true, client: Client{IgnoreValidUntil: true},
+			wantErr: []string{"bad signature from key " + keyID(key)}},
+		{name: "wrong signing key, repository ignores Valid-Until", files: standard, signer: stranger,
+			mutate: func(r *Repo) { r.IgnoreValidUntil = true }, wantErr: []string{"signed by key " + keyID(stranger), "does not hold"}},
 		{name: "larger file", files: []repoFile{
 			{path: "main/binary-amd64/Packages.xz", data: xzData(t, mainPkgs), served: append(xzData(t, mainPkgs), 0)},
 		}, wantErr: []string{"/dists/test/main/binary-amd64/Packages.xz does not match InRelease", "got a larger file"}},
@@ -311,6 +330,10 @@ func TestLoadIndex(t *testing.T) {
 			fr.publish("test", tt.header, tt.files...)
 			r := Repo{Name: "fake", BaseURL: fr.srv.URL + "/debian/", Suite: "test", Components: []string{"main", "contrib"},
 				Arch: "amd64", Keyring: keyring}
+			if tt.tamper {
+				ir := fr.files["/debian/dists/test/InRelease"]
+				fr.files["/debian/dists/test/InRelease"] = bytes.Replace(ir, []byte("Origin: Test"), []byte("Origin: Tesu"), 1)
+			}
 			if tt.copyTo != "" {
 				fr.files["/debian/dists/"+tt.copyTo+"/InRelease"] = fr.files["/debian/dists/test/InRelease"]
 			}
@@ -350,6 +373,9 @@ func TestLoadIndex(t *testing.T) {
 				if !strings.HasPrefix(fetched[i], tt.wantFetch[i]) {
 					t.Fatalf("fetched %q, want %q", fetched, tt.wantFetch)
 				}
+			}
+			if got.Expired != tt.expired {
+				t.Errorf("Expired = %v, want %v", got.Expired, tt.expired)
 			}
 			irSum := sha256.Sum256(fr.files["/debian/dists/test/InRelease"])
 			if got.InReleaseSHA256 != hex.EncodeToString(irSum[:]) {

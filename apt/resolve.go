@@ -3,6 +3,7 @@ package apt
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -10,8 +11,64 @@ import (
 	"pault.ag/go/debian/version"
 )
 
-// Request names one package the recipe asks for.
-type Request struct{ Name, Version string } // Version "" = newest available
+// Request names one package the recipe asks for: the newest version, an exact
+// Version, or with Op the newest version in relation Op to Version.
+type Request struct {
+	Name    string
+	Op      string // "", "=", ">=", "<=", ">>" or "<<" (Debian's relations); "" with a Version is "="
+	Version string // "" = newest available
+}
+
+// Ops are the version relations a Request may carry, as Debian writes them.
+var Ops = []string{">=", "<=", ">>", "<<", "="}
+
+// ParseRequest reads "name", "name=version" or "name OP version" (OP one of
+// Ops, blanks around it optional): the forms a recipe's userspace.packages takes.
+func ParseRequest(s string) (Request, error) {
+	for i := 0; i < len(s); i++ {
+		if !strings.ContainsRune("<>=", rune(s[i])) {
+			continue
+		}
+		name, rest := strings.TrimSpace(s[:i]), s[i:]
+		op := ""
+		for _, o := range Ops {
+			if strings.HasPrefix(rest, o) {
+				op = o
+				break
+			}
+		}
+		if op == "" {
+			return Request{}, fmt.Errorf("%q: want one of %s between the name and the version", s, strings.Join(Ops, " "))
+		}
+		ver := strings.TrimSpace(rest[len(op):])
+		if !validName(name) {
+			return Request{}, fmt.Errorf("%q: %q is not a Debian package name", s, name)
+		}
+		if _, err := version.Parse(ver); err != nil || ver == "" || strings.ContainsAny(ver, " \t<>") {
+			return Request{}, fmt.Errorf("%q: want a Debian version after %s, got %q", s, op, ver)
+		}
+		return Request{Name: name, Op: op, Version: ver}, nil
+	}
+	name := strings.TrimSpace(s)
+	if !validName(name) {
+		return Request{}, fmt.Errorf("%q is not a Debian package name", s)
+	}
+	return Request{Name: name}, nil
+}
+
+// String writes r back the way ParseRequest reads it.
+func (r Request) String() string {
+	switch {
+	case r.Version == "":
+		return r.Name
+	case r.Op == "" || r.Op == "=":
+		return r.Name + "=" + r.Version
+	}
+	return r.Name + " " + r.Op + " " + r.Version
+}
+
+// exact says whether r names one version.
+func (r Request) exact() bool { return r.Version != "" && (r.Op == "" || r.Op == "=") }
 
 // Resolved is one package of a resolution.
 type Resolved struct {
@@ -286,13 +343,27 @@ func (p *pass) request(r Request) (*restart, error) {
 			// A virtual name: install what provides it, as apt would.
 			return p.pickProvider(r.Name, nil, nil, true)
 		}
-		if r.Version != "" {
+		if r.exact() {
 			return nil, fmt.Errorf("%s: version %s not found in %s; available: none", r.Name, r.Version, p.repos())
 		}
 		return nil, fmt.Errorf("%s: no package of that name for %s in %s", r.Name, p.u.arch, p.repos())
 	}
 	c := versionConstraint("requested", nil)
-	if r.Version != "" {
+	if r.Version != "" && !r.exact() {
+		if !contains(Ops, r.Op) {
+			return nil, fmt.Errorf("%s: version relation %q: want one of %s", r.Name, r.Op, strings.Join(Ops, " "))
+		}
+		if _, err := version.Parse(r.Version); err != nil {
+			return nil, fmt.Errorf("%s: requested version %q is not a valid Debian version: %w", r.Name, r.Version, err)
+		}
+		// The newest version meeting the relation, across every index (byName is
+		// sorted newest first by Debian ordering); none is an error naming what
+		// the indexes have.
+		c = versionConstraint("requested", &dependency.VersionRelation{Operator: r.Op, Number: r.Version})
+		if !slices.ContainsFunc(cs, c.ok) {
+			return nil, fmt.Errorf("%s: no version satisfies (%s %s) in %s; available: %s", r.Name, r.Op, r.Version, p.repos(), available(cs))
+		}
+	} else if r.Version != "" {
 		want, err := version.Parse(r.Version)
 		if err != nil {
 			return nil, fmt.Errorf("%s: requested version %q is not a valid Debian version: %w", r.Name, r.Version, err)

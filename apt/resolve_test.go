@@ -245,3 +245,109 @@ func TestResolveDeterministic(t *testing.T) {
 		t.Fatalf("order changed the result:\n %s\n %s", s1, s2)
 	}
 }
+
+// TestResolveVersionRelation is the recipe's "libnccl2 >= 2.25.1": the newest
+// version meeting the relation across every index, by Debian ordering (2.29.7
+// beats 2.3, a revision and an epoch count), and a clear error when none does.
+func TestResolveVersionRelation(t *testing.T) {
+	trixie := idx("trixie",
+		pk("libnccl2", "2.22.3-1-1", "Depends=libc6 (>= 2.38)"), pk("libc6", "2.41-12"),
+		pk("libcudart12", "12.4.127~12.4.1-2"),
+	)
+	sid := idx("sid",
+		pk("libnccl2", "2.29.7-1-1", "Depends=libc6 (>= 2.38)"), pk("libnccl2", "2.3.7-1"),
+		pk("libcudart12", "12.4.127~12.4.1-8.2+b1"),
+	)
+	experimental := idx("experimental", pk("libcudart12", "12.5.39~12.5.0-2+b1"), pk("libnccl2", "2.30.0~rc1-1"))
+	all := []*Index{trixie, sid, experimental}
+	tests := []struct {
+		name    string
+		indexes []*Index
+		req     string
+		want    string
+		wantErr string
+	}{
+		{name: ">= picks the newest across indexes", indexes: []*Index{trixie, sid}, req: "libnccl2 >= 2.25.1",
+			want: "libc6=2.41-12@trixie<-libnccl2 libnccl2=2.29.7-1-1@sid"},
+		{name: "a tilde sorts before the release", indexes: all, req: "libnccl2 << 2.30.0",
+			want: "libnccl2=2.30.0~rc1-1@experimental"},
+		{name: "<= keeps the old one", indexes: all, req: "libnccl2<=2.22.3-1-1",
+			want: "libc6=2.41-12@trixie<-libnccl2 libnccl2=2.22.3-1-1@trixie"},
+		{name: ">> strict", indexes: all, req: "libcudart12 >> 12.4.127~12.4.1-8.2+b1",
+			want: "libcudart12=12.5.39~12.5.0-2+b1@experimental"},
+		{name: "= exact still works", indexes: all, req: "libcudart12 = 12.4.127~12.4.1-2",
+			want: "libcudart12=12.4.127~12.4.1-2@trixie"},
+		{name: "none satisfies", indexes: []*Index{trixie}, req: "libnccl2 >= 2.25.1",
+			wantErr: "libnccl2: no version satisfies (>= 2.25.1) in trixie; available: 2.22.3-1-1"},
+		{name: "unknown package with a relation", indexes: all, req: "libnccl3 >= 1",
+			wantErr: "libnccl3: no package of that name for amd64"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := ParseRequest(tt.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Resolve(tt.indexes, []Request{req}, nil, "amd64")
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Resolve = %s, %v; want error containing %q", summary(got), err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := summary(got); s != tt.want {
+				t.Fatalf("Resolve =\n %s\nwant\n %s", s, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseRequest(t *testing.T) {
+	tests := []struct {
+		in, want, wantErr string
+	}{
+		{in: "libnccl2", want: "libnccl2"},
+		{in: "libnccl2=2.22.3-1-1", want: "libnccl2=2.22.3-1-1"},
+		{in: "libnccl2 >= 2.25.1", want: "libnccl2 >= 2.25.1"},
+		{in: "libnccl2>=2.25.1", want: "libnccl2 >= 2.25.1"},
+		{in: "libcuda1 << 1:560", want: "libcuda1 << 1:560"},
+		{in: "libnccl2 > 2", wantErr: "want one of >= <= >> << ="},
+		{in: "libnccl2 >= ", wantErr: "want a Debian version after >="},
+		{in: "libnccl2 >= 2.25 1", wantErr: "want a Debian version after >="},
+		{in: "LibNCCL >= 2", wantErr: "is not a Debian package name"},
+		{in: ">= 2", wantErr: "is not a Debian package name"},
+		{in: "lib nccl", wantErr: "is not a Debian package name"},
+	}
+	for _, tt := range tests {
+		r, err := ParseRequest(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("ParseRequest(%q) = %v, %v; want error containing %q", tt.in, r, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || r.String() != tt.want {
+			t.Errorf("ParseRequest(%q) = %q, %v; want %q", tt.in, r.String(), err, tt.want)
+		}
+	}
+}
+
+func FuzzParseRequest(f *testing.F) {
+	for _, s := range []string{"libnccl2", "libnccl2 >= 2.25.1", "a=1", "x<<1:2~b", "p >>= 1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseRequest(s)
+		if err != nil {
+			return
+		}
+		// What parses writes back to a form that parses to the same request.
+		again, err := ParseRequest(r.String())
+		if err != nil || again != r && !(again.Op == "=" && r.Op == "" || again.Op == "" && r.Op == "=") {
+			t.Fatalf("%q -> %+v -> %q -> %+v, %v", s, r, r.String(), again, err)
+		}
+	})
+}

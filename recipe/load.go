@@ -402,6 +402,8 @@ func (r *Resolved) locate(errs Errors) Errors {
 		file := r.Path
 		if f, ok := r.origin[e.Key]; ok {
 			file = f
+		} else if f := r.setIn(e.Key); f != "" {
+			file = f
 		} else {
 			for p := parent(e.Key); p != ""; p = parent(p) {
 				if f, ok := r.origin[p]; ok && strings.Contains(p, "[") {
@@ -420,6 +422,20 @@ func (r *Resolved) locate(errs Errors) Errors {
 	}
 	sortErrors(errs)
 	return errs
+}
+
+// setIn is the file that wrote key itself inside a table or array it set whole
+// (userspace.packages[1] of a [userspace] only an include has); "" if none did.
+func (r *Resolved) setIn(key string) string {
+	for p := parent(key); p != ""; p = parent(p) {
+		if f, ok := r.origin[p]; ok {
+			if _, wrote := r.lines[f][key]; wrote {
+				return f
+			}
+			return ""
+		}
+	}
+	return ""
 }
 
 func sortErrors(errs Errors) {

@@ -45,7 +45,21 @@ type Repo struct {
 	Keyring      string   `toml:"keyring"`      // required: the OpenPGP keyring that signs InRelease
 	Mirror       string   `toml:"mirror"`       // "system": the archive of the building machine's apt sources (no host is written in a recipe)
 	URL          string   `toml:"url"`          // archive root (https://, http:// or file://); exclusive with mirror
+	// CheckValidUntil is apt's Check-Valid-Until: false reads this repository's
+	// InRelease after its Valid-Until date (sid and experimental carry one a week
+	// ahead, and a mirror that stopped syncing serves it expired); the signature is
+	// still verified, lock warns with the date, and fetch and build never read the
+	// index. Unset means true. omitempty keeps recipes without it at their digest.
+	CheckValidUntil *bool `toml:"check_valid_until,omitempty"`
+	// Only lists the packages taken from this repository; any other package in it is
+	// ignored (apt pinning every other package of the suite to -1). It lets one
+	// library come from a newer suite while its dependencies stay on the base one.
+	// Empty: every package.
+	Only []string `toml:"only,omitempty"`
 }
+
+// ValidUntilChecked says whether an expired InRelease of this repository is refused.
+func (r Repo) ValidUntilChecked() bool { return r.CheckValidUntil == nil || *r.CheckValidUntil }
 
 // Source is where a stage's source comes from: exactly one of a Debian package (pinned
 // by the lock), a URL with its sha256, or a git repository at a full commit id.

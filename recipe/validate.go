@@ -1,6 +1,7 @@
 package recipe
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net/url"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/peerboot/peerboot/apt"
 	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/output"
 )
@@ -126,6 +128,7 @@ func validate(r *Recipe) Errors {
 	}
 	c.gpuDriver(&r.Platform, &r.Driver)
 	c.userspace(&r.Userspace)
+	c.compat(r)
 	c.installer(&r.Userspace.Installer, r.Driver.Version, r.Userspace.Packages)
 	if len(r.Userspace.Packages) > 0 && len(r.Repos) == 0 {
 		c.add("userspace.packages", "packages need at least one [[repo]] to resolve from")
@@ -239,6 +242,12 @@ func (c *checker) repos(repos []Repo) {
 			}
 		}
 		unique(c, key+".components", r.Components)
+		for j, name := range r.Only {
+			if !debNameRe.MatchString(name) {
+				c.add(fmt.Sprintf("%s.only[%d]", key, j), "want a Debian package name, got %q", name)
+			}
+		}
+		unique(c, key+".only", r.Only)
 		c.oneOf(key+".architecture", r.Architecture, "amd64")
 		if r.Keyring == "" {
 			c.add(key+".keyring", "required: the OpenPGP keyring that signs this repository's InRelease")
@@ -365,13 +374,16 @@ func (c *checker) userspace(u *Userspace) {
 	names := make([]string, len(u.Packages))
 	for i, p := range u.Packages {
 		key := fmt.Sprintf("userspace.packages[%d]", i)
-		name, ver, hasVer := strings.Cut(p, "=")
-		names[i] = name
-		if !debNameRe.MatchString(name) {
+		req, err := apt.ParseRequest(p)
+		names[i] = req.Name
+		switch {
+		case err != nil:
+			names[i] = p
+			c.add(key, "want \"name\", \"name=version\" or \"name >= version\" (also <=, >>, <<): %v", err)
+		case !debNameRe.MatchString(req.Name):
 			c.add(key, "want \"name\" or \"name=version\", got %q", p)
-		}
-		if hasVer && !debVerRe.MatchString(ver) {
-			c.add(key, "want a Debian version after '=', got %q", ver)
+		case req.Version != "" && !debVerRe.MatchString(req.Version):
+			c.add(key, "want a Debian version after %q, got %q", cmp.Or(req.Op, "="), req.Version)
 		}
 	}
 	unique(c, "userspace.packages", names)
@@ -408,8 +420,8 @@ func (c *checker) installer(in *Installer, driverVersion string, packages []stri
 		c.add("userspace.installer.size", "want the file's size in bytes (0..4GiB), got %d", in.Size)
 	}
 	for i, p := range packages {
-		name, _, _ := strings.Cut(p, "=")
-		if contains(installerOwned, name) {
+		req, _ := apt.ParseRequest(p)
+		if name := req.Name; contains(installerOwned, name) {
 			c.add(fmt.Sprintf("userspace.packages[%d]", i), "%q ships files the installer provides (userspace.installer); take them from one of the two", name)
 		}
 	}

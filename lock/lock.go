@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 
@@ -32,7 +33,11 @@ type File struct {
 	Recipe string `toml:"recipe"`
 	// InputsDigest covers the recipe fields lock reads; when they change the lock is stale.
 	InputsDigest string `toml:"inputs_digest"`
-	Debs         []Deb  `toml:"deb"`
+	// Indexes say which signed index of each repository the pins were taken from and
+	// how old it was, so a reviewer sees the age of the pins (and that an expired
+	// index was read on purpose). Only written by lock; fetch and build ignore them.
+	Indexes []IndexPin `toml:"index,omitempty"`
+	Debs    []Deb      `toml:"deb"`
 	// Files are the pinned inputs that are not Debian packages: NVIDIA's installer.
 	Files []FilePin `toml:"file,omitempty"`
 }
@@ -45,6 +50,17 @@ type FilePin struct {
 	URL    string `toml:"url"`
 	SHA256 string `toml:"sha256"`
 	Size   int64  `toml:"size,omitempty"`
+}
+
+// IndexPin is one repository's InRelease as lock read it.
+type IndexPin struct {
+	Repo       string `toml:"repo"`
+	Suite      string `toml:"suite"`
+	Date       string `toml:"date"`                  // InRelease Date, RFC 3339 UTC
+	ValidUntil string `toml:"valid_until,omitempty"` // InRelease Valid-Until, RFC 3339 UTC
+	// Expired: Valid-Until had passed when lock read it (check_valid_until = false).
+	Expired   bool   `toml:"expired,omitempty"`
+	InRelease string `toml:"inrelease_sha256"`
 }
 
 // Deb is one pinned package.
@@ -137,6 +153,17 @@ func Read(path string) (*File, error) {
 			return nil, fmt.Errorf("%s: deb[%d] (%s): filename: want a pool path, got %q", path, i, d.Package, d.Filename)
 		}
 	}
+	for i, x := range f.Indexes {
+		if _, err := time.Parse(time.RFC3339, x.Date); err != nil {
+			return nil, fmt.Errorf("%s: index[%d] (%s): date: want an RFC 3339 time, got %q", path, i, x.Repo, x.Date)
+		}
+		if _, err := time.Parse(time.RFC3339, x.ValidUntil); x.ValidUntil != "" && err != nil {
+			return nil, fmt.Errorf("%s: index[%d] (%s): valid_until: want an RFC 3339 time, got %q", path, i, x.Repo, x.ValidUntil)
+		}
+		if len(x.InRelease) != 64 || strings.Trim(x.InRelease, "0123456789abcdef") != "" {
+			return nil, fmt.Errorf("%s: index[%d] (%s): inrelease_sha256: want 64 hex digits, got %q", path, i, x.Repo, x.InRelease)
+		}
+	}
 	for i, p := range f.Files {
 		if len(p.SHA256) != 64 || strings.Trim(p.SHA256, "0123456789abcdef") != "" {
 			return nil, fmt.Errorf("%s: file[%d] (%s): sha256: want 64 hex digits, got %q", path, i, p.Name, p.SHA256)
@@ -146,6 +173,22 @@ func Read(path string) (*File, error) {
 		}
 	}
 	return &f, nil
+}
+
+// KeepIndexes gives f the index records of old when both pin exactly the same
+// inputs: the pins are still the ones taken from old's indexes, so a re-lock after
+// the archive merely republished its InRelease changes nothing (and `lock --check`
+// stays quiet). A lock written before index records existed keeps having none until
+// its pins change.
+func KeepIndexes(f, old *File) {
+	if old == nil {
+		return
+	}
+	a, b := *f, *old
+	a.Indexes, b.Indexes = nil, nil
+	if bytes.Equal(a.Encode(), b.Encode()) {
+		f.Indexes = old.Indexes
+	}
 }
 
 // InputsDigest hashes the recipe fields that decide the lock's content.

@@ -222,3 +222,113 @@ func TestCommittedLocksStayCurrent(t *testing.T) {
 		}
 	}
 }
+
+const twoSuiteRecipe = `
+name = "t"
+[[repo]]
+name = "trixie"
+suite = "trixie"
+components = ["main", "contrib", "non-free"]
+keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+mirror = "system"
+[[repo]]
+name = "sid"
+suite = "sid"
+components = ["contrib"]
+keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+mirror = "system"
+check_valid_until = false
+only = ["libnccl2"]
+[kernel]
+source = { url = "https://example.invalid/linux.tar.xz", sha256 = "` + "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" + `" }
+[driver]
+version = "595.45.04"
+source = { url = "https://example.invalid/nvidia.tar.xz", sha256 = "` + "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" + `" }
+[outputs]
+efi_stub = { url = "https://example.invalid/stub.deb", sha256 = "` + "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" + `" }
+[userspace]
+packages = ["libnccl2 >= 2.25.1", "libcudart12"]
+`
+
+func suites() []*apt.Index {
+	in := func(repo string, ps ...apt.Package) *apt.Index {
+		for i := range ps {
+			ps[i].Repo = repo
+		}
+		return &apt.Index{Repo: apt.Repo{Name: repo}, Packages: ps}
+	}
+	return []*apt.Index{
+		in("trixie", pkg("libnccl2", "2.22.3-1-1", "libc6 (>= 2.38)"), pkg("libc6", "2.41-12", ""), pkg("libcudart12", "12.4.127~12.4.1-2", "libc6")),
+		// sid's libc6 and libcudart12 are newer, but `only` keeps them out.
+		in("sid", pkg("libnccl2", "2.29.7-1-1", "libc6 (>= 2.38)"), pkg("libc6", "2.42-2", ""), pkg("libcudart12", "12.4.127~12.4.1-8.2+b1", "libc6")),
+	}
+}
+
+// "libnccl2 >= 2.25.1" takes sid's NCCL, the newest meeting it; `only` keeps the rest
+// of sid (its libc6 and cudart) out, so the dependencies stay on trixie.
+func TestPinVersionRelationAcrossSuites(t *testing.T) {
+	r := loadRecipe(t, twoSuiteRecipe)
+	f, err := Pin(r, suites())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range f.Debs {
+		got = append(got, d.Package+"="+d.Version+"@"+d.Repo)
+	}
+	if want := "libc6=2.41-12@trixie libcudart12=12.4.127~12.4.1-2@trixie libnccl2=2.29.7-1-1@sid"; strings.Join(got, " ") != want {
+		t.Fatalf("pins:\n got %s\nwant %s", strings.Join(got, " "), want)
+	}
+	for _, c := range []struct{ from, to, wantErr string }{
+		{`"libnccl2 >= 2.25.1"`, `"libnccl2 >= 2.30"`, "libnccl2: no version satisfies (>= 2.30) in trixie, sid; available: 2.29.7-1-1, 2.22.3-1-1"},
+		{`only = ["libnccl2"]`, `only = ["libncl2"]`, "repo sid: only lists libncl2, which sid does not have for amd64"},
+	} {
+		_, err := Pin(loadRecipe(t, strings.Replace(twoSuiteRecipe, c.from, c.to, 1)), suites())
+		if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+			t.Errorf("%s: got %v, want %q", c.to, err, c.wantErr)
+		}
+	}
+}
+
+// The index records survive a re-lock whose pins did not move (the archive only
+// republished), and are replaced when a pin changes; Read checks their shape.
+func TestKeepIndexes(t *testing.T) {
+	r := loadRecipe(t, twoSuiteRecipe)
+	old, _ := Pin(r, suites())
+	old.Indexes = []IndexPin{{Repo: "sid", Suite: "sid", Date: "2026-10-30T08:08:01Z", ValidUntil: "2026-11-06T08:08:01Z", Expired: true, InRelease: strings.Repeat("1", 64)}}
+	fresh, _ := Pin(r, suites())
+	fresh.Indexes = []IndexPin{{Repo: "sid", Suite: "sid", Date: "2026-12-01T08:08:01Z", InRelease: strings.Repeat("2", 64)}}
+	KeepIndexes(fresh, old)
+	if fresh.Indexes[0].Date != "2026-10-30T08:08:01Z" {
+		t.Errorf("unchanged pins: index date %s, want the old lock's", fresh.Indexes[0].Date)
+	}
+	moved, _ := Pin(r, suites()[:1:1]) // sid gone: a different libnccl2... which trixie cannot meet
+	if moved != nil {
+		t.Fatal("trixie alone met libnccl2 >= 2.25.1")
+	}
+	changed, _ := Pin(r, suites())
+	changed.Debs[0].Version = "2.41-13"
+	changed.Indexes = []IndexPin{{Repo: "sid", Suite: "sid", Date: "2026-12-01T08:08:01Z", InRelease: strings.Repeat("2", 64)}}
+	KeepIndexes(changed, old)
+	if changed.Indexes[0].Date != "2026-12-01T08:08:01Z" {
+		t.Errorf("changed pins kept the old index date")
+	}
+	p := filepath.Join(t.TempDir(), "t.lock")
+	if err := Write(p, old); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Read(p)
+	if err != nil || !bytes.Equal(back.Encode(), old.Encode()) {
+		t.Fatalf("read back: %v\n%s", err, old.Encode())
+	}
+	for _, want := range []string{"[[index]]", `date = "2026-10-30T08:08:01Z"`, "expired = true"} {
+		if !strings.Contains(string(old.Encode()), want) {
+			t.Errorf("lock lacks %q", want)
+		}
+	}
+	bad := strings.Replace(string(old.Encode()), "2026-10-30T08:08:01Z", "Fri, 30 Oct 2026", 1)
+	os.WriteFile(p, []byte(bad), 0o644)
+	if _, err := Read(p); err == nil || !strings.Contains(err.Error(), "index[0] (sid): date") {
+		t.Errorf("bad date: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	"pault.ag/go/debian/version"
 
@@ -17,7 +18,7 @@ import (
 type Resolver struct {
 	Client *apt.Client
 	AptDir string // where the machine's apt sources live, for mirror = "system"
-	// Log, if set, receives one line per repository loaded.
+	// Log, if set, receives one line per repository loaded, and the warnings.
 	Log func(format string, args ...any)
 }
 
@@ -32,7 +33,8 @@ func AptRepo(r recipe.Repo, aptDir string) (apt.Repo, error) {
 		base = m
 	}
 	return apt.Repo{Name: r.Name, BaseURL: strings.TrimSuffix(base, "/"), Suite: r.Suite,
-		Components: r.Components, Arch: r.Architecture, Keyring: r.Keyring}, nil
+		Components: r.Components, Arch: r.Architecture, Keyring: r.Keyring,
+		IgnoreValidUntil: !r.ValidUntilChecked()}, nil
 }
 
 // Resolve loads every repository's verified index and pins the recipe's packages.
@@ -49,6 +51,13 @@ func (rs *Resolver) Resolve(ctx context.Context, r *recipe.Resolved) (*File, err
 		}
 		if rs.Log != nil {
 			rs.Log("repo %s: %d packages, InRelease %s (%s)", rr.Name, len(idx.Packages), idx.InReleaseSHA256[:12], idx.Date.UTC().Format("2006-01-02"))
+			if idx.Expired {
+				// Read on purpose (check_valid_until = false), but a reviewer should
+				// know: nothing newer than this date is in the pins from it.
+				rs.Log("warning: repo %s: InRelease expired at %s (Valid-Until), dated %s; read because check_valid_until = false: "+
+					"the suite or this mirror is no longer refreshed, and pins from it may miss fixes published since",
+					rr.Name, idx.ValidUntil.UTC().Format(time.RFC1123), idx.Date.UTC().Format(time.RFC1123))
+			}
 		}
 		indexes = append(indexes, idx)
 	}
@@ -56,7 +65,55 @@ func (rs *Resolver) Resolve(ctx context.Context, r *recipe.Resolved) (*File, err
 	if err != nil {
 		return nil, &PinError{err}
 	}
+	for _, idx := range indexes {
+		x := IndexPin{Repo: idx.Repo.Name, Suite: idx.Repo.Suite, Date: idx.Date.UTC().Format(time.RFC3339),
+			Expired: idx.Expired, InRelease: idx.InReleaseSHA256}
+		if !idx.ValidUntil.IsZero() {
+			x.ValidUntil = idx.ValidUntil.UTC().Format(time.RFC3339)
+		}
+		f.Indexes = append(f.Indexes, x)
+	}
 	return f, nil
+}
+
+// onlyListed narrows each index to its repository's `only` list (apt pinning the
+// rest of the suite away), failing for a listed name the index does not have: a
+// typo there would otherwise silently take the package from another repository.
+func onlyListed(r *recipe.Resolved, indexes []*apt.Index) ([]*apt.Index, error) {
+	only := map[string]recipe.Repo{}
+	for _, rr := range r.Repos {
+		if len(rr.Only) > 0 {
+			only[rr.Name] = rr
+		}
+	}
+	out := make([]*apt.Index, len(indexes))
+	for i, idx := range indexes {
+		out[i] = idx
+		rr, ok := only[idx.Repo.Name]
+		if !ok {
+			continue
+		}
+		keep := map[string]bool{}
+		for _, n := range rr.Only {
+			keep[n] = true
+		}
+		cp := *idx
+		cp.Packages = nil
+		found := map[string]bool{}
+		for _, p := range idx.Packages {
+			if keep[p.Name] {
+				cp.Packages = append(cp.Packages, p)
+				found[p.Name] = true
+			}
+		}
+		for _, n := range rr.Only {
+			if !found[n] {
+				return nil, fmt.Errorf("repo %s: only lists %s, which %s does not have for %s", rr.Name, n, rr.Suite, rr.Architecture)
+			}
+		}
+		out[i] = &cp
+	}
+	return out, nil
 }
 
 // PinError is a Resolve failure in the recipe's own terms, not the network's: a
@@ -70,6 +127,10 @@ func (e *PinError) Unwrap() error { return e.Err }
 // Pin resolves the recipe against loaded indexes; it does no I/O, so tests drive it
 // with fixture indexes.
 func Pin(r *recipe.Resolved, indexes []*apt.Index) (*File, error) {
+	indexes, err := onlyListed(r, indexes)
+	if err != nil {
+		return nil, err
+	}
 	f := &File{Recipe: r.Name, InputsDigest: InputsDigest(&r.Recipe)}
 	for _, s := range []struct {
 		role string
@@ -86,8 +147,11 @@ func Pin(r *recipe.Resolved, indexes []*apt.Index) (*File, error) {
 	}
 	var reqs []apt.Request
 	for _, p := range r.Userspace.Packages {
-		name, ver, _ := strings.Cut(p, "=")
-		reqs = append(reqs, apt.Request{Name: name, Version: ver})
+		req, err := apt.ParseRequest(p)
+		if err != nil {
+			return nil, fmt.Errorf("userspace: %w", err) // recipe.Load refuses these first
+		}
+		reqs = append(reqs, req)
 	}
 	exclude := map[string]bool{}
 	for _, e := range r.Userspace.Exclude {

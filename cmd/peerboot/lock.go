@@ -69,6 +69,9 @@ the result and every pin as JSON (docs/commands.md, "Machine-readable output").`
 			}
 			path := lock.PathFor(r.Path)
 			old, _ := os.ReadFile(path)
+			if prev, err := lock.Read(path); err == nil {
+				lock.KeepIndexes(f, prev) // pins unchanged: they still come from the indexes it names
+			}
 			j := lockJSON{Path: path, Recipe: r.Path, Packages: len(f.Debs), Debs: []debJSON{}}
 			for _, d := range f.Debs {
 				j.Bytes += d.Size

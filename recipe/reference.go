@@ -209,6 +209,8 @@ func typeName(t reflect.Type) string {
 		return "bool"
 	case reflect.Slice:
 		return "[" + typeName(t.Elem()) + "]"
+	case reflect.Pointer: // optional with a default other than the zero value (check_valid_until)
+		return typeName(t.Elem())
 	}
 	return t.String()
 }

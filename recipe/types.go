@@ -45,11 +45,11 @@ type Repo struct {
 	Keyring      string   `toml:"keyring"`      // required: the OpenPGP keyring that signs InRelease
 	Mirror       string   `toml:"mirror"`       // "system": the archive of the building machine's apt sources (no host is written in a recipe)
 	URL          string   `toml:"url"`          // archive root (https://, http:// or file://); exclusive with mirror
-	// CheckValidUntil is apt's Check-Valid-Until: false reads this repository's
-	// InRelease after its Valid-Until date (sid and experimental carry one a week
-	// ahead, and a mirror that stopped syncing serves it expired); the signature is
-	// still verified, lock warns with the date, and fetch and build never read the
-	// index. Unset means true. omitempty keeps recipes without it at their digest.
+	// CheckValidUntil is apt's Check-Valid-Until (default true): false reads this
+	// repository's InRelease after its Valid-Until date (sid and experimental carry
+	// one a week ahead, and a mirror that stopped syncing serves it expired); the
+	// signature is still verified, lock warns with the date and records it, and fetch
+	// and build never read the index.
 	CheckValidUntil *bool `toml:"check_valid_until,omitempty"`
 	// Only lists the packages taken from this repository; any other package in it is
 	// ignored (apt pinning every other package of the suite to -1). It lets one
@@ -59,6 +59,8 @@ type Repo struct {
 }
 
 // ValidUntilChecked says whether an expired InRelease of this repository is refused.
+// CheckValidUntil is a pointer for its true default, and omitempty keeps recipes
+// that do not set it at the digest they had before the key existed.
 func (r Repo) ValidUntilChecked() bool { return r.CheckValidUntil == nil || *r.CheckValidUntil }
 
 // Source is where a stage's source comes from: exactly one of a Debian package (pinned
@@ -108,7 +110,7 @@ const (
 // and, for driver branches Debian does not ship, NVIDIA's installer to take the
 // driver's own userspace from.
 type Userspace struct {
-	Packages []string  `toml:"packages"` // "name" or "name=version"; their dependency closure goes into the image; needs a [[repo]]
+	Packages []string  `toml:"packages"` // "name", "name=version" or "name >= version" (also <=, >>, <<: the newest version meeting it across the repos); their dependency closure goes into the image; needs a [[repo]]
 	Exclude  []Exclude `toml:"exclude"`  // packages dropped from the closure
 	// Installer is NVIDIA's NVIDIA-Linux-x86_64-<driver.version>.run, unpacked in
 	// Go (never run) for libcuda, libnvidia-ml, the PTX JIT compiler, nvidia-smi and

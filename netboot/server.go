@@ -103,6 +103,20 @@ type Server struct {
 	predictions map[string]prediction
 }
 
+// DefaultOptions are the report limits, retention and HTTP limits New gives a zero
+// field; `peerboot serve` takes its flags' defaults from here.
+func DefaultOptions() Options {
+	return Options{
+		MaxReportBytes:  4 << 20,
+		RateEvery:       10 * time.Second,
+		RateBurst:       3,
+		SourceRateEvery: time.Second,
+		SourceBurst:     30,
+		Retention:       DefaultRetention(),
+		Limits:          DefaultLimits(),
+	}
+}
+
 // New makes a Server; it reads (or creates) the token secret from the store.
 func New(ctx context.Context, opt Options) (*Server, error) {
 	if opt.Builds == nil || opt.Store == nil {
@@ -111,20 +125,21 @@ func New(ctx context.Context, opt Options) (*Server, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	def := DefaultOptions()
 	if opt.MaxReportBytes <= 0 {
-		opt.MaxReportBytes = 4 << 20
+		opt.MaxReportBytes = def.MaxReportBytes
 	}
 	if opt.RateEvery <= 0 {
-		opt.RateEvery = 10 * time.Second
+		opt.RateEvery = def.RateEvery
 	}
 	if opt.RateBurst <= 0 {
-		opt.RateBurst = 3
+		opt.RateBurst = def.RateBurst
 	}
 	if opt.SourceRateEvery <= 0 {
-		opt.SourceRateEvery = time.Second
+		opt.SourceRateEvery = def.SourceRateEvery
 	}
 	if opt.SourceBurst <= 0 {
-		opt.SourceBurst = 30
+		opt.SourceBurst = def.SourceBurst
 	}
 	opt.Retention = withDefaults(opt.Retention)
 	opt.Limits = opt.Limits.withDefaults()

@@ -44,7 +44,8 @@ type TFTP struct {
 	// yet (default 1): its address may be forged, and every resend is reflected at it.
 	UnconfirmedRetries int
 	// MaxTransfers and PerSource bound the transfers in progress, in all and per client
-	// address (defaults 64 and 4); a request past either is dropped unanswered.
+	// address (defaults DefaultTFTPTransfers and DefaultTFTPPerSource); a request past
+	// either is dropped unanswered.
 	MaxTransfers int
 	PerSource    int
 
@@ -123,14 +124,20 @@ func addrHost(a net.Addr) string {
 	return host
 }
 
+// The TFTP transfer bounds a zero TFTP field takes.
+const (
+	DefaultTFTPTransfers = 64
+	DefaultTFTPPerSource = 4
+)
+
 // acquire takes a transfer slot for src, or counts the request as dropped.
 func (t *TFTP) acquire(src string) bool {
 	maxAll, perSource := t.MaxTransfers, t.PerSource
 	if maxAll <= 0 {
-		maxAll = 64
+		maxAll = DefaultTFTPTransfers
 	}
 	if perSource <= 0 {
-		perSource = 4
+		perSource = DefaultTFTPPerSource
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -96,7 +96,7 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fl.StringVar(&o.out, "out", "", "also write the report JSON to this file")
 	fl.StringVar(&o.recipePath, "recipe", "", "resolved recipe (/etc/peerboot/recipe.toml); without it the box is judged by what it shows")
 	fl.StringVar(&o.modulesJSON, "modules-json", "", "module outcomes recorded by peerboot-init, merged into the report")
-	fl.DurationVar(&o.deadline, "deadline", 5*time.Minute, "bound on the whole self-test; a phase still running then is a fail")
+	fl.DurationVar(&o.deadline, "deadline", defaults().Selftest.Deadlines.Total.Std(), "bound on the whole self-test; a phase still running then is a fail (default: the recipes' default selftest.deadlines.total)")
 	fl.StringVar(&o.cudaLib, "cuda-lib", "libcuda.so.1", "CUDA driver library to dlopen")
 	fl.StringVar(&o.nvmlLib, "nvml-lib", "libnvidia-ml.so.1", "NVML library to dlopen")
 	fl.StringVar(&o.ncclLib, "nccl-lib", "libnccl.so.2", "NCCL library to dlopen (e.g. the one in a PyTorch wheel)")
@@ -116,12 +116,14 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	return fl
 }
 
-// Default per-phase bounds when the recipe gives none.
-var defaultDeadlines = map[string]time.Duration{
-	selftest.PhasePrecheck: 20 * time.Second,
-	selftest.PhaseNVML:     60 * time.Second,
-	selftest.PhaseCUDA:     2 * time.Minute,
-	selftest.PhaseNCCL:     2 * time.Minute,
+// defaults is what p2pcheck assumes without a recipe: the recipes' own defaults
+// (recipe/defaults.toml), so a bare run and a default recipe agree.
+func defaults() recipe.Recipe {
+	d, err := recipe.Defaults()
+	if err != nil {
+		panic(err) // compiled in and decoded by recipe's TestDefaults
+	}
+	return d
 }
 
 // check runs the phases in order, each in a child under its deadline, and judges.

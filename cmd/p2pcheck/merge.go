@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"maps"
 	"os"
 	"strings"
 	"time"
@@ -19,21 +18,22 @@ const version = "2"
 
 // baseInput is the part of every phase's input that comes from flags and recipe.
 func baseInput(o *options, rc *recipe.Recipe) *phaseInput {
+	def := defaults().Selftest
 	in := &phaseInput{
 		Root:      o.root,
 		Fake:      o.fake,
 		CUDALib:   o.cudaLib,
 		NVMLLib:   o.nvmlLib,
 		NCCLLib:   o.ncclLib,
-		CopyBytes: 256 << 20,
+		CopyBytes: int64(def.CopySize),
 		Samples:   max(o.samples, 1),
-		Verify:    true,
+		Verify:    def.Verify,
 		SM:        !o.noSM,
 		Bidir:     true,
 		Corrupt:   o.corrupt == corruptCopy,
 		MemBytes:  32 << 20,
-		NCCLMin:   8,
-		NCCLMax:   1 << 30,
+		NCCLMin:   8, // without a recipe the sweep starts at NCCL's smallest all-reduce, not the recipes' nccl_min
+		NCCLMax:   int64(def.NCCLMax),
 		NCCLIter:  20,
 		Env:       map[string]string{},
 		KmsgPath:  o.kmsg,
@@ -77,18 +77,20 @@ func baseInput(o *options, rc *recipe.Recipe) *phaseInput {
 
 // phaseDeadlines maps the recipe's selftest.deadlines onto the phases.
 func phaseDeadlines(rc *recipe.Recipe) map[string]time.Duration {
-	d := maps.Clone(defaultDeadlines)
+	byPhase := func(dl recipe.Deadlines) map[string]time.Duration {
+		return map[string]time.Duration{
+			selftest.PhasePrecheck: dl.Precheck.Std(),
+			selftest.PhaseNVML:     dl.Driver.Std(),
+			selftest.PhaseCUDA:     dl.CUDA.Std(),
+			selftest.PhaseNCCL:     dl.NCCL.Std(),
+		}
+	}
+	d := byPhase(defaults().Selftest.Deadlines)
 	defer func() { d[selftest.PhasePeerMem] = d[selftest.PhaseCUDA] }() // the recipe's cuda deadline covers both
 	if rc == nil {
 		return d
 	}
-	dl := rc.Selftest.Deadlines
-	for phase, v := range map[string]time.Duration{
-		selftest.PhasePrecheck: dl.Precheck.Std(),
-		selftest.PhaseNVML:     dl.Driver.Std(),
-		selftest.PhaseCUDA:     dl.CUDA.Std(),
-		selftest.PhaseNCCL:     dl.NCCL.Std(),
-	} {
+	for phase, v := range byPhase(rc.Selftest.Deadlines) {
 		if v > 0 {
 			d[phase] = v
 		}

@@ -100,7 +100,11 @@ func (m *machine) boot(st *bootState) {
 
 	cmdline := parseCmdline(st.kernel.Cmdline)
 	modules, params, env := recipe.DefaultModules(), map[string]map[string]string{}, map[string]string{}
-	total := 5 * time.Minute
+	defaults, err := recipe.Defaults()
+	if err != nil {
+		st.finding(selftest.SevWarn, "recipe.defaults", err.Error(), "a peerboot-init bug: report it with the console log")
+	}
+	total := defaults.Selftest.Deadlines.Total.Std()
 	rc, err := recipe.Load(m.path(recipePath))
 	if err != nil {
 		st.finding(selftest.SevFail, "recipe", fmt.Sprintf("cannot load %s: %v", recipePath, err), "the rootfs stage writes the resolved recipe there; rebuild the image")

@@ -102,16 +102,17 @@ func TestLoadReplicas(t *testing.T) {
 		t.Fatal(errA, errB)
 	}
 	inv := filepath.Join(root, "rack.toml")
-	if err := os.WriteFile(inv, []byte(fmt.Sprintf(`default = "default"
+	// The canaries are listed by MAC: only such nodes vote (issue 28).
+	rack := fmt.Sprintf(`default = "default"
 [[rollout]]
 recipe = "default"
 channels = ["canary", "stable"]
 promote_after = %d
-[[node]]
-host = "canary-*"
-recipe = "default"
-channel = "canary"
-`, promoteAfter)), 0o644); err != nil {
+`, promoteAfter)
+	for n := range canaries {
+		rack += fmt.Sprintf("[[node]]\nmac = %q\nrecipe = \"default\"\nchannel = \"canary\"\n", loadMAC(n))
+	}
+	if err := os.WriteFile(inv, []byte(rack), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	host := func(n int) string {
@@ -123,7 +124,8 @@ channel = "canary"
 	// The nodes share 127.0.0.1 and post faster than a rack would: the per-process rate
 	// limits are lifted.
 	serve := func(dsn string) []string {
-		return []string{"--db", dsn, "--inventory", inv, "--burst", "100000", "--source-burst", "1000000", outA, outB}
+		return []string{"--db", dsn, "--inventory", inv, "--burst", "100000", "--source-burst", "1000000",
+			"--operator-token", filepath.Join(root, "operator.token"), outA, outB}
 	}
 	check := func(dsn string, res loadResult) {
 		t.Helper()
@@ -236,6 +238,9 @@ type loadAck struct {
 	duplicate bool
 }
 
+// loadMAC is node n's MAC.
+func loadMAC(n int) string { return fmt.Sprintf("52:54:00:20:%02x:%02x", n>>8, n&0xff) }
+
 func (r loadResult) rate() float64 { return float64(len(r.acked)) / r.elapsed.Seconds() }
 
 func (r loadResult) duplicates() (n int) {
@@ -307,7 +312,7 @@ func loadBurst(t *testing.T, reps []*replica, nodes, perNode int, host func(int)
 		wg.Add(1)
 		go func(n int) {
 			defer wg.Done()
-			mac := fmt.Sprintf("52:54:00:20:%02x:%02x", n>>8, n&0xff)
+			mac := loadMAC(n)
 			resp, script, _, err := do(n, func(base string) *http.Request {
 				req, _ := http.NewRequest("GET", base+"/boot.ipxe?mac="+mac+"&host="+host(n), nil)
 				return req

@@ -31,7 +31,7 @@ func Find(arg string, dirs []string) (string, error) {
 			return arg, nil // Load reports what else may be wrong with it
 		}
 		dir := filepath.Dir(arg)
-		msg := fmt.Sprintf("%s: %v", arg, ErrNotFound)
+		msg := fmt.Sprintf("%s: no such file", arg)
 		names, _ := List(dir)
 		if s := didyoumean.Closest(strings.TrimSuffix(filepath.Base(arg), ".toml"), names); s != "" {
 			msg += fmt.Sprintf(" (did you mean %s?)", filepath.Join(dir, s+".toml"))

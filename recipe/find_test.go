@@ -26,8 +26,8 @@ func TestFind(t *testing.T) {
 		{"xeon8gpu", "", "xeon8gpu: no such recipe in " + a + ", " + b + " (did you mean xeon-8gpu?)"},
 		{"frobnicator", "", "frobnicator: no such recipe in " + a + ", " + b + "; there are epyc-4gpu, xeon-8gpu, epyc-4gpu, lab"},
 		{"550", "", "550: no such recipe"}, // drivers/ files are included, not built
-		{filepath.Join(a, "xeon-8gup.toml"), "", "no such recipe (did you mean " + filepath.Join(a, "xeon-8gpu.toml") + "?)"},
-		{"relative/nosuch.toml", "", "relative/nosuch.toml: no such recipe"},
+		{filepath.Join(a, "xeon-8gup.toml"), "", "no such file (did you mean " + filepath.Join(a, "xeon-8gpu.toml") + "?)"},
+		{"relative/nosuch.toml", "", "relative/nosuch.toml: no such file"},
 	}
 	for _, c := range cases {
 		got, err := Find(c.arg, dirs)

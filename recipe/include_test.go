@@ -447,3 +447,52 @@ func TestIncludeDepthLimit(t *testing.T) {
 		t.Fatalf("a chain of %d files: %v", maxIncludeDepth, err)
 	}
 }
+
+// Includes may be absolute; a cumulative key (kernel.cmdline, kernel.fragments)
+// whose final value drops an item an include gave is a warning naming both
+// places, while a replacement that keeps every item, or the defaults'
+// values replaced, are not.
+func TestIncludeAbsoluteAndDroppedItems(t *testing.T) {
+	shared := writeTree(t, map[string]string{
+		"platform.toml": minimalRepo + "[kernel]\nsource = { deb = \"linux-source-6.1\" }\ncmdline = \"console=tty0 console=ttyS0,115200 amd_iommu=on iommu=pt panic=-1\"\nfragments = [\"base.config\", \"gpu-node.config\"]\n" +
+			"[driver]\nversion = \"535.261.03\"\nsource = { deb = \"nvidia-open-kernel-source\" }\n",
+	})
+	abs := filepath.Join(shared, "platform.toml")
+	cases := []struct {
+		name, main string
+		warns      []string
+	}{
+		{"absolute include, nothing replaced", fmt.Sprintf("include = [%q]\n", abs), nil},
+		{"superset keeps every item", fmt.Sprintf("include = [%q]\n[kernel]\ncmdline = \"console=tty0 amd_iommu=on iommu=pt panic=-1 quiet console=ttyS0,115200\"\n", abs), nil},
+		{"cmdline drops amd_iommu=on", fmt.Sprintf("include = [%q]\n[kernel]\ncmdline = \"console=tty0 iommu=pt panic=-1 console=ttyS0,115200\"\n", abs),
+			[]string{"main.toml:3: kernel.cmdline: warning: replaces the value " + abs + ":9 set, dropping amd_iommu=on: a list is replaced whole, not appended to; repeat what should stay"}},
+		{"fragments drop one", fmt.Sprintf("include = [%q]\n[kernel]\nfragments = [\"base.config\"]\n", abs),
+			[]string{"main.toml:3: kernel.fragments: warning: replaces the value " + abs + ":10 set, dropping gpu-node.config"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := writeTree(t, map[string]string{"main.toml": c.main})
+			r, err := Load(filepath.Join(dir, "main.toml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Warnings) != len(c.warns) {
+				t.Fatalf("warnings %q, want %d", r.Warnings, len(c.warns))
+			}
+			for i, w := range c.warns {
+				if got := strings.TrimPrefix(r.Warnings[i].Error(), dir+"/"); !strings.HasPrefix(got, w) {
+					t.Errorf("warning %q, want it to start %q", got, w)
+				}
+			}
+		})
+	}
+	// The defaults' values are there to be replaced: no warning.
+	dir := writeTree(t, map[string]string{"main.toml": strings.Replace(minimal, "[kernel]\n", "[kernel]\ncmdline = \"console=ttyS0,115200\"\nfragments = [\"base.config\"]\n", 1)})
+	r, err := Load(filepath.Join(dir, "main.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Warnings) != 0 {
+		t.Errorf("replacing the defaults: warnings %q", r.Warnings)
+	}
+}

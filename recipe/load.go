@@ -39,6 +39,10 @@ type Resolved struct {
 	Path   string   // the recipe file asked for
 	Files  []string // every file merged, lowest layer first
 	Digest string   // sha256 of Canonical()
+	// Warnings name items of a cumulative key (kernel.cmdline,
+	// kernel.fragments) that an include set and a higher layer's value
+	// dropped: what the replace-whole merge rule would otherwise do silently.
+	Warnings Errors
 
 	origin map[string]string    // key path -> file that set it
 	lines  map[string]lineIndex // file -> its key lines
@@ -50,6 +54,8 @@ type Error struct {
 	Line int
 	Key  string
 	Msg  string
+
+	meant string // for an unknown key, the known key it is likely a typo of
 }
 
 func (e *Error) Error() string {
@@ -85,7 +91,7 @@ type layer struct {
 //
 // Override rules. The layers, lowest first, are the built-in defaults, then each
 // file in include (in the order listed, each preceded by its own includes, paths
-// relative to the including file), then the recipe itself; Files lists them in
+// relative to the including file, or absolute), then the recipe itself; Files lists them in
 // that order. A higher layer wins over a lower one, so:
 //   - the including file wins over everything it includes;
 //   - a later include wins over an earlier one;
@@ -93,6 +99,9 @@ type layer struct {
 //     layers' platform.sockets), maps such as env and driver.params included;
 //   - arrays, arrays of tables ([[repo]], userspace.exclude) and scalars are
 //     replaced whole: a recipe that lists one [[repo]] has exactly that one;
+//     there is no append. When the final kernel.cmdline or kernel.fragments
+//     lacks an item a lower layer other than the defaults set, Warnings says
+//     so at both places (an include's amd_iommu=on would otherwise vanish);
 //   - kernel.source, driver.source and outputs.efi_stub are replaced whole: a url
 //     source laid over a deb source does not keep its deb or version keys.
 //
@@ -101,22 +110,49 @@ type layer struct {
 // in, included or not; a validation error is reported where the offending key was
 // last set, or, for a key no layer sets, in the recipe asked for.
 func Load(path string) (*Resolved, error) {
+	r, err := LoadAll(path)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// LoadAll is Load that goes on past the first class of problem, so that one run
+// names every problem of a file: syntax errors aside (nothing more can be read
+// from that file), the wrong types, unknown keys and include errors of every
+// layer, and the values that fail validation in what remains once the bad keys
+// are left out. With errors it also returns, when one could be made, the recipe
+// merged from the valid keys, so that callers can check the files it names
+// (patches, fragments) in the same run; that recipe has no digest and must not
+// be built.
+func LoadAll(path string) (*Resolved, error) {
 	layers := []layer{}
 	defaults, err := parseLayer(defaultsFile, defaultsTOML)
 	if err != nil {
 		return nil, fmt.Errorf("built-in defaults: %w", err)
 	}
 	layers = append(layers, defaults)
-	if err := collect(path, nil, 0, &layers); err != nil {
+	var errs Errors
+	if err := collect(path, nil, 0, &layers, &errs); err != nil {
 		return nil, err
+	}
+	if len(layers) == 1 { // the recipe itself could not be parsed
+		sortErrors(errs)
+		return nil, errs
 	}
 	r := &Resolved{Path: path, origin: map[string]string{}, lines: map[string]lineIndex{}}
 	merged := map[string]any{}
+	var replaced []setting
 	for _, l := range layers {
 		r.Files = append(r.Files, l.file)
 		r.lines[l.file] = l.lines
-		mergeInto(merged, l.data, "", l.file, r.origin)
+		mergeInto(merged, l.data, "", l.file, r.origin, func(key, lower string, old, _ any) {
+			if lower != defaultsFile && cumulative[key] {
+				replaced = append(replaced, setting{key, lower, old})
+			}
+		})
 	}
+	r.Warnings = r.droppedItems(merged, replaced)
 	delete(merged, "include")
 	var buf bytes.Buffer
 	if err := toml.NewEncoder(&buf).Encode(merged); err != nil {
@@ -136,8 +172,19 @@ func Load(path string) (*Resolved, error) {
 			r.Repos[i].Architecture = "amd64"
 		}
 	}
-	if errs := validate(&r.Recipe); len(errs) > 0 {
-		return nil, r.locate(errs)
+	if verrs := validate(&r.Recipe); len(verrs) > 0 {
+		layerErrs := slices.Clone(errs)
+		for _, e := range r.locate(verrs) {
+			// A key left out for its type, or missing because its name has a
+			// typo, is reported once, as that.
+			if !reportedUnder(layerErrs, e.Key) {
+				errs = append(errs, e)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		sortErrors(errs)
+		return r, errs
 	}
 	sum := sha256.Sum256(r.Canonical())
 	r.Digest = "sha256:" + hex.EncodeToString(sum[:])
@@ -146,17 +193,21 @@ func Load(path string) (*Resolved, error) {
 
 // collect appends path's includes (depth first, in order) and then path itself.
 // stack holds the including files, the last one naming path at line incLine.
-func collect(path string, stack []string, incLine int, layers *[]layer) error {
-	incErr := func(format string, args ...any) error {
+// Problems in a file are added to errs and the file's valid keys still merged;
+// only a recipe file that cannot be read at all is returned as an error.
+func collect(path string, stack []string, incLine int, layers *[]layer, errs *Errors) error {
+	incErr := func(format string, args ...any) *Error {
 		return &Error{File: stack[len(stack)-1], Line: incLine, Key: "include", Msg: fmt.Sprintf(format, args...)}
 	}
 	for _, p := range stack {
 		if p == path {
-			return incErr("include cycle: %s", strings.Join(append(stack, path), " -> "))
+			*errs = append(*errs, incErr("include cycle: %s", strings.Join(append(stack, path), " -> ")))
+			return nil
 		}
 	}
 	if len(stack) >= maxIncludeDepth {
-		return incErr("includes nested deeper than %d", maxIncludeDepth)
+		*errs = append(*errs, incErr("includes nested deeper than %d", maxIncludeDepth))
+		return nil
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -165,57 +216,73 @@ func collect(path string, stack []string, incLine int, layers *[]layer) error {
 			if errors.As(err, &pe) {
 				err = pe.Err
 			}
-			return incErr("cannot read %s: %v", path, err)
+			*errs = append(*errs, incErr("cannot read %s: %v", path, err))
+			return nil
 		}
 		return fmt.Errorf("reading recipe: %w", err)
 	}
-	// A layer with wrong types or unknown keys still names its includes: their
-	// problems are reported with its own, not hidden behind them.
-	l, layerErr := parseLayer(path, data)
-	if l.data == nil {
-		return layerErr
-	}
-	var errs Errors
 	addErr := func(err error) error {
 		var es Errors
 		var e *Error
 		switch {
 		case errors.As(err, &es):
-			errs = append(errs, es...)
+			*errs = append(*errs, es...)
 		case errors.As(err, &e):
-			errs = append(errs, e)
+			*errs = append(*errs, e)
 		default:
 			return err
 		}
 		return nil
 	}
+	// A layer with wrong types or unknown keys is merged without them, and still
+	// names its includes: their problems are reported with its own.
+	l, layerErr := parseLayer(path, data)
 	if layerErr != nil {
 		if err := addErr(layerErr); err != nil {
 			return err
 		}
 	}
+	if l.data == nil {
+		return nil // a syntax error: nothing more can be read from this file
+	}
 	includes, err := includeList(l)
 	if err != nil {
-		return err
+		if err := addErr(err); err != nil {
+			return err
+		}
 	}
 	for i, inc := range includes {
 		line := l.lines.line(fmt.Sprintf("include[%d]", i))
-		if filepath.IsAbs(inc) {
-			errs = append(errs, &Error{File: path, Line: line, Key: "include", Msg: fmt.Sprintf("want a path relative to the recipe, got %q", inc)})
-			continue
+		// Relative to the including file (not the current directory), or absolute:
+		// a site's shared file under /etc, say.
+		incPath := inc
+		if !filepath.IsAbs(inc) {
+			incPath = filepath.Join(filepath.Dir(path), inc)
 		}
-		if err := collect(filepath.Join(filepath.Dir(path), inc), append(stack[:len(stack):len(stack)], path), line, layers); err != nil {
-			if err := addErr(err); err != nil {
-				return err
-			}
+		if err := collect(incPath, append(stack[:len(stack):len(stack)], path), line, layers, errs); err != nil {
+			return err
 		}
-	}
-	if len(errs) > 0 {
-		sortErrors(errs)
-		return errs
 	}
 	*layers = append(*layers, l)
 	return nil
+}
+
+// reportedUnder says whether errs already has a problem at key, at a table
+// holding it, or at a key inside it.
+func reportedUnder(errs Errors, key string) bool {
+	for _, e := range errs {
+		if e.Key == "" {
+			continue
+		}
+		if e.meant == key {
+			return true
+		}
+		if e.Key == key || strings.HasPrefix(key, e.Key+".") || strings.HasPrefix(key, e.Key+"[") ||
+			strings.HasPrefix(e.Key, key+".") || strings.HasPrefix(e.Key, key+"[") {
+			return true
+		}
+	}
+	return false
 }
 
 func includeList(l layer) ([]string, error) {
@@ -243,30 +310,78 @@ func parseLayer(file string, data []byte) (layer, error) {
 	if _, err := toml.Decode(string(data), &raw); err != nil {
 		return l, tomlError(file, data, l.lines, err) // syntax: nothing more can be read
 	}
+	var errs Errors
 	var typed Recipe
 	md, err := toml.Decode(string(data), &typed)
 	if err != nil {
-		l.data = raw
-		if errs := typeErrors(file, raw, l.lines); len(errs) > 0 {
+		terrs := typeErrors(file, raw, l.lines)
+		if len(terrs) == 0 {
+			return l, tomlError(file, data, l.lines, err) // not one leaf's type: give up on the file
+		}
+		errs = append(errs, terrs...)
+		// The unknown keys are those of the document without the wrong types.
+		for _, e := range terrs {
+			deletePath(raw, strings.Split(e.Key, "."))
+		}
+		var buf bytes.Buffer
+		if err := toml.NewEncoder(&buf).Encode(raw); err != nil {
+			l.data = raw
+			sortErrors(errs)
 			return l, errs
 		}
-		return l, tomlError(file, data, l.lines, err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		var errs Errors
-		seen := map[string]int{}
-		for _, k := range und {
-			path := keyPath(k)
-			line, at := l.lines.lineUnindexed(path, seen[path])
-			seen[path]++
-			errs = append(errs, &Error{File: file, Line: line, Key: at, Msg: "unknown key" + suggestion(path)})
+		typed = Recipe{}
+		if md, err = toml.Decode(buf.String(), &typed); err != nil {
+			l.data = raw
+			sortErrors(errs)
+			return l, errs
 		}
-		sortErrors(errs)
-		l.data = raw
-		return l, errs
+	}
+	seen := map[string]int{}
+	for _, k := range md.Undecoded() {
+		path := keyPath(k)
+		line, at := l.lines.lineUnindexed(path, seen[path])
+		seen[path]++
+		e := &Error{File: file, Line: line, Key: at, Msg: "unknown key" + suggestion(path)}
+		if near := nearestKey(path); near != "" {
+			e.meant = join(parent(at), near[strings.LastIndexByte(near, '.')+1:])
+		}
+		errs = append(errs, e)
+	}
+	for _, k := range md.Undecoded() {
+		deletePath(raw, k)
 	}
 	l.data = raw
+	if len(errs) > 0 {
+		sortErrors(errs)
+		return l, errs
+	}
 	return l, nil
+}
+
+// deletePath removes the key at path from m, from every table of an array of
+// tables on the way (a toml.Key of such an array has no index).
+func deletePath(m map[string]any, path []string) {
+	if len(path) == 0 {
+		return
+	}
+	if len(path) == 1 {
+		delete(m, path[0])
+		return
+	}
+	switch v := m[path[0]].(type) {
+	case map[string]any:
+		deletePath(v, path[1:])
+	case []map[string]any:
+		for _, e := range v {
+			deletePath(e, path[1:])
+		}
+	case []any:
+		for _, e := range v {
+			if sub, ok := e.(map[string]any); ok {
+				deletePath(sub, path[1:])
+			}
+		}
+	}
 }
 
 // typeErrors finds every value of the wrong type in a layer, not only the
@@ -368,8 +483,9 @@ func tomlTypeName(t string) string {
 }
 
 // mergeInto lays src over dst: tables merge key by key, everything else (scalars,
-// arrays, arrays of tables, atomic tables) is replaced whole.
-func mergeInto(dst, src map[string]any, prefix, file string, origin map[string]string) {
+// arrays, arrays of tables, atomic tables) is replaced whole. replaced is told of
+// every value a higher layer replaces, with the file that had set it.
+func mergeInto(dst, src map[string]any, prefix, file string, origin map[string]string, replaced func(key, lower string, old, new any)) {
 	keys := make([]string, 0, len(src))
 	for k := range src {
 		keys = append(keys, k)
@@ -381,8 +497,11 @@ func mergeInto(dst, src map[string]any, prefix, file string, origin map[string]s
 		sub, isTable := v.(map[string]any)
 		old, oldIsTable := dst[k].(map[string]any)
 		if isTable && oldIsTable && !atomicTables[path] {
-			mergeInto(old, sub, path, file, origin)
+			mergeInto(old, sub, path, file, origin, replaced)
 			continue
+		}
+		if prev, had := dst[k]; had && replaced != nil && origin[path] != "" && origin[path] != file {
+			replaced(path, origin[path], prev, v)
 		}
 		for p := range origin {
 			if strings.HasPrefix(p, path+".") || strings.HasPrefix(p, path+"[") {
@@ -392,6 +511,85 @@ func mergeInto(dst, src map[string]any, prefix, file string, origin map[string]s
 		dst[k] = v
 		origin[path] = file
 	}
+}
+
+// cumulative are the keys whose items add up in a reader's mind though the
+// merge replaces them whole: kernel arguments, config fragments. When the final
+// recipe lacks an item a lower layer (other than the defaults) gave one of them,
+// Load warns, naming both places.
+var cumulative = map[string]bool{"kernel.cmdline": true, "kernel.fragments": true}
+
+// setting is a value of key that file set and a higher layer replaced.
+type setting struct {
+	key, file string
+	value     any
+}
+
+// droppedItems warns of each replaced setting whose items the final value lacks.
+func (r *Resolved) droppedItems(merged map[string]any, replaced []setting) Errors {
+	var warns Errors
+	for _, s := range replaced {
+		final := valueAt(merged, s.key)
+		gone := missingWords(s.value, final)
+		if len(gone) == 0 {
+			continue
+		}
+		file := r.origin[s.key]
+		warns = append(warns, &Error{File: file, Line: r.lines[file].line(s.key), Key: s.key,
+			Msg: fmt.Sprintf("warning: replaces the value %s set, dropping %s: a list is replaced whole, not appended to; repeat what should stay",
+				r.location(s.file, s.key), strings.Join(gone, " "))})
+	}
+	sortErrors(warns)
+	return warns
+}
+
+// valueAt finds a dotted key in a merged document.
+func valueAt(m map[string]any, key string) any {
+	parts := strings.Split(key, ".")
+	for _, p := range parts[:len(parts)-1] {
+		sub, ok := m[p].(map[string]any)
+		if !ok {
+			return nil
+		}
+		m = sub
+	}
+	return m[parts[len(parts)-1]]
+}
+
+// missingWords lists the items of old (a list of strings, or a command line's
+// words) that new lacks.
+func missingWords(old, new any) []string {
+	words := func(v any) []string {
+		switch x := v.(type) {
+		case string:
+			return strings.Fields(x)
+		case []any:
+			var out []string
+			for _, e := range x {
+				if s, ok := e.(string); ok {
+					out = append(out, s)
+				}
+			}
+			return out
+		}
+		return nil
+	}
+	have := words(new)
+	var gone []string
+	for _, w := range words(old) {
+		if !slices.Contains(have, w) {
+			gone = append(gone, w)
+		}
+	}
+	return gone
+}
+
+// location is "file:line" of key in file, or the file alone.
+func (r *Resolved) location(file, key string) string {
+	if line := r.lines[file].line(key); line > 0 {
+		return fmt.Sprintf("%s:%d", file, line)
+	}
+	return file
 }
 
 // locate fills File and Line of validation errors from where each key was set.
@@ -436,6 +634,17 @@ func (r *Resolved) setIn(key string) string {
 		}
 	}
 	return ""
+}
+
+// Merge joins lists of problems into one, sorted by file and line, for a
+// caller that found more (the data files a recipe names) to report them as one.
+func Merge(lists ...Errors) Errors {
+	var all Errors
+	for _, l := range lists {
+		all = append(all, l...)
+	}
+	sortErrors(all)
+	return all
 }
 
 func sortErrors(errs Errors) {

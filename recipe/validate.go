@@ -505,6 +505,14 @@ func knownKeys() []string {
 
 // suggestion names a known key one or two edits away from an unknown one.
 func suggestion(path string) string {
+	if best := nearestKey(path); best != "" {
+		return fmt.Sprintf(" (did you mean %s?)", best)
+	}
+	return ""
+}
+
+// nearestKey is the known key one or two edits away from an unknown one, or "".
+func nearestKey(path string) string {
 	best, bestDist := "", 3
 	for _, k := range knownKeys() {
 		if parent(k) != parent(path) {
@@ -514,10 +522,7 @@ func suggestion(path string) string {
 			best, bestDist = k, d
 		}
 	}
-	if best == "" {
-		return ""
-	}
-	return fmt.Sprintf(" (did you mean %s?)", best)
+	return best
 }
 
 func editDistance(a, b string) int {

@@ -69,20 +69,63 @@ func loadRecipe(arg string) (*recipe.Resolved, error) {
 	if err != nil {
 		return nil, exitcode.Tag(exitcode.Recipe, err)
 	}
+	printWarnings(r)
 	return r, nil
+}
+
+// printWarnings writes the recipe's warnings (an include's item dropped by a
+// replaced list) to standard error, file:line first as errors are.
+func printWarnings(r *recipe.Resolved) {
+	for _, w := range r.Warnings {
+		fmt.Fprintln(os.Stderr, w)
+	}
 }
 
 // validRecipe loads a recipe and reads every data file it names: the one
 // validation lock, plan, fetch and build share.
-func validRecipe(path string) (*recipe.Resolved, error) {
-	r, err := loadRecipe(path)
+//
+// Every problem comes in one run: the recipe's types, keys and values, and the
+// data files of what could be read (a missing patch beside a wrong type).
+func validRecipe(arg string) (*recipe.Resolved, error) {
+	path, err := resolveRecipe(arg)
 	if err != nil {
 		return nil, err
 	}
-	if err := build.CheckData(r, imageTools()); err != nil {
-		return nil, err
+	r, err := recipe.LoadAll(path)
+	var errs recipe.Errors
+	if err != nil && !errors.As(err, &errs) {
+		return nil, exitcode.Tag(exitcode.Recipe, err) // not readable at all
 	}
+	if r != nil {
+		if derr := checkData(r, err != nil); derr != nil {
+			var des recipe.Errors
+			if !errors.As(derr, &des) {
+				if len(errs) == 0 {
+					return nil, derr
+				}
+			}
+			errs = append(errs, des...)
+		}
+	}
+	if len(errs) > 0 {
+		return nil, exitcode.Tag(exitcode.Recipe, recipe.Merge(errs))
+	}
+	printWarnings(r)
 	return r, nil
+}
+
+// checkData runs build.CheckData; on a recipe merged from what was valid of a
+// bad file (partial), a stage's data reader that trips over a value validation
+// already refused adds nothing rather than crash the report of the rest.
+func checkData(r *recipe.Resolved, partial bool) (err error) {
+	if partial {
+		defer func() {
+			if recover() != nil {
+				err = nil
+			}
+		}()
+	}
+	return build.CheckData(r, imageTools())
 }
 
 func (g *globals) openStore() (*store.Store, error) {

@@ -136,6 +136,8 @@ func TestExitCodeClasses(t *testing.T) {
 	badType := write("types/t.toml", "[platform]\ngpus = \"eight\"\nsockets = \"two\"\n[selftest]\nverify = 3\n")
 	noKeyring := lockRecipe(dir, "nokeyring", url, "good", filepath.Join(dir, "absent.gpg"), "hello")
 	unfetched := write("unfetched/t.toml", base)
+	// One problem of each class a recipe can have: reported together.
+	fourClasses := write("four/t.toml", strings.Replace(base, "[kernel]\n", "[platform]\ngpus = \"eight\"\nsokets = 2\nnuma_nodes = 99\n[kernel]\npatches = [\"./0001-gone.patch\"]\n", 1))
 	// A kernel "tarball" that is not one, imported into a store of its own: the
 	// kernel stage fails (build, exit 8).
 	junk := write("junk/linux.tar.xz", "not a tarball\n")
@@ -164,6 +166,7 @@ func TestExitCodeClasses(t *testing.T) {
 		{"bad flag value", []string{"run", "--accel", "bogus", dir}, 2, `^peerboot: --accel: want kvm or tcg, got "bogus"`, nil},
 		{"extra argument", []string{"version", "extra"}, 2, `^peerboot: version: want at most 0 argument\(s\), got 1`, nil},
 		{"three wrong types", []string{"plan", badType}, 3, `(?s)t.toml:2: platform.gpus: wrong type.*t.toml:3: platform.sockets: wrong type.*t.toml:5: selftest.verify: wrong type`, nil},
+		{"four classes in one run", []string{"plan", fourClasses}, 3, `^\S*four/t.toml:5: platform.gpus: wrong type: want an integer, got a string\n\S*four/t.toml:6: platform.sokets: unknown key \(did you mean platform.sockets\?\)\n\S*four/t.toml:7: platform.numa_nodes: want 1..64, got 99\n\S*four/t.toml:9: kernel.patches\[0\]: no file \S*four/0001-gone.patch\n$`, nil},
 		{"missing patch: plan", []string{"plan", missingPatch}, 3, `^\S*patch/t.toml:9: driver.patches\[1\]: no file \S*0002-gone.patch\n$`, nil},
 		{"missing patch: lock", []string{"lock", missingPatch}, 3, `^\S*patch/t.toml:9: driver.patches\[1\]: no file`, nil},
 		{"missing fragment", []string{"plan", missingFrag}, 3, `^\S*frag/t.toml:5: kernel.fragments\[1\]: no built-in file configs/nosuch.config`, nil},
@@ -186,7 +189,7 @@ func TestExitCodeClasses(t *testing.T) {
 		// other than the table's.
 		{"no such output: run", []string{"run", filepath.Join(dir, "nosuch")}, 2, `^peerboot: \S*nosuch: no such build output directory`, nil},
 		{"key not found: sign", []string{"sign", outDir, "--artifact-key", filepath.Join(dir, "nosuch.pem")}, 2, `^peerboot: --artifact-key: key reference "file:\S*nosuch.pem": open \S*nosuch.pem: no such file`, nil},
-		{"unknown key kind: sign", []string{"sign", outDir, "--artifact-key", "env:PEERBOOT_TEST_UNSET"}, 2, `^peerboot: --artifact-key: key reference "env:PEERBOOT_TEST_UNSET": environment variable PEERBOOT_TEST_UNSET is not set`, nil},
+		{"unknown key kind: sign", []string{"sign", outDir, "--artifact-key", "env:PB_TEST_UNSET_KEY"}, 2, `^peerboot: --artifact-key: key reference "env:PB_TEST_UNSET_KEY": environment variable PB_TEST_UNSET_KEY is not set`, nil},
 		{"no such file: store import", []string{"store", "import", unfetched, "nosuch.run"}, 2, `^peerboot: store import: nosuch.run: no such file`, nil},
 		{"garbage address: serve", []string{"serve", "--listen", "garbage"}, 2, `^peerboot: --listen: want HOST:PORT`, nil},
 		{"bad port: serve", []string{"serve", "--listen", ":99999"}, 2, `^peerboot: --listen: want a port number`, nil},

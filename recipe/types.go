@@ -9,7 +9,7 @@ import "github.com/peerboot/peerboot/output"
 type Recipe struct {
 	Name            string   `toml:"name"`              // image name: lower-case letters, digits, ".", "_", "-"; default: the file name without .toml
 	Description     string   `toml:"description"`       // free text
-	Include         []string `toml:"include"`           // files merged underneath this one, relative to it, depth first in list order (docs/recipes.md)
+	Include         []string `toml:"include"`           // files merged underneath this one, relative to it or absolute, depth first in list order; a list value replaces the included one whole, never appends (a dropped item of kernel.cmdline or kernel.fragments is warned about) (docs/recipes.md)
 	SourceDateEpoch int64    `toml:"source_date_epoch"` // the build clock, seconds since 1970; 0: derived from the newest input each stage reads
 
 	Platform  Platform          `toml:"platform"`

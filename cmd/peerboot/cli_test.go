@@ -104,7 +104,7 @@ func TestPlanPlatformRecipes(t *testing.T) {
 	// Without its lock file a platform recipe still plans, naming what is
 	// unresolved, and exits 4 (stale) saying the lock is missing.
 	dir := t.TempDir()
-	for _, f := range []string{"xeon-8gpu.toml", "drivers/550.163.01-p2p.toml", "drivers/linux-6.12-base.config"} {
+	for _, f := range []string{"xeon-8gpu.toml", "drivers/550.163.01-p2p.toml", "drivers/linux-6.12-base.config", "shared/pcie4-4090-thresholds.toml"} {
 		os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755)
 		b, _ := os.ReadFile("../../recipes/" + f)
 		os.WriteFile(filepath.Join(dir, f), b, 0o644)

@@ -44,7 +44,7 @@ func TestRecipeByName(t *testing.T) {
 		out  string // stdout contains
 		errs string // stderr contains
 	}{
-		{"by name from the root", root, nil, []string{"plan", "xeon-8gpu"}, 0, "files: (defaults) <- recipes/drivers/550.163.01-p2p.toml <- recipes/xeon-8gpu.toml", ""},
+		{"by name from the root", root, nil, []string{"plan", "xeon-8gpu"}, 0, "files: (defaults) <- recipes/drivers/550.163.01-p2p.toml <- recipes/shared/pcie4-4090-thresholds.toml <- recipes/xeon-8gpu.toml", ""},
 		{"a typo", root, nil, []string{"plan", "xeon8gpu"}, 3, "", "peerboot: xeon8gpu: no such recipe in recipes (did you mean xeon-8gpu?)"},
 		{"a typo in a path", root, nil, []string{"plan", "recipes/xeon-8gup.toml"}, 3, "", "(did you mean recipes/xeon-8gpu.toml?)"},
 		{"by name elsewhere", elsewhere, nil, []string{"plan", "xeon-8gpu"}, 3, "", "no such recipe in recipes (no such directory here): run from the repository root, give the recipe's path, or set PEERBOOT_RECIPES"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"unsafe"
 
@@ -139,6 +140,28 @@ type MemOptions struct {
 	// is inverted after the peer's write and before the owner checks it, which must then
 	// report a mismatch. MemResult.Injected says where. "": none.
 	Corrupt string
+	// Importer, when set, runs the ipc form's peer side in another process: it is given
+	// the exported descriptor and the request, and that process calls RunImport. nil:
+	// the import happens in this process (the local form of IPC).
+	Importer func(ctx context.Context, fd int, req ImportRequest) (*ImportResult, error)
+}
+
+// ImportRequest is what the importing process of the ipc form is asked to do with
+// the descriptor: import it, map it for Peer, check ReadSeed's pattern in place with
+// Peer's kernel (the peer read) and write WriteSeed's (the peer write).
+type ImportRequest struct {
+	Peer      int    `json:"peer"`
+	Bytes     int64  `json:"bytes"`
+	ReadSeed  uint32 `json:"read_seed"`
+	WriteSeed uint32 `json:"write_seed"`
+}
+
+// ImportResult is the importing process's answer.
+type ImportResult struct {
+	Calls    []string           `json:"calls"`
+	Mismatch *selftest.Mismatch `json:"mismatch,omitempty"` // of the peer read
+	Refused  string             `json:"refused,omitempty"`  // a setup call declined
+	Error    string             `json:"error,omitempty"`    // a call failed after data moved
 }
 
 // MemResult is what the peermem phase found, filled as far as the run got.
@@ -202,7 +225,7 @@ func RunPeerMem(ctx context.Context, o MemOptions) (*MemResult, error) {
 		// of the calls themselves shows.
 		pairs = [][2]int{{0, 0}}
 	}
-	m := &memRun{d: d, o: o, r: r, streams: map[int]Stream{}}
+	m := &memRun{ctx: ctx, d: d, o: o, r: r, streams: map[int]Stream{}}
 	defer func() {
 		for g, s := range m.streams {
 			_ = errors.Join(d.StreamSync(g, s), d.DestroyStream(g, s))
@@ -277,6 +300,7 @@ func openDevices(o Options, c *selftest.CUDA) (*Driver, int, error) {
 
 // memRun holds one peermem phase's state.
 type memRun struct {
+	ctx      context.Context
 	d        *Driver
 	o        MemOptions
 	r        *MemResult
@@ -307,6 +331,8 @@ type region struct {
 	ptr   Ptr
 	bytes int64
 	free  func() error
+	// remote, when set, does the peer read and the peer write in another process.
+	remote func(readSeed, writeSeed uint32) (*ImportResult, error)
 }
 
 // check runs one form for one (owner, peer) pair.
@@ -341,7 +367,7 @@ func (m *memRun) check(kind string, owner, peer int) selftest.PeerMem {
 		pm.Step, pm.Error = step, err.Error()
 		return pm
 	}
-	pm.Verified = pm.Mismatch == nil
+	pm.Verified = pm.Mismatch == nil && pm.Refused == ""
 	return pm
 }
 
@@ -459,7 +485,24 @@ func (m *memRun) vmm(pm *selftest.PeerMem, owner, peer int, exported bool) (regi
 	pm.Calls = append(pm.Calls, call)
 	undo = append(undo, func() error { return d.check(api.release(h), "cuMemRelease on GPU %d", owner) })
 	mapped := h
-	if exported {
+	if exported && m.o.Importer != nil {
+		// The peer side runs in another process: export now, import there (exercise).
+		var fd int32
+		call := "cuMemExportToShareableHandle(POSIX fd)"
+		if err := d.check(api.export(unsafe.Pointer(&fd), h, memHandlePosixFD, 0), "%s on GPU %d", call, owner); err != nil {
+			return reg, err
+		}
+		pm.Calls = append(pm.Calls, call)
+		undo = append(undo, func() error {
+			if err := unix.Close(int(fd)); err != nil {
+				return fmt.Errorf("closing the exported descriptor: %w", err)
+			}
+			return nil
+		})
+		reg.remote = func(readSeed, writeSeed uint32) (*ImportResult, error) {
+			return m.o.Importer(m.ctx, int(fd), ImportRequest{Peer: peer, Bytes: size, ReadSeed: readSeed, WriteSeed: writeSeed})
+		}
+	} else if exported {
 		var fd int32
 		call := "cuMemExportToShareableHandle(POSIX fd)"
 		if err := d.check(api.export(unsafe.Pointer(&fd), h, memHandlePosixFD, 0), "%s on GPU %d", call, owner); err != nil {
@@ -545,6 +588,27 @@ func (m *memRun) exercise(pm *selftest.PeerMem, owner, peer int, reg region) (st
 	if err := d.StreamSync(owner, so); err != nil {
 		return selftest.StepPeerRead, err
 	}
+	if reg.remote != nil {
+		// Steps 1 and 2's peer side in the importing process.
+		ir, err := reg.remote(seedMemOwner, seedMemPeer)
+		if err != nil {
+			return selftest.StepPeerRead, fmt.Errorf("the importing process: %w", err)
+		}
+		for _, c := range ir.Calls {
+			pm.Calls = append(pm.Calls, "importer: "+c)
+		}
+		switch {
+		case ir.Refused != "":
+			pm.Step, pm.Refused = selftest.StepSetup, "in the importing process: "+ir.Refused
+			return selftest.StepSetup, nil
+		case ir.Mismatch != nil:
+			pm.Step, pm.Mismatch = selftest.StepPeerRead, ir.Mismatch
+			return selftest.StepPeerRead, nil
+		case ir.Error != "":
+			return selftest.StepPeerWrite, fmt.Errorf("the importing process: %s", ir.Error)
+		}
+		return m.afterPeerWrite(pm, owner, peer, reg, so, sp)
+	}
 	v, err := d.Verify(peer, sp, reg.ptr, words, seedMemOwner)
 	if err != nil {
 		return selftest.StepPeerRead, err
@@ -560,6 +624,26 @@ func (m *memRun) exercise(pm *selftest.PeerMem, owner, peer int, reg region) (st
 	if err := d.StreamSync(peer, sp); err != nil {
 		return selftest.StepPeerWrite, err
 	}
+	return m.afterPeerWrite(pm, owner, peer, reg, so, sp)
+}
+
+// afterPeerWrite is the rest of a check once the peer has written: the owner checks
+// the peer's write, and the peer's copy engine copies the memory out.
+func (m *memRun) afterPeerWrite(pm *selftest.PeerMem, owner, peer int, reg region, so, sp Stream) (step string, err error) {
+	d := m.d
+	words := reg.bytes / 4
+	found := func(step string, g int, p Ptr, v Verification, seed uint32) error {
+		if v.Wrong == 0 {
+			return nil
+		}
+		got, err := d.ReadWords(g, p+Ptr(4*v.FirstBad), 1)
+		if err != nil {
+			return err
+		}
+		pm.Step = step
+		pm.Mismatch = &selftest.Mismatch{Offset: 4 * v.FirstBad, Want: Pattern(uint64(v.FirstBad), seed), Got: got[0], Words: v.Wrong}
+		return nil
+	}
 	if m.o.Corrupt == pm.Kind && !m.injected {
 		idx := words/2 + 5
 		p := reg.ptr + Ptr(4*idx)
@@ -574,7 +658,7 @@ func (m *memRun) exercise(pm *selftest.PeerMem, owner, peer int, reg region) (st
 		m.r.Injected = fmt.Sprintf("Corrupt test hook: in the %s check GPU %d -> GPU %d, after the peer's write the word at byte offset %d of GPU %d's memory was inverted on purpose (0x%08x -> 0x%08x); verification must report it as a mismatch",
 			pm.Kind, owner, peer, 4*idx, owner, w[0], ^w[0])
 	}
-	v, err = d.Verify(owner, so, reg.ptr, words, seedMemPeer)
+	v, err := d.Verify(owner, so, reg.ptr, words, seedMemPeer)
 	if err != nil {
 		return selftest.StepPeerWrite, err
 	}
@@ -610,4 +694,97 @@ func (m *memRun) exercise(pm *selftest.PeerMem, owner, peer int, reg region) (st
 		return selftest.StepPeerCopy, err
 	}
 	return "", nil
+}
+
+// RunImport is the importing process's side of the ipc form (MemOptions.Importer): it
+// imports the descriptor fd (cuMemImportFromShareableHandle), maps it for req.Peer,
+// checks req.ReadSeed's pattern in place with the peer's kernel and writes
+// req.WriteSeed's. A declined setup call is Refused, a failure after data moved is
+// Error; the error return is for what stops it before it could try (no driver).
+func RunImport(ctx context.Context, o MemOptions, fd int, req ImportRequest) (*ImportResult, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	res := &ImportResult{Calls: []string{}}
+	var c selftest.CUDA
+	d, n, err := openDevices(Options{Lib: o.Lib, Library: o.Library}.withDefaults(), &c)
+	if d != nil {
+		defer d.Close()
+	}
+	if err != nil {
+		return res, err
+	}
+	g := req.Peer
+	if g < 0 || g >= n || req.Bytes <= 0 || req.Bytes%4 != 0 {
+		return res, fmt.Errorf("import request for GPU %d of %d, %d bytes: out of range", g, n, req.Bytes)
+	}
+	refuse := func(err error) (*ImportResult, error) {
+		res.Refused = err.Error()
+		return res, nil
+	}
+	api, err := d.bindMem()
+	if err != nil {
+		return refuse(err)
+	}
+	dev, err := d.device(g)
+	if err != nil {
+		return refuse(err)
+	}
+	if err := d.SetCurrent(g); err != nil {
+		return refuse(err)
+	}
+	size := uintptr(req.Bytes)
+	var h uint64
+	call := fmt.Sprintf("cuMemImportFromShareableHandle(POSIX fd) in process %d", os.Getpid())
+	if err := d.check(api.importHandle(&h, uintptr(fd), memHandlePosixFD), "%s", call); err != nil {
+		return refuse(err)
+	}
+	res.Calls = append(res.Calls, call)
+	defer api.release(h)
+	var va Ptr
+	if err := d.check(api.addressReserve(&va, size, 0, 0, 0), "cuMemAddressReserve(%s)", Size(req.Bytes)); err != nil {
+		return refuse(err)
+	}
+	defer api.addressFree(va, size)
+	if err := d.check(api.mapMem(va, size, 0, h, 0), "cuMemMap(%s)", Size(req.Bytes)); err != nil {
+		return refuse(err)
+	}
+	defer api.unmap(va, size)
+	desc := []MemAccessDesc{{LocType: memLocationDevice, LocID: dev, Flags: memAccessReadWrite}}
+	call = fmt.Sprintf("cuMemSetAccess(GPU %d read-write)", g)
+	rc := api.setAccess(va, size, &desc[0], 1)
+	runtime.KeepAlive(desc)
+	if err := d.check(rc, "%s", call); err != nil {
+		return refuse(err)
+	}
+	res.Calls = append(res.Calls, fmt.Sprintf("cuMemAddressReserve(%s)", Size(req.Bytes)), fmt.Sprintf("cuMemMap(%s)", Size(req.Bytes)), call)
+	fail := func(err error) (*ImportResult, error) {
+		res.Error = err.Error()
+		return res, nil
+	}
+	s, err := d.NewStream(g)
+	if err != nil {
+		return fail(err)
+	}
+	defer d.DestroyStream(g, s)
+	words := req.Bytes / 4
+	v, err := d.Verify(g, s, va, words, req.ReadSeed)
+	if err != nil {
+		return fail(err)
+	}
+	if v.Wrong > 0 {
+		got, err := d.ReadWords(g, va+Ptr(4*v.FirstBad), 1)
+		if err != nil {
+			return fail(err)
+		}
+		res.Mismatch = &selftest.Mismatch{Offset: 4 * v.FirstBad, Want: Pattern(uint64(v.FirstBad), req.ReadSeed), Got: got[0], Words: v.Wrong}
+		return res, nil
+	}
+	if err := d.Fill(g, s, va, words, req.WriteSeed); err != nil {
+		return fail(err)
+	}
+	if err := d.StreamSync(g, s); err != nil {
+		return fail(err)
+	}
+	res.Calls = append(res.Calls, fmt.Sprintf("pb_verify and pb_fill on GPU %d", g))
+	return res, ctx.Err()
 }

@@ -131,3 +131,49 @@ func TestPeerMemFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { tc.check(t, runMem(t, tc.cfg, tc.corrupt)) })
 	}
 }
+
+// The ipc form with its peer side in "another process": the importer runs RunImport
+// over a FakeBox of its own (its own contexts and allocations; only the exported
+// descriptor's pages are shared, as between two processes), and a fault there shows.
+func TestPeerMemImporter(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		faults []gpufake.Fault
+		check  func(t *testing.T, c selftest.PeerMem)
+	}{
+		{"healthy", nil, func(t *testing.T, c selftest.PeerMem) {
+			calls := strings.Join(c.Calls, "; ")
+			if !c.Verified || !strings.Contains(calls, "importer: cuMemImportFromShareableHandle(POSIX fd) in process") || !strings.Contains(calls, "importer: cuMemSetAccess(GPU 1 read-write)") {
+				t.Errorf("%+v", c)
+			}
+		}},
+		{"importer's writes lost", []gpufake.Fault{{Kind: gpufake.FaultLost, GPU: 0, Mem: gpufake.MemVMM}}, func(t *testing.T, c selftest.PeerMem) {
+			if c.Verified || c.Step != selftest.StepPeerWrite || c.Mismatch == nil || c.Mismatch.Words != c.Bytes/4 {
+				t.Errorf("%+v %+v", c, c.Mismatch)
+			}
+		}},
+		{"import refused", []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuMemImportFromShareableHandle", Code: 801}}, func(t *testing.T, c selftest.PeerMem) {
+			if c.Verified || c.Step != selftest.StepSetup || c.Error != "" || !strings.Contains(c.Refused, "in the importing process: cuMemImportFromShareableHandle(POSIX fd) in process") || !strings.Contains(c.Refused, "CUDA_ERROR_NOT_SUPPORTED") {
+				t.Errorf("%+v", c)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := twoGPUs(tc.faults...)
+			imports := 0
+			importer := func(ctx context.Context, fd int, req cuda.ImportRequest) (*cuda.ImportResult, error) {
+				imports++
+				return cuda.RunImport(ctx, cuda.MemOptions{Library: gpufake.New(cfg).CUDA()}, fd, req)
+			}
+			box := gpufake.New(cfg)
+			r, err := cuda.RunPeerMem(context.Background(), cuda.MemOptions{Library: box.CUDA(), Bytes: 64 << 10, Kinds: []string{selftest.MemIPC}, Importer: importer})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if imports != 2 || len(r.Checks) != 2 {
+				t.Fatalf("%d imports, checks %+v", imports, r.Checks)
+			}
+			tc.check(t, checkOf(t, r, selftest.MemIPC, 0, 1))
+		})
+	}
+}

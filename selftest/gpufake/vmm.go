@@ -1,9 +1,12 @@
 package gpufake
 
 import (
+	"fmt"
 	"os"
-	"syscall"
+	"strings"
 	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/peerboot/peerboot/selftest/cuda"
 )
@@ -31,21 +34,20 @@ const vmmBase = vaBase + 0x80<<vaShift
 
 // physMem is one cuMemCreate allocation.
 type physMem struct {
-	gpu  int
-	data []byte
-	fdOK bool // created exportable as a POSIX file descriptor
+	gpu   int
+	data  []byte
+	memfd int // the shared pages of an exportable allocation; -1 none
 }
 
 type vmmState struct {
 	phys    map[uint64]*physMem // by handle
 	next    uint64              // next reservation offset above vmmBase
 	reserve map[uint64]uint64   // reserved address -> size
-	fds     map[int32]*physMem  // exported descriptors
 }
 
 func (b *FakeBox) vmmInit() *vmmState {
 	if b.vmm == nil {
-		b.vmm = &vmmState{phys: map[uint64]*physMem{}, reserve: map[uint64]uint64{}, fds: map[int32]*physMem{}}
+		b.vmm = &vmmState{phys: map[uint64]*physMem{}, reserve: map[uint64]uint64{}}
 	}
 	return b.vmm
 }
@@ -111,10 +113,37 @@ func (b *FakeBox) cuMemCreate(h *uint64, n uintptr, prop *cuda.MemProp, flags ui
 		return cudaErrorOutOfMemory
 	}
 	v := b.vmmInit()
+	pm := &physMem{gpu: g, data: make([]byte, n), memfd: -1}
+	if prop.HandleTypes&1 != 0 {
+		fd, err := unix.MemfdCreate(fmt.Sprintf("gpufake-gpu%d", g), unix.MFD_CLOEXEC)
+		if err != nil {
+			return cudaErrorOutOfMemory
+		}
+		data, err := mapFD(fd, int(n))
+		if err != nil {
+			unix.Close(fd)
+			return cudaErrorOutOfMemory
+		}
+		pm.data, pm.memfd = data, fd
+	}
 	hd := uint64(b.newHandle())
-	v.phys[hd] = &physMem{gpu: g, data: make([]byte, n), fdOK: prop.HandleTypes&1 != 0}
+	v.phys[hd] = pm
 	*h = hd
 	return 0
+}
+
+// mapFD sizes the memfd to n bytes (when it is smaller) and maps it shared.
+func mapFD(fd, n int) ([]byte, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Size < int64(n) {
+		if err := unix.Ftruncate(fd, int64(n)); err != nil {
+			return nil, err
+		}
+	}
+	return unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 }
 
 func (b *FakeBox) cuMemRelease(h uint64) int32 {
@@ -124,6 +153,9 @@ func (b *FakeBox) cuMemRelease(h uint64) int32 {
 	v := b.vmmInit()
 	if _, ok := v.phys[h]; !ok {
 		return cudaErrorInvalidValue
+	}
+	if pm := v.phys[h]; pm.memfd >= 0 {
+		unix.Close(pm.memfd) // the pages stay mapped where they are mapped
 	}
 	delete(v.phys, h) // mappings keep the memory until unmapped, as the driver does
 	return 0
@@ -218,42 +250,57 @@ func (b *FakeBox) cuMemExportToShareableHandle(shareable unsafe.Pointer, h uint6
 	if !ok {
 		return cudaErrorInvalidHandle
 	}
-	if typ != 1 || flags != 0 || !pm.fdOK {
-		return cudaErrorInvalidValue
-	}
-	f, err := os.Open(os.DevNull)
-	if err != nil {
+	if typ != 1 || flags != 0 || pm.memfd < 0 {
 		return cudaErrorInvalidValue
 	}
 	// The caller owns the descriptor and closes it, as with the driver's.
-	fd := int32(f.Fd())
-	dup, err := dupFD(fd)
-	f.Close()
+	fd, err := unix.Dup(pm.memfd)
 	if err != nil {
 		return cudaErrorInvalidValue
 	}
-	v.fds[dup] = pm
-	*(*int32)(shareable) = dup
+	*(*int32)(shareable) = int32(fd)
 	return 0
+}
+
+// memfdGPU is the GPU a gpufake memfd was created for, from its name
+// ("/memfd:gpufake-gpu1 (deleted)"), or -1.
+func memfdGPU(fd int) int {
+	link, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return -1
+	}
+	var g int
+	if _, err := fmt.Sscanf(strings.TrimPrefix(link, "/memfd:"), "gpufake-gpu%d", &g); err != nil {
+		return -1
+	}
+	return g
 }
 
 func (b *FakeBox) cuMemImportFromShareableHandle(h *uint64, osHandle uintptr, typ int32) int32 {
 	if rc := b.ready("cuMemImportFromShareableHandle"); rc != 0 {
 		return rc
 	}
-	v := b.vmmInit()
-	pm, ok := v.fds[int32(osHandle)]
-	if !ok || typ != 1 {
+	fd := int(osHandle)
+	g := memfdGPU(fd)
+	if typ != 1 || !b.valid(int32(g)) {
 		return cudaErrorInvalidValue
 	}
-	delete(v.fds, int32(osHandle)) // a descriptor number may be reused once closed
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Size <= 0 {
+		return cudaErrorInvalidValue
+	}
+	// A descriptor of our own keeps the pages once the caller closes its one.
+	own, err := unix.Dup(fd)
+	if err != nil {
+		return cudaErrorInvalidValue
+	}
+	data, err := mapFD(own, int(st.Size))
+	if err != nil {
+		unix.Close(own)
+		return cudaErrorInvalidValue
+	}
 	hd := uint64(b.newHandle())
-	v.phys[hd] = pm
+	b.vmmInit().phys[hd] = &physMem{gpu: g, data: data, memfd: own}
 	*h = hd
 	return 0
-}
-
-func dupFD(fd int32) (int32, error) {
-	n, err := syscall.Dup(int(fd))
-	return int32(n), err
 }

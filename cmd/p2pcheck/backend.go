@@ -25,6 +25,8 @@ type backend interface {
 	cuda(ctx context.Context, in *phaseInput) (*cuda.Result, error)
 	nccl(ctx context.Context, in *phaseInput) (*selftest.NCCL, error)
 	peerMem(ctx context.Context, in *phaseInput) (*cuda.MemResult, error)
+	// peerImport is the ipc form's second process (phaseImport), fd the descriptor.
+	peerImport(ctx context.Context, in *phaseInput, fd int) (*cuda.ImportResult, error)
 	// bar1 asks NVML again after the copies, for the BAR1 figures.
 	bar1(ctx context.Context, in *phaseInput) (*phases.NVML, error)
 }
@@ -116,7 +118,16 @@ func (b realBackend) peerMem(ctx context.Context, in *phaseInput) (*cuda.MemResu
 
 // peerMemWith is the peermem phase over lib (nil: dlopen in.CUDALib).
 func (realBackend) peerMemWith(ctx context.Context, in *phaseInput, lib cuda.Library) (*cuda.MemResult, error) {
-	return cuda.RunPeerMem(ctx, cuda.MemOptions{Library: lib, Lib: in.CUDALib, Bytes: in.MemBytes, Corrupt: in.CorruptMem})
+	return cuda.RunPeerMem(ctx, cuda.MemOptions{Library: lib, Lib: in.CUDALib, Bytes: in.MemBytes, Corrupt: in.CorruptMem, Importer: importer(in)})
+}
+
+func (b realBackend) peerImport(ctx context.Context, in *phaseInput, fd int) (*cuda.ImportResult, error) {
+	return b.peerImportWith(ctx, in, nil, fd)
+}
+
+// peerImportWith is the import side over lib (nil: dlopen in.CUDALib).
+func (realBackend) peerImportWith(ctx context.Context, in *phaseInput, lib cuda.Library, fd int) (*cuda.ImportResult, error) {
+	return cuda.RunImport(ctx, cuda.MemOptions{Library: lib, Lib: in.CUDALib}, fd, *in.Import)
 }
 
 func (b realBackend) nccl(ctx context.Context, in *phaseInput) (*selftest.NCCL, error) {

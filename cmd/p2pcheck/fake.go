@@ -105,6 +105,18 @@ func (f *fakeBackend) peerMem(ctx context.Context, in *phaseInput) (*cuda.MemRes
 	return realBackend{}.peerMemWith(ctx, in, gpufake.New(*f.s.Box).CUDA())
 }
 
+// peerImport runs the ipc form's import side over a FAKE driver of its own: only the
+// exported descriptor's pages are shared with the peermem child, as between processes.
+func (f *fakeBackend) peerImport(ctx context.Context, in *phaseInput, fd int) (*cuda.ImportResult, error) {
+	if err := f.gate(ctx, phaseImport); err != nil {
+		return nil, err
+	}
+	if f.s.Box == nil {
+		return nil, fmt.Errorf("FAKE scenario has no box")
+	}
+	return realBackend{}.peerImportWith(ctx, in, gpufake.New(*f.s.Box).CUDA(), fd)
+}
+
 // nccl runs the real all-reduce phase over the FAKE driver and NCCL.
 func (f *fakeBackend) nccl(ctx context.Context, in *phaseInput) (*selftest.NCCL, error) {
 	if err := f.gate(ctx, selftest.PhaseNCCL); err != nil {

@@ -357,6 +357,10 @@ func allVerified(t *testing.T, r *selftest.Report) {
 		if !m.Verified || m.Owner == m.Peer || m.Refused != "" || m.Error != "" {
 			t.Errorf("%s %d->%d: %+v", m.Kind, m.Owner, m.Peer, m)
 		}
+		// The ipc form's peer side ran in a second process (--phase peermem-import).
+		if m.Kind == selftest.MemIPC && !strings.Contains(strings.Join(m.Calls, "; "), "importer: cuMemImportFromShareableHandle(POSIX fd) in process") {
+			t.Errorf("ipc %d->%d did not import in a second process: %q", m.Owner, m.Peer, m.Calls)
+		}
 	}
 	if !strings.Contains(r.CUDA.Library, "FAKE") || r.NCCL == nil || !strings.Contains(r.NCCL.Library, "FAKE") {
 		t.Errorf("the report does not name the FAKE libraries: cuda %q", r.CUDA.Library)
@@ -503,6 +507,14 @@ func peerMemCases() []faultCase {
 				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuMemSetAccess", Code: 217}}
 			},
 			want: []string{"fail peermem.refused"}, msg: []string{"vmm memory of GPU0 used by GPU1: the driver declined it: cuMemSetAccess(GPU 0 read-write, GPU 1 read-write): CUDA_ERROR_PEER_ACCESS_UNSUPPORTED"},
+		},
+		{
+			// The importing process's writes into GPU2's exported memory do not land.
+			name: "ipc-second-process-writes-lost", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
+				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultLost, GPU: 2, Mem: gpufake.MemVMM, Offset: 1024, Bytes: 4}}
+			},
+			want: []string{"fail peermem.corrupt"}, msg: []string{"ipc memory of GPU2 used by GPU0: 1 word(s) wrong in the peer write, first at byte 0x400"},
 		},
 		{
 			name: "inject-corruption-managed", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", args: []string{"--inject-corruption=managed"},

@@ -46,6 +46,8 @@ type phaseInput struct {
 	// peermem phase
 	MemBytes   int64  `json:"mem_bytes"`
 	CorruptMem string `json:"corrupt_mem,omitempty"` // the form the test hook corrupts
+	// Import is the ipc form's request to its importing process (phaseImport).
+	Import *cuda.ImportRequest `json:"import,omitempty"`
 
 	// nccl phase
 	NCCLMin  int64             `json:"nccl_min"`
@@ -129,6 +131,9 @@ func childMain(phase string, stdin io.Reader, stdout, stderr io.Writer) int {
 		}
 		b = fb
 	}
+	if phase == phaseImport {
+		return importMain(b, &in, stdout, stderr)
+	}
 	out := runBackend(context.Background(), b, &in)
 	if err := json.NewEncoder(stdout).Encode(out); err != nil {
 		fmt.Fprintf(stderr, "p2pcheck --phase %s: writing answer: %v\n", phase, err)
@@ -169,4 +174,70 @@ func selfPath() (string, error) {
 		return "", fmt.Errorf("finding p2pcheck's own path for the phase processes: %w", err)
 	}
 	return p, nil
+}
+
+// phaseImport is the ipc form's second process: started by the peermem child with the
+// exported descriptor as fd 3 (importFD) and the request in phaseInput.Import, it
+// answers a cuda.ImportResult on stdout. It is part of the peermem phase, killed with
+// it (same process group) at its deadline.
+const (
+	phaseImport = "peermem-import"
+	importFD    = 3
+)
+
+// importMain is the --phase peermem-import side.
+func importMain(b backend, in *phaseInput, stdout, stderr io.Writer) int {
+	if in.Import == nil {
+		fmt.Fprintf(stderr, "p2pcheck --phase %s: no import request\n", phaseImport)
+		return exitUsage
+	}
+	res, err := b.peerImport(context.Background(), in, importFD)
+	if res == nil {
+		res = &cuda.ImportResult{}
+	}
+	if err != nil && res.Error == "" && res.Refused == "" {
+		res.Error = err.Error()
+	}
+	if err := json.NewEncoder(stdout).Encode(res); err != nil {
+		fmt.Fprintf(stderr, "p2pcheck --phase %s: writing answer: %v\n", phaseImport, err)
+		return exitFail
+	}
+	return exitPass
+}
+
+// importer runs the ipc form's peer side in a second process: this binary with
+// --phase peermem-import, fd passed as its fd 3.
+func importer(in *phaseInput) func(ctx context.Context, fd int, req cuda.ImportRequest) (*cuda.ImportResult, error) {
+	return func(ctx context.Context, fd int, req cuda.ImportRequest) (*cuda.ImportResult, error) {
+		self, err := selfPath()
+		if err != nil {
+			return nil, err
+		}
+		sub := *in
+		sub.Phase, sub.Import = phaseImport, &req
+		body, err := json.Marshal(&sub)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the import request: %w", err)
+		}
+		dup, err := syscall.Dup(fd)
+		if err != nil {
+			return nil, fmt.Errorf("passing the exported descriptor: %w", err)
+		}
+		f := os.NewFile(uintptr(dup), "exported-cumem")
+		defer f.Close()
+		cmd := exec.CommandContext(ctx, self, "--phase", phaseImport)
+		cmd.Stdin = bytes.NewReader(body)
+		var stdout bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
+		cmd.ExtraFiles = []*os.File{f} // fd 3 in the child
+		werr := cmd.Run()
+		var res cuda.ImportResult
+		if derr := json.Unmarshal(stdout.Bytes(), &res); derr != nil {
+			if werr == nil {
+				werr = derr
+			}
+			return nil, fmt.Errorf("the importing process died without an answer: %w", werr)
+		}
+		return &res, nil
+	}
 }

@@ -11,6 +11,11 @@
 //	POST /attest/nonce?node=                  a one-time nonce for an attested report (the report token)
 //	GET  /, /nodes/{node}                     the fleet pages
 //	GET  /api/nodes, /api/nodes/{node}, /api/reports/{id}, /api/builds   the same as JSON
+//	GET  /api/rollouts, /api/rollouts/{recipe}                          the rollouts as JSON
+//	POST /api/rollouts/{recipe}/{promote,halt,resume}, /api/nodes/{node}/{clear,ak-reset},
+//	     /api/attest/enroll                                             the operator's writes (operator.go)
+//
+// docs/hardening.md has the table: who may call each, with what, to change what.
 //
 // Beside it, off by default: a read-only TFTP server for a first-stage iPXE (TFTP) and
 // a ProxyDHCP responder that answers PXE clients only (ProxyDHCP).

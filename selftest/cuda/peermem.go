@@ -34,19 +34,17 @@ import (
 
 // Enum values from cuda.h 13.0.
 const (
-	memAttachGlobal        = 0x1
-	adviseSetPreferredLoc  = 3 // CU_MEM_ADVISE_SET_PREFERRED_LOCATION
-	adviseSetAccessedBy    = 5 // CU_MEM_ADVISE_SET_ACCESSED_BY
-	attrManagedMemory      = 83
-	attrConcurrentManaged  = 89
-	memAllocationPinned    = 1 // CU_MEM_ALLOCATION_TYPE_PINNED
-	memHandleNone          = 0
-	memHandlePosixFD       = 1 // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-	memLocationDevice      = 1 // CU_MEM_LOCATION_TYPE_DEVICE
-	memAccessReadWrite     = 3 // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-	memGranularityMinimum  = 0 // CU_MEM_ALLOC_GRANULARITY_MINIMUM
-	cudaErrorNotSupported  = 801
-	cudaErrorInvalidDevice = 101
+	memAttachGlobal       = 0x1
+	adviseSetPreferredLoc = 3 // CU_MEM_ADVISE_SET_PREFERRED_LOCATION
+	adviseSetAccessedBy   = 5 // CU_MEM_ADVISE_SET_ACCESSED_BY
+	attrManagedMemory     = 83
+	attrConcurrentManaged = 89
+	memAllocationPinned   = 1 // CU_MEM_ALLOCATION_TYPE_PINNED
+	memHandleNone         = 0
+	memHandlePosixFD      = 1 // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+	memLocationDevice     = 1 // CU_MEM_LOCATION_TYPE_DEVICE
+	memAccessReadWrite    = 3 // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+	memGranularityMinimum = 0 // CU_MEM_ALLOC_GRANULARITY_MINIMUM
 )
 
 // MemProp is CUmemAllocationProp (cuda.h): 32 bytes, the location inline.

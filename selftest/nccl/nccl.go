@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/peerboot/peerboot/selftest"
@@ -130,6 +131,10 @@ type lib struct {
 	groupEnd       func() int32
 	allReduce      func(send, recv cuda.Ptr, count uintptr, dtype, op int32, comm uintptr, s cuda.Stream) int32
 	getErrorString func(rc int32) string
+	// getLastError is ncclGetLastError (NCCL 2.13 on; nil before): the text of NCCL's
+	// last WARN, e.g. "Cuda failure 'no kernel image is available for execution on the
+	// device'", which ncclGetErrorString's "unhandled cuda error" does not say.
+	getLastError func(comm uintptr) string
 }
 
 func loadNCCL(path string) (*lib, error) {
@@ -160,6 +165,9 @@ func bindNCCL(src cuda.Library) (*lib, error) {
 			return nil, fmt.Errorf("loading %s: %w", path, err)
 		}
 	}
+	if err := src.Bind("ncclGetLastError", &l.getLastError); err != nil {
+		l.getLastError = nil // an NCCL older than 2.13: the code's text alone
+	}
 	return l, nil
 }
 
@@ -168,15 +176,26 @@ type Error struct {
 	Call string
 	Code int
 	Text string // ncclGetErrorString
+	Last string // ncclGetLastError: what NCCL warned of last ("" when it cannot say)
 }
 
-func (e *Error) Error() string { return fmt.Sprintf("%s: %s (ncclResult %d)", e.Call, e.Text, e.Code) }
+func (e *Error) Error() string {
+	s := fmt.Sprintf("%s: %s (ncclResult %d)", e.Call, e.Text, e.Code)
+	if e.Last != "" {
+		s += ": " + e.Last
+	}
+	return s
+}
 
 func (l *lib) check(rc int32, format string, args ...any) error {
 	if rc == ncclSuccess {
 		return nil
 	}
-	return &Error{Call: fmt.Sprintf(format, args...), Code: int(rc), Text: l.getErrorString(rc)}
+	e := &Error{Call: fmt.Sprintf(format, args...), Code: int(rc), Text: l.getErrorString(rc)}
+	if l.getLastError != nil {
+		e.Last = strings.TrimSpace(l.getLastError(0)) // no communicator: the thread's last error
+	}
+	return e
 }
 
 // rank is one GPU's side of the communicator.

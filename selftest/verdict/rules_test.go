@@ -232,6 +232,17 @@ var faultRows = []struct {
 		id: "nccl.busbw", status: selftest.SevFail, msg: "3.2 GB/s at 1GiB, below selftest.min_busbw_gbps = 12.0"},
 	{name: "NCCL error", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.NCCL.Error = "ncclCommInitAll: unhandled system error (2)" },
 		id: "nccl.error", status: selftest.SevFail, msg: "unhandled system error"},
+	{name: "NCCL without kernels for the GPU arch", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
+		for i := range r.CUDA.Devices {
+			r.CUDA.Devices[i].Name, r.CUDA.Devices[i].CC = "NVIDIA GeForce RTX 5090", "12.0"
+		}
+		r.NCCL.Version, r.NCCL.LibraryFile = 22907, "/usr/lib/x86_64-linux-gnu/libnccl.so.2.29.7"
+		r.NCCL.Error = "ncclCommInitAll(4): unhandled cuda error (run with NCCL_DEBUG=INFO for details) (ncclResult 1): Cuda failure 'no kernel image is available for execution on the device'"
+	}, id: "nccl.arch", status: selftest.SevFail, msg: "NCCL 2.29.7 (/usr/lib/x86_64-linux-gnu/libnccl.so.2.29.7) has no kernels that run on RTX 5090 (sm_120)", hint: "NCCL 2.25.1 or later built with CUDA 12.8"},
+	{name: "NCCL launch: named symbol not found", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.NCCL.Version = 22203
+		r.NCCL.Error = "ncclAllReduce(rank 0, 1048576 B): unhandled cuda error (ncclResult 1): Cuda failure 500 'named symbol not found'"
+	}, id: "nccl.arch", status: selftest.SevFail, msg: "NCCL 2.22.3 has no kernels that run on", hint: "stops at sm_90"},
 	// highmem.copy
 	{name: "above-BAR1 probe error", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.HighMem[0].Error, r.HighMem[0].Verified = "cuMemcpyPeerAsync: CUDA_ERROR_MAP_FAILED (205)", false

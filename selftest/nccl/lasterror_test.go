@@ -7,7 +7,9 @@ import "testing"
 func TestErrorCarriesTheLastWarning(t *testing.T) {
 	l := &lib{
 		getErrorString: func(int32) string { return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)" },
-		getLastError:   func(uintptr) string { return "Cuda failure 'no kernel image is available for execution on the device'\n" },
+		getLastError: func(uintptr) string {
+			return "Cuda failure 'no kernel image is available for execution on the device'\n"
+		},
 	}
 	err := l.check(1, "ncclCommInitAll(%d)", 4)
 	want := "ncclCommInitAll(4): unhandled cuda error (run with NCCL_DEBUG=INFO for details) (ncclResult 1): Cuda failure 'no kernel image is available for execution on the device'"

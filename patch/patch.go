@@ -183,6 +183,11 @@ func apply(dir, name string, data []byte, exact bool) (*Result, error) {
 			return nil, err
 		}
 		_, err = f.Write(w.data)
+		if err == nil {
+			// The mode open gives applies only to a new file (and through the
+			// umask): a patch's mode change must reach an existing one too.
+			err = f.Chmod(w.mode)
+		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}

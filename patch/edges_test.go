@@ -100,3 +100,20 @@ func TestSafePath(t *testing.T) {
 		}
 	}
 }
+
+// Two adjacent hunks (the second starts where the first ends) and a hunk that
+// ends at the file's last line both apply exactly.
+func TestApplyAdjacentAndLastHunks(t *testing.T) {
+	dir := tree(t, base)
+	p := "diff --git a/f.txt b/f.txt\n--- a/f.txt\n+++ b/f.txt\n" +
+		"@@ -1,2 +1,2 @@\n-one\n+ONE\n two\n" +
+		"@@ -3,2 +3,2 @@\n-three\n+THREE\n four\n" +
+		"@@ -6,2 +6,2 @@\n six\n-seven\n+SEVEN\n"
+	if _, err := ApplyExact(dir, "p.patch", []byte(p)); err != nil {
+		t.Fatal(err)
+	}
+	want := "ONE\ntwo\nTHREE\nfour\nfive\nsix\nSEVEN\n"
+	if b, _ := os.ReadFile(filepath.Join(dir, "f.txt")); string(b) != want {
+		t.Fatalf("got %q, want %q", b, want)
+	}
+}

@@ -117,3 +117,36 @@ func TestApplyAdjacentAndLastHunks(t *testing.T) {
 		t.Fatalf("got %q, want %q", b, want)
 	}
 }
+
+// A hunk whose old lines are earlier than recorded is found there (a negative
+// offset), as far back as the file's first line.
+func TestApplyNegativeOffset(t *testing.T) {
+	dir := tree(t, base)
+	// Recorded at line 8 (past the 7 lines): "one" is found 7 lines earlier.
+	p := "diff --git a/f.txt b/f.txt\n--- a/f.txt\n+++ b/f.txt\n@@ -8,1 +8,1 @@\n-one\n+ONE\n"
+	res, err := Apply(dir, "p.patch", []byte(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "f.txt")); string(b) != strings.Replace(base, "one", "ONE", 1) || len(res.Offsets) != 1 || !strings.Contains(res.Offsets[0], "offset -7 lines") {
+		t.Fatalf("got %q, offsets %v", b, res.Offsets)
+	}
+}
+
+// A new file under a path whose parent is a file is refused, naming it.
+func TestApplyUnderAFile(t *testing.T) {
+	dir := tree(t, base)
+	_, err := Apply(dir, "p.patch", []byte(strings.ReplaceAll(newFile, "DIR", "f.txt")))
+	if err == nil || !strings.Contains(err.Error(), "f.txt is not a directory") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestSplitLines(t *testing.T) {
+	for in, want := range map[string][]string{"": nil, "a\nb\n": {"a\n", "b\n"}, "\nx\n": {"\n", "x\n"}, "a\nb": {"a\n", "b"}} {
+		got := splitLines([]byte(in))
+		if strings.Join(got, "|") != strings.Join(want, "|") || len(got) != len(want) {
+			t.Errorf("splitLines(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -8,7 +8,7 @@
 // mutants (no test can tell them from the original) are listed in
 // mutants/equivalent.txt, each with a reason, and left out of the rate.
 //
-//	go run ./scripts/mutants [-update] [-workers N] [-timeout-coefficient N] [PKG...]
+//	go run ./scripts/mutants [-update] [-reuse] [-workers N] [-timeout-coefficient N] [PKG...]
 //
 // -update rewrites the baseline from this run (for the packages run). See
 // docs/testing.md.
@@ -305,12 +305,15 @@ func exclusions(p Package) ([]string, error) {
 	return out, nil
 }
 
-func run(p Package, dir string, workers, coef int, log io.Writer) ([]Mutant, time.Duration, error) {
+func run(p Package, dir string, workers, coef int, reuse bool, log io.Writer) ([]Mutant, time.Duration, error) {
 	ex, err := exclusions(p)
 	if err != nil {
 		return nil, 0, err
 	}
 	out := filepath.Join(dir, strings.ReplaceAll(p.Path, "/", "_")+".json")
+	if reuse {
+		return readReport(p, out, 0)
+	}
 	args := []string{"run", Gremlins, "unleash", "--workers", strconv.Itoa(workers), "--timeout-coefficient", strconv.Itoa(coef),
 		"--invert-logical", "-o", out}
 	for _, e := range ex {
@@ -325,7 +328,10 @@ func run(p Package, dir string, workers, coef int, log io.Writer) ([]Mutant, tim
 	if err := cmd.Run(); err != nil {
 		return nil, 0, fmt.Errorf("gremlins on %s: %w (its output: %s)", p.Path, err, dir)
 	}
-	took := time.Since(start)
+	return readReport(p, out, time.Since(start))
+}
+
+func readReport(p Package, out string, took time.Duration) ([]Mutant, time.Duration, error) {
 	f, err := os.Open(out)
 	if err != nil {
 		return nil, 0, err
@@ -343,14 +349,15 @@ func main() {
 	workers := flag.Int("workers", 1, "gremlins workers (each runs a package's tests)")
 	coef := flag.Int("timeout-coefficient", 3, "a mutant's test run may take this many times the unmutated run")
 	out := flag.String("out", "mutants.out", "where gremlins' reports and logs go")
+	reuse := flag.Bool("reuse", false, "do not run gremlins: tally the reports already in -out (after editing equivalent.txt)")
 	flag.Parse()
-	if err := mainErr(*update, *workers, *coef, *out, flag.Args()); err != nil {
+	if err := mainErr(*update, *workers, *coef, *reuse, *out, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(update bool, workers, coef int, out string, only []string) error {
+func mainErr(update bool, workers, coef int, reuse bool, out string, only []string) error {
 	eqf, err := os.Open("mutants/equivalent.txt")
 	if err != nil {
 		return err
@@ -377,12 +384,16 @@ func mainErr(update bool, workers, coef int, out string, only []string) error {
 		if len(only) > 0 && !slices.Contains(only, p.Path) {
 			continue
 		}
-		logf, err := os.Create(filepath.Join(out, strings.ReplaceAll(p.Path, "/", "_")+".log"))
-		if err != nil {
-			return err
+		logf := io.Discard
+		if !reuse {
+			f, err := os.Create(filepath.Join(out, strings.ReplaceAll(p.Path, "/", "_")+".log"))
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			logf = f
 		}
-		ms, took, err := run(p, out, workers, coef, logf)
-		logf.Close()
+		ms, took, err := run(p, out, workers, coef, reuse, logf)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -437,5 +438,73 @@ func TestModeLineMatchesReadme(t *testing.T) {
 		if found == 0 {
 			t.Errorf("%s prints no peerboot-p2p: bar1-mode line", version)
 		}
+	}
+}
+
+// The decision table in patches/README.md says what the model says: every
+// cell that names a mode, for every BAR1 size a row gives.
+func TestReadmeDecisionTableFollowsModel(t *testing.T) {
+	readme, err := Patches.ReadFile("patches/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cell := regexp.MustCompile("^(static|dynamic|none) \\(`([a-z0-9-]+)`\\)")
+	size := regexp.MustCompile(`^([0-9]+)(?:–([0-9]+))? (GiB|MiB)$`)
+	sizes := func(s string) []uint64 {
+		m := size.FindStringSubmatch(s)
+		if m == nil {
+			return nil
+		}
+		unit := gib
+		if m[3] == "MiB" {
+			unit = mib
+		}
+		var out []uint64
+		for _, n := range m[1:3] {
+			if n != "" {
+				v, _ := strconv.ParseUint(n, 10, 64)
+				out = append(out, v*unit)
+			}
+		}
+		return out
+	}
+	checked := 0
+	for _, line := range strings.Split(string(readme), "\n") {
+		f := strings.Split(line, "|")
+		if len(f) != 8 || !regexp.MustCompile(`^ (GA102|AD102|GB202) $`).MatchString(f[1]) {
+			continue
+		}
+		name, vramText, bar1Text := strings.TrimSpace(f[2]), strings.TrimSpace(f[3]), strings.TrimSpace(f[4])
+		vram := []uint64{24 * gib} // "—": any VRAM; the row is about BAR1
+		if vramText != "—" {
+			vram = sizes(vramText)
+		}
+		bar1s := sizes(bar1Text)
+		if len(vram) != 1 || len(bar1s) == 0 {
+			t.Errorf("decision table row %q: cannot read VRAM %q / BAR1 %q", name, vramText, bar1Text)
+			continue
+		}
+		var console uint64
+		if strings.Contains(name, "console") {
+			console = 8 * mib
+		}
+		for col, branches := range map[int][]string{5: {"550.163.01"}, 6: {"580.142", "595.45.04"}} {
+			m := cell.FindStringSubmatch(strings.TrimSpace(f[col]))
+			if m == nil {
+				continue // no series for this chip on this branch
+			}
+			for _, b := range branches {
+				for _, bar1 := range bar1s {
+					mode, why := modelMode(b, board(vram[0], bar1, console))
+					if mode != m[1] || why != m[2] {
+						t.Errorf("patches/README.md: %s, BAR1 %d MiB on %s says %s (%s), the model %s (%s)", name, bar1>>20, b, m[1], m[2], mode, why)
+					}
+					checked++
+				}
+			}
+		}
+	}
+	if checked < 15 {
+		t.Fatalf("read only %d cells of the decision table in patches/README.md", checked)
 	}
 }

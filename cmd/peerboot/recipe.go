@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -8,26 +9,54 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/BurntSushi/toml"
 	"github.com/spf13/cobra"
 
 	"github.com/peerboot/peerboot/exitcode"
 )
 
 func recipeCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "recipe", Short: "Inspect recipes"}
-	cmd.AddCommand(&cobra.Command{
+	cmd := &cobra.Command{Use: "recipe", Short: "Inspect, check and start recipes"}
+	var showJSON, showAll bool
+	show := &cobra.Command{
 		Use:   "show [RECIPE]",
 		Short: "Print the resolved recipe (includes and defaults applied) and its digest",
-		Args:  exactArgs(1),
+		Long: `show prints the recipe as the build sees it: includes and defaults merged, keys
+sorted, with its digest and the files merged (lowest first). Keys left empty are
+left out (--all prints them too, as the digest's input has them). --json prints
+{path, name, digest, files, recipe} with the recipe as a JSON object.`,
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := loadRecipe(recipeArg(args))
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "# %s\n# digest: %s\n# files: %v\n%s", r.Path, r.Digest, r.Files, r.Canonical())
+			text := r.Canonical()
+			if !showAll || showJSON {
+				if text, err = prunedTOML(text); err != nil {
+					return err
+				}
+			}
+			if showJSON {
+				var m map[string]any
+				if _, err := toml.Decode(string(text), &m); err != nil {
+					return err
+				}
+				return writeJSON(cmd.OutOrStdout(), struct {
+					Path   string         `json:"path"`
+					Name   string         `json:"name"`
+					Digest string         `json:"digest"`
+					Files  []string       `json:"files"`
+					Recipe map[string]any `json:"recipe"`
+				}{r.Path, r.Name, r.Digest, r.Files, m})
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "# %s\n# digest: %s\n# files: %s\n%s", r.Path, r.Digest, strings.Join(r.Files, " <- "), text)
 			return nil
 		},
-	})
+	}
+	show.Flags().BoolVar(&showAll, "all", false, "also print the keys left empty")
+	addJSONFlag(show, &showJSON)
+	cmd.AddCommand(show, recipeValidateCmd(), recipeInitCmd())
 	cmd.AddCommand(&cobra.Command{
 		Use:   "matrix [RECIPE...]",
 		Short: "Print the CI build matrix: each recipe with its driver flavour, as JSON",
@@ -129,4 +158,47 @@ func driverFlavour(files []string, version string, deb bool) string {
 		return version + "-debian"
 	}
 	return version
+}
+
+// prunedTOML re-encodes a canonical recipe without its empty values ("" and [];
+// 0 is kept: a count of zero GPUs means something), so show prints what is set.
+func prunedTOML(canonical []byte) ([]byte, error) {
+	var m map[string]any
+	if _, err := toml.Decode(string(canonical), &m); err != nil {
+		return nil, fmt.Errorf("re-reading the resolved recipe: %w", err)
+	}
+	prune(m)
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).Encode(m); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// prune drops empty strings, empty lists and tables left empty by that.
+func prune(m map[string]any) {
+	for k, v := range m {
+		switch x := v.(type) {
+		case string:
+			if x == "" {
+				delete(m, k)
+			}
+		case []any:
+			if len(x) == 0 {
+				delete(m, k)
+			}
+		case []map[string]any:
+			if len(x) == 0 {
+				delete(m, k)
+			}
+			for _, e := range x {
+				prune(e)
+			}
+		case map[string]any:
+			prune(x)
+			if len(x) == 0 {
+				delete(m, k)
+			}
+		}
+	}
 }

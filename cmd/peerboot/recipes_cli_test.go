@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -64,5 +65,67 @@ func TestRecipeByName(t *testing.T) {
 				t.Errorf("%v failed and printed to stdout:\n%s", c.args, out)
 			}
 		})
+	}
+}
+
+// recipe init writes a platform recipe that validates and plans; validate exits 0
+// for good recipes and 3 naming every problem of a bad one; show prints what is
+// set (--json as an object).
+func TestRecipeInitValidateShow(t *testing.T) {
+	root, _ := filepath.Abs("../..")
+	dir := t.TempDir()
+	for _, sub := range []string{"drivers", "shared"} {
+		os.MkdirAll(filepath.Join(dir, "recipes", sub), 0o755)
+		files, _ := filepath.Glob(filepath.Join(root, "recipes", sub, "*"))
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			os.WriteFile(filepath.Join(dir, "recipes", sub, filepath.Base(f)), b, 0o644)
+		}
+	}
+	cache := []string{"--cache", t.TempDir()}
+	os.WriteFile(filepath.Join(dir, "bad.toml"), []byte("[platform]\ngpus = \"four\"\nsokets = 1\nnuma_nodes = 0\n"), 0o644)
+	cases := []struct {
+		name string
+		args []string
+		code int
+		out  string
+		errs string
+	}{
+		{"init", []string{"recipe", "init", "--platform", "lab-8gpu", "--gpus", "8", "--cpu", "intel", "--sockets", "2", "--numa-nodes", "2"}, 0, "wrote recipes/lab-8gpu.toml\n", ""},
+		{"init again", []string{"recipe", "init", "--platform", "lab-8gpu"}, 2, "", "recipes/lab-8gpu.toml exists (--force replaces it)"},
+		{"init, unknown driver", []string{"recipe", "init", "--platform", "x", "--driver", "550.163.01-p2q"}, 2, "", "no driver flavour 550.163.01-p2q in recipes/drivers (did you mean 550.163.01-p2p?)"},
+		{"init, no name", []string{"recipe", "init"}, 2, "", "--platform NAME is required"},
+		{"validate all", []string{"recipe", "validate"}, 0, "recipes/lab-8gpu.toml: ok (lab-8gpu, sha256:", ""},
+		{"validate by name", []string{"recipe", "validate", "lab-8gpu"}, 0, "recipes/lab-8gpu.toml: ok", ""},
+		{"plan the new recipe", []string{"plan", "lab-8gpu"}, 4, "files: (defaults) <- recipes/drivers/550.163.01-p2p.toml <- recipes/shared/pcie4-4090-thresholds.toml <- recipes/lab-8gpu.toml", "no lock file: run `peerboot lock recipes/lab-8gpu.toml`"},
+		{"validate a bad one", []string{"recipe", "validate", "bad.toml", "lab-8gpu"}, 3, "recipes/lab-8gpu.toml: ok",
+			"bad.toml:2: platform.gpus: wrong type: want an integer, got a string\nbad.toml:3: platform.sokets: unknown key (did you mean platform.sockets?)\nbad.toml:4: platform.numa_nodes: want 1..64, got 0\n"},
+		{"show omits empty keys", []string{"recipe", "show", "lab-8gpu"}, 0, "cmdline = \"console=tty0 console=ttyS0,115200 intel_iommu=on iommu=pt panic=-1\"", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, errs, code := runIn(t, dir, []string{"PEERBOOT_RECIPES="}, append(cache, c.args...)...)
+			if code != c.code || !strings.Contains(out, c.out) || !strings.Contains(errs, c.errs) {
+				t.Errorf("%v: exit %d\nstdout:\n%s\nstderr:\n%s\nwant exit %d, stdout with %q, stderr with %q", c.args, code, out, errs, c.code, c.out, c.errs)
+			}
+		})
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "recipes", ".*")); len(left) > 0 {
+		t.Errorf("init left %v behind", left)
+	}
+	out, _, _ := runIn(t, dir, nil, append(cache, "recipe", "show", "lab-8gpu")...)
+	for _, empty := range []string{`= ""`, "= []", "[sign]", "[userspace.installer]"} {
+		if strings.Contains(out, empty) {
+			t.Errorf("recipe show prints an empty value (%s):\n%s", empty, out)
+		}
+	}
+	out, errs, code := runIn(t, dir, nil, append(cache, "recipe", "show", "--json", "lab-8gpu")...)
+	var j struct {
+		Path, Name, Digest string
+		Files              []string
+		Recipe             map[string]any
+	}
+	if err := json.Unmarshal([]byte(out), &j); err != nil || code != 0 || j.Name != "lab-8gpu" || len(j.Files) != 4 || j.Recipe["platform"].(map[string]any)["gpus"] != 8.0 {
+		t.Errorf("recipe show --json: exit %d, %v\n%s%s", code, err, out, errs)
 	}
 }

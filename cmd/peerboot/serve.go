@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -91,7 +92,8 @@ TFTP a first-stage iPXE; --proxy-dhcp IFACE answers PXE clients only, on IFACE, 
 networks whose DHCP server cannot be changed. Both are off by default.
 
 --demo serves out/default (make image builds it) on 127.0.0.1:8080 with a throwaway
-database holding two example nodes (8-GPU and 4-GPU fixture reports).`,
+database holding two example nodes (8-GPU and 4-GPU fixture reports). Before anything
+is built it serves the fleet pages alone: a build named "demo" with no boot files.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runServe(cmd.Context(), f, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
@@ -138,13 +140,25 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 	if err := checkListenAddr(f.listen); err != nil {
 		return usage(fmt.Errorf("--listen: %w", err))
 	}
+	demoTmp, demoBuilt := "", true
 	if f.demo {
 		if len(args) > 0 {
 			return usage(errors.New("--demo serves out/default: give no OUTDIR"))
 		}
+		tmp, err := os.MkdirTemp("", "peerboot-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		demoTmp = tmp
 		dir := filepath.Join(f.out, "default")
 		if _, err := os.Stat(filepath.Join(dir, output.ManifestFile)); err != nil {
-			return usage(fmt.Errorf("--demo serves %s, which has no build: run `make image` (or bin/peerboot fetch && bin/peerboot build) first", dir))
+			// Nothing built yet: the fleet pages and their example nodes need no
+			// image, so the demo serves a build with no files (no boot script).
+			demoBuilt = false
+			if dir, err = emptyDemoBuild(tmp); err != nil {
+				return err
+			}
 		}
 		args = []string{dir}
 		if f.listen == ":8080" {
@@ -230,12 +244,7 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 
 	db := f.db
 	if f.demo && db == "" {
-		tmp, err := os.MkdirTemp("", "peerboot-demo-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
-		db = filepath.Join(tmp, "reports.db")
+		db = filepath.Join(demoTmp, "reports.db")
 	}
 	if db == "" {
 		db = filepath.Join(f.out, "reports.db")
@@ -305,6 +314,9 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 	if f.demo {
 		b := builds.All()[0]
 		fmt.Fprintf(stdout, "  a report:   curl -H 'Authorization: Bearer %s' --data-binary @report.json '%s/reports?node=52:54:00:12:34:56'\n", srv.Token(b.ID, "52:54:00:12:34:56"), base)
+		if !demoBuilt {
+			fmt.Fprintf(stdout, "  (demo: nothing is built in %s yet, so no node can boot from this; `make image` builds it)\n", filepath.Join(f.out, "default"))
+		}
 		fmt.Fprintf(stdout, "  (demo: the database is temporary; Ctrl-C ends it)\n")
 	}
 
@@ -436,4 +448,18 @@ func checkListenAddr(addr string) error {
 		return fmt.Errorf("want a host name or address, got %q in %q", host, addr)
 	}
 	return nil
+}
+
+// emptyDemoBuild writes, under dir, a build output with a manifest and no
+// files: what serve --demo shows before anything is built.
+func emptyDemoBuild(dir string) (string, error) {
+	b := filepath.Join(dir, "demo")
+	if err := os.MkdirAll(b, 0o755); err != nil {
+		return "", err
+	}
+	m, err := json.Marshal(output.Manifest{Recipe: "demo"})
+	if err != nil {
+		return "", err
+	}
+	return b, os.WriteFile(filepath.Join(b, output.ManifestFile), m, 0o644)
 }

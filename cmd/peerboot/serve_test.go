@@ -35,9 +35,9 @@ func fakeOutput(t *testing.T, root, recipe string) {
 
 func TestServeUsageErrors(t *testing.T) {
 	empty := t.TempDir()
-	_, errs, code := run(t, "serve", "--demo", "--out", empty)
-	if code != 2 || !strings.Contains(errs, "make image") {
-		t.Errorf("--demo without a build: exit %d, %s", code, errs)
+	_, errs, code := run(t, "serve", "--demo", "--out", empty, "extra")
+	if code != 2 || !strings.Contains(errs, "--demo serves out/default: give no OUTDIR") {
+		t.Errorf("--demo with an OUTDIR: exit %d, %s", code, errs)
 	}
 	_, errs, code = run(t, "serve", "--out", empty)
 	if code != 2 || !strings.Contains(errs, "no build output under") {

@@ -13,40 +13,42 @@ import (
 	"github.com/peerboot/peerboot/attest"
 )
 
-// Which AK a node may quote with (issue 28, item 6: trust on first use let an
-// attacker's swtpm register a node's first AK and lock the real node out):
-//
-//   - an AK pinned in the inventory (ak_name) is the node's, whatever is on
-//     record;
-//   - else the AK on record is;
-//   - else the first AK is recorded only inside an enrollment window an
-//     operator opened (peerboot rollout enroll, or serve --enroll DURATION for
-//     every node); outside one it is refused;
-//   - an ek_name pinned in the inventory must be the EK the evidence names.
-//     It is a check, never a reason to enroll: without credential activation
-//     nothing proves the AK lives in that EK's TPM, and an EK public is no
-//     secret.
-//
-// Every AK refused after its quote verified is kept as a conflict (the node
-// page and the API list them), so a replaced TPM or a forger shows instead of
-// silently failing; peerboot rollout ak-reset NODE forgets the AK on record.
+// Which AK a node may quote with (issue 28: trust on first use let an
+// attacker's swtpm register a node's first AK and lock the real node out) is
+// attest.Admit's decision: an ak_name pinned in the inventory, else the AK on
+// record, else one recorded inside an enrollment window an operator opened
+// (peerboot rollout enroll, or serve --enroll DURATION for every node); an
+// ek_name pin is a check only. Here are its facts and its consequences: every
+// AK refused after its quote verified is kept as a conflict (the node page and
+// the API list them), so a replaced TPM or a forger shows instead of silently
+// failing; peerboot rollout ak-reset NODE forgets the AK on record.
 
 const conflictsPerNode = 8 // AK conflicts kept per node
 
-// trustAK decides whether res's AK is node's, recording it when it is enrolled
-// now. The status is the POST's answer when it is not (503: the store failed).
+// trustAK admits res's AK for node or refuses it, recording it when admitted
+// for the first time. The status is the POST's answer when it is refused (503:
+// the store failed).
 func (s *Server) trustAK(ctx context.Context, node, remote string, res *attest.Result, akPublic []byte) (int, error) {
 	as := s.opt.Store.(AttestStore)
 	es, _ := s.opt.Store.(EnrollStore)
-	var pin Rule
+	f := attest.AKFacts{Node: node}
 	if mac, err := NormalizeMAC(node); err == nil {
-		pin, _ = s.opt.Inventory.ByMAC(mac)
+		pin, _ := s.opt.Inventory.ByMAC(mac)
+		f.PinnedAK, f.PinnedEK = pin.AKName, pin.EKName
 	}
 	rec, err := as.NodeAK(ctx, node)
 	if err != nil {
 		return http.StatusServiceUnavailable, err
 	}
-	conflict := func(why error) (int, error) {
+	if rec != nil {
+		f.Recorded = rec.AKName
+	}
+	if es != nil && f.PinnedAK == "" && f.Recorded == "" {
+		if f.Enrolling, err = es.Enrolling(ctx, node, s.opt.Now()); err != nil {
+			return http.StatusServiceUnavailable, err
+		}
+	}
+	refuse := func(why error) (int, error) {
 		if es != nil {
 			c := AKConflict{NodeID: node, AKName: res.AKName, EKName: res.EKName, Last: s.opt.Now(), Remote: remote}
 			if err := es.AddAKConflict(ctx, c, conflictsPerNode); err != nil {
@@ -55,46 +57,23 @@ func (s *Server) trustAK(ctx context.Context, node, remote string, res *attest.R
 		}
 		return http.StatusForbidden, why
 	}
-	if pin.EKName != "" && res.EKName != pin.EKName {
-		return conflict(fmt.Errorf("EK mismatch: the inventory pins EK %s for node %s, the evidence names %s", clipText(pin.EKName), node, clipText(res.EKName)))
+	adm, err := attest.Admit(f, res)
+	if err != nil {
+		return refuse(err)
 	}
-	record := func(how string) (int, error) {
-		got, err := as.RecordAK(ctx, NodeAK{NodeID: node, AKName: res.AKName, AKPublic: akPublic, EKName: res.EKName, RecordedAt: s.opt.Now()})
-		if err != nil {
-			return http.StatusServiceUnavailable, err
-		}
-		if got.AKName != res.AKName && pin.AKName == "" {
-			return conflict(fmt.Errorf("AK changed: node %s recorded AK %s first, this quote is signed by %s", node, clipText(got.AKName), clipText(res.AKName)))
-		}
-		s.log.Info("AK recorded", "node", node, "ak", res.AKName, "how", how)
+	if !adm.Record {
 		return 0, nil
 	}
-	switch {
-	case pin.AKName != "":
-		if res.AKName != pin.AKName {
-			return conflict(fmt.Errorf("AK changed: the inventory pins AK %s for node %s, this quote is signed by %s", clipText(pin.AKName), node, clipText(res.AKName)))
-		}
-		if rec == nil {
-			return record("pinned in the inventory")
-		}
-		return 0, nil
-	case rec != nil:
-		if res.AKName != rec.AKName {
-			return conflict(fmt.Errorf("AK changed: node %s has AK %s on record, this quote is signed by %s (a replaced TPM: peerboot rollout ak-reset %s, then enroll it)",
-				node, clipText(rec.AKName), clipText(res.AKName), node))
-		}
-		return 0, nil
+	got, err := as.RecordAK(ctx, NodeAK{NodeID: node, AKName: res.AKName, AKPublic: akPublic, EKName: res.EKName, RecordedAt: s.opt.Now()})
+	if err != nil {
+		return http.StatusServiceUnavailable, err
 	}
-	open := false
-	if es != nil {
-		if open, err = es.Enrolling(ctx, node, s.opt.Now()); err != nil {
-			return http.StatusServiceUnavailable, err
-		}
+	if got.AKName != res.AKName && f.PinnedAK == "" {
+		// Another POST (at another replica, perhaps) recorded its AK first.
+		return refuse(fmt.Errorf("AK changed: node %s recorded AK %s first, this quote is signed by %s", node, clipText(got.AKName), clipText(res.AKName)))
 	}
-	if !open {
-		return conflict(fmt.Errorf("AK not enrolled: node %s has no AK on record and no enrollment window is open (peerboot rollout enroll %s, or ak_name in the inventory); AK %s", node, node, clipText(res.AKName)))
-	}
-	return record("enrollment window")
+	s.log.Info("AK recorded", "node", node, "ak", res.AKName, "how", adm.How)
+	return 0, nil
 }
 
 // enrollBody is POST /api/attest/enroll's body.

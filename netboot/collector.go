@@ -3,7 +3,6 @@ package netboot
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -47,30 +46,28 @@ func (s *Server) authNode(w http.ResponseWriter, r *http.Request, refused, tooOf
 	return node, buildID, true
 }
 
-// postReport stores one self-test report. In order: the client address's rate (429),
-// the token (401 missing), the node (400), the token against the node (403), the
-// node's rate (429), the size (413), the body's arrival (408), the JSON (400), the
-// schema and content (422), the attestation evidence when sent (attest.go: 400
-// malformed, 409 nonce spent, 403 a failed check), a replay of another node's stored report (409). 201 means
-// the report is committed to the database; 200 that this node's same report already
-// was (a retry whose answer was lost, perhaps sent to another replica): the POST is
-// idempotent.
-func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
-	start := s.opt.Now()
-	remote := remoteIP(r)
-	node, buildID, ok := s.authNode(w, r, "report refused", "sends reports too often", "the image gets it as peerboot.token=")
+// receiveReport is the pipeline's first stage (pipeline.go): who is posting
+// and what. In order: the client address's rate (429), the token (401 missing),
+// the node (400), the token against the node (403), the node's rate (429), the
+// size (413), the body's arrival (408), the JSON (400), the schema and content
+// (422), the recipe against the token's (422). On false the refusal is written.
+func (s *Server) receiveReport(w http.ResponseWriter, r *http.Request) (*incoming, bool) {
+	in := &incoming{start: s.opt.Now(), remote: remoteIP(r)}
+	var ok bool
+	in.node, in.buildID, ok = s.authNode(w, r, "report refused", "sends reports too often", "the image gets it as peerboot.token=")
 	if !ok {
-		return
+		return nil, false
 	}
+	node := in.node
 	if wait := s.limit.take(node); wait > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(wait.Seconds()+0.999)))
 		s.fail(w, r, http.StatusTooManyRequests, "report refused", fmt.Errorf("node %s sends reports too often: retry in %s", node, wait.Round(time.Second)), "node", node)
-		return
+		return nil, false
 	}
 	max := s.opt.MaxReportBytes
 	if r.ContentLength > max {
 		s.fail(w, r, http.StatusRequestEntityTooLarge, "report refused", fmt.Errorf("%d bytes, the limit is %d", r.ContentLength, max), "node", node)
-		return
+		return nil, false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	var tooBig *http.MaxBytesError
@@ -78,72 +75,37 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.As(err, &tooBig):
 		s.fail(w, r, http.StatusRequestEntityTooLarge, "report refused", fmt.Errorf("more than %d bytes", max), "node", node)
-		return
+		return nil, false
 	case errors.As(err, &netErr) && netErr.Timeout():
 		s.fail(w, r, http.StatusRequestTimeout, "report refused", fmt.Errorf("the body did not arrive within %s", s.opt.Limits.BodyTimeout), "node", node)
-		return
+		return nil, false
 	case err != nil:
 		s.fail(w, r, http.StatusBadRequest, "report refused", fmt.Errorf("reading the body: %w", err), "node", node)
-		return
+		return nil, false
 	}
 	// The body is in: the commit below must not be cut off by the body's deadline.
 	http.NewResponseController(w).SetReadDeadline(time.Time{})
 	rep, status, err := decodeReport(body)
 	if err != nil {
 		s.fail(w, r, status, "report refused", err, "node", node)
-		return
+		return nil, false
 	}
 	recipe := rep.Recipe.Name
-	if buildID != "" {
+	if in.buildID != "" {
 		s.mu.Lock()
-		issued, known := s.issued[buildID]
+		issued, known := s.issued[in.buildID]
 		s.mu.Unlock()
 		if known {
 			if recipe != "" && recipe != issued {
 				s.fail(w, r, http.StatusUnprocessableEntity, "report refused", fmt.Errorf("the report is from recipe %q, the token is for %q", recipe, issued), "node", node)
-				return
+				return nil, false
 			}
 			recipe = issued
 		}
 	}
 	sum := sha256.Sum256(body)
-	if s.answerRetry(w, r, node, buildID, recipe, rep.Verdict, hex.EncodeToString(sum[:])) {
-		return
-	}
-	att, ok := s.attestReport(w, r, node, buildID, remote, body, hex.EncodeToString(sum[:]))
-	if !ok {
-		return
-	}
-	sr := &StoredReport{NodeID: node, ReceivedAt: s.opt.Now(), Recipe: recipe, Build: buildID, Verdict: rep.Verdict,
-		SHA256: hex.EncodeToString(sum[:]), Remote: remote, Body: body, Attestation: att.status, AKName: att.akName, Nonce: att.nonce,
-		NonceBuild: att.nonceBuild, NonceExpires: att.nonceExpires}
-	summarize(sr, rep)
-	id, err := s.opt.Store.AddReport(r.Context(), sr)
-	switch {
-	case errors.Is(err, ErrDuplicate) && id > 0:
-		sr.ID = id
-		s.applyRollout(r.Context(), sr) // once per report: the store knows it if the first try got that far
-		s.duplicate(w, node, id, rep.Verdict, sr.SHA256)
-		return
-	case errors.Is(err, ErrDuplicate):
-		s.fail(w, r, http.StatusConflict, "report refused", fmt.Errorf("replayed: report sha256 %s was already received", sr.SHA256[:16]), "node", node)
-		return
-	case errors.Is(err, ErrNonceSpent):
-		s.nonceRaceLost(w, r, node, remote, sr.SHA256)
-		return
-	case err != nil:
-		s.fail(w, r, http.StatusServiceUnavailable, "report not stored", err, "node", node)
-		return
-	}
-	sr.ID = id
-	s.applyRollout(r.Context(), sr)
-	s.prune(r, node)
-	s.log.Info("report stored", "id", id, "node", node, "recipe", recipe, "build", buildID, "verdict", rep.Verdict, "attestation", att.status,
-		"bytes", len(body), "ms", s.opt.Now().Sub(start).Milliseconds())
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Location", fmt.Sprintf("/api/reports/%d", id))
-	w.WriteHeader(http.StatusCreated)
-	json.NewEncoder(w).Encode(map[string]any{"id": id, "node": node, "verdict": rep.Verdict, "sha256": sr.SHA256, "attestation": att.status})
+	in.body, in.rep, in.recipe, in.sum = body, rep, recipe, hex.EncodeToString(sum[:])
+	return in, true
 }
 
 // prune applies the retention policy after a write about node; a failure is logged,

@@ -22,32 +22,29 @@ func (s *Server) duplicate(w http.ResponseWriter, node string, id int64, verdict
 	json.NewEncoder(w).Encode(map[string]any{"id": id, "node": node, "verdict": verdict, "sha256": sum, "duplicate": true})
 }
 
-// answerRetry answers an attested POST of a report this node already stored (a retry
-// whose answer was lost) as a duplicate, before its evidence is checked: the first
-// try spent the nonce it carries, so the check would refuse the retry as a replay.
-// Another body under that nonce still is one.
-func (s *Server) answerRetry(w http.ResponseWriter, r *http.Request, node, buildID, recipe, verdict, sum string) bool {
+// storedRetry finds an attested POST of a report this node already stored (a
+// retry whose answer was lost) before its evidence is checked: the first try
+// spent the nonce it carries, so the check would refuse the retry as a replay.
+// Another body under that nonce still is one. nil: not such a retry.
+func (s *Server) storedRetry(r *http.Request, in *incoming) *StoredReport {
 	if r.Header.Get(attest.Header) == "" {
-		return false // unattested: AddReport's duplicate answers it
+		return nil // unattested: AddReport's duplicate answers it
 	}
 	l, ok := s.opt.Store.(interface {
 		storedReportID(ctx context.Context, node, sum string) (int64, error)
 	})
 	if !ok {
-		return false
+		return nil
 	}
-	id, err := l.storedReportID(r.Context(), node, sum)
+	id, err := l.storedReportID(r.Context(), in.node, in.sum)
 	if err != nil {
-		s.log.Error("looking up a retried report", "node", node, "error", err.Error())
-		return false
+		s.log.Error("looking up a retried report", "node", in.node, "error", err.Error())
+		return nil
 	}
 	if id == 0 {
-		return false
+		return nil
 	}
-	// Once per report in the store: a no-op unless the first try died before it.
-	s.applyRollout(r.Context(), &StoredReport{ID: id, NodeID: node, Recipe: recipe, Build: buildID, Verdict: verdict, SHA256: sum, ReceivedAt: s.opt.Now()})
-	s.duplicate(w, node, id, verdict, sum)
-	return true
+	return &StoredReport{ID: id, NodeID: in.node, Recipe: in.recipe, Build: in.buildID, Verdict: in.rep.Verdict, SHA256: in.sum, ReceivedAt: s.opt.Now()}
 }
 
 // storedReportID is the id of node's stored report with this sha256, 0 if none.

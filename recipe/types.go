@@ -151,7 +151,7 @@ type Deadlines struct {
 	Total    Duration `toml:"total"`    // the whole self-test; every phase's deadline is at most this
 	Precheck Duration `toml:"precheck"` // sysfs checks before the driver
 	Driver   Duration `toml:"driver"`   // loading the driver and NVML
-	CUDA     Duration `toml:"cuda"`     // the timed, verified copies
+	CUDA     Duration `toml:"cuda"`     // the timed, verified copies and the peer-memory checks (peermem phase)
 	NCCL     Duration `toml:"nccl"`     // the all-reduce sweep
 }
 

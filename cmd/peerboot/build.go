@@ -58,6 +58,9 @@ whose action key the store already holds is skipped. --stage stops after the nam
 			if err != nil {
 				return err
 			}
+			for _, w := range ncclWarnings(r, st, p) {
+				fmt.Fprintln(cmd.ErrOrStderr(), w)
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "done in %s\n", time.Since(start).Round(100*time.Millisecond))
 			return nil
 		},

@@ -49,7 +49,7 @@ func TestPeerMemAndModeCompatible(t *testing.T) {
 		want   string
 	}{
 		{func(r *Report) { r.GPUs[0].P2PMode = "turbo" }, `gpus[0].p2p_mode: "turbo", want static, dynamic, none or empty`},
-		{func(r *Report) { r.PeerMem[0].Kind = "pinned" }, `peer_mem[0].kind: "pinned", want managed, vmm or ipc`},
+		{func(r *Report) { r.PeerMem[0].Kind = "pinned" }, `peer_mem[0].kind: "pinned", want managed, vmm, ipc or cudaipc`},
 		{func(r *Report) { r.PeerMem[0].Owner = 3 }, "peer_mem[0].owner: 3, want 0..0"},
 		{func(r *Report) { r.PeerMem[0].Verified = true }, "peer_mem[0].verified: true with a mismatch"},
 	} {

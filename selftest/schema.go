@@ -232,6 +232,9 @@ const (
 	MemManaged = "managed" // cuMemAllocManaged, migrated and mapped by UVM (cudaMallocManaged)
 	MemVMM     = "vmm"     // cuMemCreate + cuMemMap, peer access by cuMemSetAccess (NCCL's P2P/CUMEM)
 	MemIPC     = "ipc"     // a cuMemCreate allocation exported as a POSIX file descriptor and imported again
+	// MemCUDAIPC is cuMemAlloc memory shared by cuIpcGetMemHandle and opened in a second
+	// process by cuIpcOpenMemHandle (cudaIpc*: torch.multiprocessing, NCCL's P2P/IPC).
+	MemCUDAIPC = "cudaipc"
 )
 
 // PeerMem steps (PeerMem.Step): where in the check a failure or mismatch came from.
@@ -249,7 +252,7 @@ const (
 // peer). Added after schema 2 shipped; absent from reports whose p2pcheck did not run
 // the peermem phase.
 type PeerMem struct {
-	Kind  string `json:"kind"`  // managed, vmm, ipc
+	Kind  string `json:"kind"`  // managed, vmm, ipc, cudaipc
 	Owner int    `json:"owner"` // CUDA ordinal whose memory it is
 	Peer  int    `json:"peer"`  // CUDA ordinal that reads and writes it
 	Bytes int64  `json:"bytes"`

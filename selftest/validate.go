@@ -120,9 +120,9 @@ func Validate(r *Report) error {
 		v.ordinal(k+".owner", m.Owner, ords)
 		v.ordinal(k+".peer", m.Peer, ords)
 		switch m.Kind {
-		case MemManaged, MemVMM, MemIPC:
+		case MemManaged, MemVMM, MemIPC, MemCUDAIPC:
 		default:
-			v.add(k+".kind", "%q, want managed, vmm or ipc", m.Kind)
+			v.add(k+".kind", "%q, want managed, vmm, ipc or cudaipc", m.Kind)
 		}
 		if m.Bytes < 0 {
 			v.add(k+".bytes", "%d, want 0 or more", m.Bytes)

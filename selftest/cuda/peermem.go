@@ -34,17 +34,18 @@ import (
 
 // Enum values from cuda.h 13.0.
 const (
-	memAttachGlobal       = 0x1
-	adviseSetPreferredLoc = 3 // CU_MEM_ADVISE_SET_PREFERRED_LOCATION
-	adviseSetAccessedBy   = 5 // CU_MEM_ADVISE_SET_ACCESSED_BY
-	attrManagedMemory     = 83
-	attrConcurrentManaged = 89
-	memAllocationPinned   = 1 // CU_MEM_ALLOCATION_TYPE_PINNED
-	memHandleNone         = 0
-	memHandlePosixFD      = 1 // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
-	memLocationDevice     = 1 // CU_MEM_LOCATION_TYPE_DEVICE
-	memAccessReadWrite    = 3 // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-	memGranularityMinimum = 0 // CU_MEM_ALLOC_GRANULARITY_MINIMUM
+	memAttachGlobal         = 0x1
+	adviseSetPreferredLoc   = 3 // CU_MEM_ADVISE_SET_PREFERRED_LOCATION
+	adviseSetAccessedBy     = 5 // CU_MEM_ADVISE_SET_ACCESSED_BY
+	attrManagedMemory       = 83
+	attrConcurrentManaged   = 89
+	memAllocationPinned     = 1 // CU_MEM_ALLOCATION_TYPE_PINNED
+	memHandleNone           = 0
+	memHandlePosixFD        = 1   // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+	memLocationDevice       = 1   // CU_MEM_LOCATION_TYPE_DEVICE
+	memAccessReadWrite      = 3   // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+	memGranularityMinimum   = 0   // CU_MEM_ALLOC_GRANULARITY_MINIMUM
+	ipcLazyEnablePeerAccess = 0x1 // CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS
 )
 
 // MemProp is CUmemAllocationProp (cuda.h): 32 bytes, the location inline.
@@ -67,6 +68,10 @@ type MemAccessDesc struct {
 	Flags   uint32
 }
 
+// IPCHandle is CUipcMemHandle (cuda.h: char reserved[64]), as eight words so that it
+// travels by value the way the C ABI passes a 64-byte struct (on the stack).
+type IPCHandle struct{ W0, W1, W2, W3, W4, W5, W6, W7 uint64 }
+
 // memAPI is the driver subset of the peermem phase, bound on first use so that a
 // driver without it fails this phase only.
 type memAPI struct {
@@ -82,6 +87,10 @@ type memAPI struct {
 	setAccess      func(p Ptr, n uintptr, desc *MemAccessDesc, count uintptr) int32
 	export         func(shareable unsafe.Pointer, h uint64, typ int32, flags uint64) int32
 	importHandle   func(h *uint64, osHandle uintptr, typ int32) int32
+	// The legacy IPC API; nil when the driver lacks it (the cudaipc form is refused).
+	ipcGet   func(h *IPCHandle, p Ptr) int32
+	ipcOpen  func(p *Ptr, h IPCHandle, flags uint32) int32
+	ipcClose func(p Ptr) int32
 }
 
 func (d *Driver) bindMem() (*memAPI, error) {
@@ -122,6 +131,11 @@ func (d *Driver) bindMem() (*memAPI, error) {
 			return v2(p, n, advice, uint64(memLocationDevice)|uint64(uint32(dev))<<32)
 		}
 	}
+	// cuIpcOpenMemHandle is _v2 in every header since CUDA 11 (the same signature).
+	if d.lib.Bind("cuIpcGetMemHandle", &m.ipcGet) != nil || d.lib.Bind("cuIpcCloseMemHandle", &m.ipcClose) != nil ||
+		(d.lib.Bind("cuIpcOpenMemHandle_v2", &m.ipcOpen) != nil && d.lib.Bind("cuIpcOpenMemHandle", &m.ipcOpen) != nil) {
+		m.ipcGet, m.ipcOpen, m.ipcClose = nil, nil, nil
+	}
 	d.mem = m
 	return m, nil
 }
@@ -133,7 +147,7 @@ type MemOptions struct {
 	// Bytes per check, rounded up to 16 and, for vmm and ipc, to the allocation
 	// granularity [32 MiB: 16 of UVM's 2 MiB pages].
 	Bytes int64
-	Kinds []string // forms to check, in order [managed, vmm, ipc]
+	Kinds []string // forms to check, in order [managed, vmm, ipc, and cudaipc with an Importer]
 	// Corrupt is a test hook: in the first check of this kind, one word of the memory
 	// is inverted after the peer's write and before the owner checks it, which must then
 	// report a mismatch. MemResult.Injected says where. "": none.
@@ -152,6 +166,9 @@ type ImportRequest struct {
 	Bytes     int64  `json:"bytes"`
 	ReadSeed  uint32 `json:"read_seed"`
 	WriteSeed uint32 `json:"write_seed"`
+	// Handle, when set, is a cuIpcGetMemHandle handle to open (the cudaipc form)
+	// instead of the descriptor.
+	Handle *IPCHandle `json:"ipc_handle,omitempty"`
 }
 
 // ImportResult is the importing process's answer.
@@ -160,6 +177,7 @@ type ImportResult struct {
 	Mismatch *selftest.Mismatch `json:"mismatch,omitempty"` // of the peer read
 	Refused  string             `json:"refused,omitempty"`  // a setup call declined
 	Error    string             `json:"error,omitempty"`    // a call failed after data moved
+	Step     string             `json:"step,omitempty"`     // the step of Error: peer read or peer write
 }
 
 // MemResult is what the peermem phase found, filled as far as the run got.
@@ -179,6 +197,9 @@ func RunPeerMem(ctx context.Context, o MemOptions) (*MemResult, error) {
 	o.Bytes = (o.Bytes + 15) &^ 15
 	if len(o.Kinds) == 0 {
 		o.Kinds = []string{selftest.MemManaged, selftest.MemVMM, selftest.MemIPC}
+		if o.Importer != nil {
+			o.Kinds = append(o.Kinds, selftest.MemCUDAIPC) // it needs a second process
+		}
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -345,6 +366,8 @@ func (m *memRun) check(kind string, owner, peer int) selftest.PeerMem {
 		reg, err = m.vmm(&pm, owner, peer, false)
 	case selftest.MemIPC:
 		reg, err = m.vmm(&pm, owner, peer, true)
+	case selftest.MemCUDAIPC:
+		reg, err = m.cudaIPC(&pm, owner, peer)
 	default:
 		err = fmt.Errorf("unknown peer-memory form %q", kind)
 	}
@@ -553,6 +576,38 @@ func (m *memRun) vmm(pm *selftest.PeerMem, owner, peer int, exported bool) (regi
 	return reg, nil
 }
 
+// cudaIPC allocates plain device memory on the owner and takes its legacy IPC handle;
+// the peer side opens the handle in the importing process (the driver refuses to open
+// a handle in the process that made it, so without an importer the form is refused).
+func (m *memRun) cudaIPC(pm *selftest.PeerMem, owner, peer int) (region, error) {
+	d := m.d
+	api, err := d.bindMem()
+	if err != nil {
+		return region{}, err
+	}
+	if api.ipcGet == nil {
+		return region{}, fmt.Errorf("%s has no cuIpcGetMemHandle / cuIpcOpenMemHandle / cuIpcCloseMemHandle", d.Lib)
+	}
+	if m.o.Importer == nil {
+		return region{}, errors.New("cuIpcOpenMemHandle opens a handle only in another process, and no importing process was given")
+	}
+	p, err := d.Alloc(owner, m.o.Bytes)
+	if err != nil {
+		return region{}, err
+	}
+	pm.Calls = append(pm.Calls, fmt.Sprintf("cuMemAlloc_v2(%s) on GPU %d", Size(m.o.Bytes), owner))
+	reg := region{ptr: p, bytes: m.o.Bytes, free: func() error { return d.Free(owner, p) }}
+	var h IPCHandle
+	if err := d.check(api.ipcGet(&h, p), "cuIpcGetMemHandle on GPU %d", owner); err != nil {
+		return reg, err
+	}
+	pm.Calls = append(pm.Calls, "cuIpcGetMemHandle")
+	reg.remote = func(readSeed, writeSeed uint32) (*ImportResult, error) {
+		return m.o.Importer(m.ctx, -1, ImportRequest{Peer: peer, Bytes: m.o.Bytes, ReadSeed: readSeed, WriteSeed: writeSeed, Handle: &h})
+	}
+	return reg, nil
+}
+
 // exercise moves data through the region: owner writes, peer reads in place, peer
 // writes, owner reads, peer's copy engine copies out. It returns the step of an error.
 func (m *memRun) exercise(pm *selftest.PeerMem, owner, peer int, reg region) (step string, err error) {
@@ -603,7 +658,11 @@ func (m *memRun) exercise(pm *selftest.PeerMem, owner, peer int, reg region) (st
 			pm.Step, pm.Mismatch = selftest.StepPeerRead, ir.Mismatch
 			return selftest.StepPeerRead, nil
 		case ir.Error != "":
-			return selftest.StepPeerWrite, fmt.Errorf("the importing process: %s", ir.Error)
+			step := ir.Step
+			if step != selftest.StepPeerRead {
+				step = selftest.StepPeerWrite
+			}
+			return step, fmt.Errorf("the importing process: %s", ir.Error)
 		}
 		return m.afterPeerWrite(pm, owner, peer, reg, so, sp)
 	}
@@ -731,6 +790,19 @@ func RunImport(ctx context.Context, o MemOptions, fd int, req ImportRequest) (*I
 		return refuse(err)
 	}
 	size := uintptr(req.Bytes)
+	var va Ptr
+	if req.Handle != nil {
+		if api.ipcOpen == nil {
+			return refuse(fmt.Errorf("%s has no cuIpcOpenMemHandle", d.Lib))
+		}
+		call := fmt.Sprintf("cuIpcOpenMemHandle(LAZY_ENABLE_PEER_ACCESS) on GPU %d in process %d", g, os.Getpid())
+		if err := d.check(api.ipcOpen(&va, *req.Handle, ipcLazyEnablePeerAccess), "%s", call); err != nil {
+			return refuse(err)
+		}
+		res.Calls = append(res.Calls, call)
+		defer api.ipcClose(va)
+		return importedRW(ctx, d, res, g, va, req)
+	}
 	var h uint64
 	call := fmt.Sprintf("cuMemImportFromShareableHandle(POSIX fd) in process %d", os.Getpid())
 	if err := d.check(api.importHandle(&h, uintptr(fd), memHandlePosixFD), "%s", call); err != nil {
@@ -738,7 +810,6 @@ func RunImport(ctx context.Context, o MemOptions, fd int, req ImportRequest) (*I
 	}
 	res.Calls = append(res.Calls, call)
 	defer api.release(h)
-	var va Ptr
 	if err := d.check(api.addressReserve(&va, size, 0, 0, 0), "cuMemAddressReserve(%s)", Size(req.Bytes)); err != nil {
 		return refuse(err)
 	}
@@ -755,8 +826,14 @@ func RunImport(ctx context.Context, o MemOptions, fd int, req ImportRequest) (*I
 		return refuse(err)
 	}
 	res.Calls = append(res.Calls, fmt.Sprintf("cuMemAddressReserve(%s)", Size(req.Bytes)), fmt.Sprintf("cuMemMap(%s)", Size(req.Bytes)), call)
+	return importedRW(ctx, d, res, g, va, req)
+}
+
+// importedRW is the importing process's peer read and peer write of the mapped memory.
+func importedRW(ctx context.Context, d *Driver, res *ImportResult, g int, va Ptr, req ImportRequest) (*ImportResult, error) {
+	step := selftest.StepPeerRead
 	fail := func(err error) (*ImportResult, error) {
-		res.Error = err.Error()
+		res.Error, res.Step = err.Error(), step
 		return res, nil
 	}
 	s, err := d.NewStream(g)
@@ -777,6 +854,7 @@ func RunImport(ctx context.Context, o MemOptions, fd int, req ImportRequest) (*I
 		res.Mismatch = &selftest.Mismatch{Offset: 4 * v.FirstBad, Want: Pattern(uint64(v.FirstBad), req.ReadSeed), Got: got[0], Words: v.Wrong}
 		return res, nil
 	}
+	step = selftest.StepPeerWrite
 	if err := d.Fill(g, s, va, words, req.WriteSeed); err != nil {
 		return fail(err)
 	}

@@ -2,6 +2,7 @@ package gpufake
 
 import (
 	"fmt"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
@@ -130,6 +131,9 @@ func (b *FakeBox) CUDA() *FakeLibrary {
 		"cuMemSetAccess":                 b.cuMemSetAccess,
 		"cuMemExportToShareableHandle":   b.cuMemExportToShareableHandle,
 		"cuMemImportFromShareableHandle": b.cuMemImportFromShareableHandle,
+		"cuIpcGetMemHandle":              b.cuIpcGetMemHandle,
+		"cuIpcOpenMemHandle_v2":          b.cuIpcOpenMemHandle,
+		"cuIpcCloseMemHandle":            b.cuIpcCloseMemHandle,
 	}}
 }
 
@@ -461,8 +465,11 @@ func (b *FakeBox) cuMemFree(p cuda.Ptr) int32 {
 		return rc
 	}
 	for i, a := range b.allocs {
-		if a.addr == uint64(p) {
+		if a.addr == uint64(p) && !a.ipcOpened && a.mem != MemVMM {
 			b.allocs = append(b.allocs[:i], b.allocs[i+1:]...)
+			if a.ipcPath != "" {
+				os.Remove(a.ipcPath)
+			}
 			// Freed memory is not handed out again: later buffers sit above it, which
 			// is where the above-BAR1 probe wants its buffer.
 			return 0

@@ -191,6 +191,7 @@ type FakeBox struct {
 	names   map[int32][]byte // cuGetErrorName strings, NUL-terminated
 	nccl    *ncclState
 	vmm     *vmmState
+	ipcs    uint64 // legacy IPC handles taken, for their files' names
 
 	// Launches counts kernel launches by entry name, for tests that check a path ran.
 	Launches map[string]int
@@ -245,6 +246,11 @@ type alloc struct {
 	mem  string // MemDevice, MemManaged, MemVMM
 	// access is who may touch a MemVMM mapping (cuMemSetAccess); nil for other kinds.
 	access map[int]bool
+	// ipcPath is the shared file cuIpcGetMemHandle moved the bytes to (ipcN its
+	// counter); ipcOpened marks another process's allocation opened by handle.
+	ipcPath   string
+	ipcN      uint64
+	ipcOpened bool
 }
 
 func (a *alloc) bytes() []byte {

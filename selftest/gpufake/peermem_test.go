@@ -138,22 +138,39 @@ func TestPeerMemFaults(t *testing.T) {
 func TestPeerMemImporter(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
+		kind   string
 		faults []gpufake.Fault
 		check  func(t *testing.T, c selftest.PeerMem)
 	}{
-		{"healthy", nil, func(t *testing.T, c selftest.PeerMem) {
+		{"healthy", selftest.MemIPC, nil, func(t *testing.T, c selftest.PeerMem) {
 			calls := strings.Join(c.Calls, "; ")
 			if !c.Verified || !strings.Contains(calls, "importer: cuMemImportFromShareableHandle(POSIX fd) in process") || !strings.Contains(calls, "importer: cuMemSetAccess(GPU 1 read-write)") {
 				t.Errorf("%+v", c)
 			}
 		}},
-		{"importer's writes lost", []gpufake.Fault{{Kind: gpufake.FaultLost, GPU: 0, Mem: gpufake.MemVMM}}, func(t *testing.T, c selftest.PeerMem) {
+		{"importer's writes lost", selftest.MemIPC, []gpufake.Fault{{Kind: gpufake.FaultLost, GPU: 0, Mem: gpufake.MemVMM}}, func(t *testing.T, c selftest.PeerMem) {
 			if c.Verified || c.Step != selftest.StepPeerWrite || c.Mismatch == nil || c.Mismatch.Words != c.Bytes/4 {
 				t.Errorf("%+v %+v", c, c.Mismatch)
 			}
 		}},
-		{"import refused", []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuMemImportFromShareableHandle", Code: 801}}, func(t *testing.T, c selftest.PeerMem) {
+		{"import refused", selftest.MemIPC, []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuMemImportFromShareableHandle", Code: 801}}, func(t *testing.T, c selftest.PeerMem) {
 			if c.Verified || c.Step != selftest.StepSetup || c.Error != "" || !strings.Contains(c.Refused, "in the importing process: cuMemImportFromShareableHandle(POSIX fd) in process") || !strings.Contains(c.Refused, "CUDA_ERROR_NOT_SUPPORTED") {
+				t.Errorf("%+v", c)
+			}
+		}},
+		{"cudaipc healthy", selftest.MemCUDAIPC, nil, func(t *testing.T, c selftest.PeerMem) {
+			calls := strings.Join(c.Calls, "; ")
+			if !c.Verified || !strings.Contains(calls, "cuMemAlloc_v2(64 KiB) on GPU 0; cuIpcGetMemHandle; importer: cuIpcOpenMemHandle(LAZY_ENABLE_PEER_ACCESS) on GPU 1 in process") {
+				t.Errorf("%+v", c)
+			}
+		}},
+		{"cudaipc open refused", selftest.MemCUDAIPC, []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuIpcOpenMemHandle_v2", Code: 205}}, func(t *testing.T, c selftest.PeerMem) {
+			if c.Verified || c.Step != selftest.StepSetup || !strings.Contains(c.Refused, "CUDA_ERROR_MAP_FAILED") {
+				t.Errorf("%+v", c)
+			}
+		}},
+		{"cudaipc importer kernel faults", selftest.MemCUDAIPC, []gpufake.Fault{{Kind: gpufake.FaultMMU, GPU: 0, Mem: gpufake.MemDevice}}, func(t *testing.T, c selftest.PeerMem) {
+			if c.Verified || c.Step != selftest.StepPeerRead || !strings.Contains(c.Error, "the importing process: cuStreamSynchronize on GPU 1: CUDA_ERROR_ILLEGAL_ADDRESS") {
 				t.Errorf("%+v", c)
 			}
 		}},
@@ -166,14 +183,14 @@ func TestPeerMemImporter(t *testing.T) {
 				return cuda.RunImport(ctx, cuda.MemOptions{Library: gpufake.New(cfg).CUDA()}, fd, req)
 			}
 			box := gpufake.New(cfg)
-			r, err := cuda.RunPeerMem(context.Background(), cuda.MemOptions{Library: box.CUDA(), Bytes: 64 << 10, Kinds: []string{selftest.MemIPC}, Importer: importer})
+			r, err := cuda.RunPeerMem(context.Background(), cuda.MemOptions{Library: box.CUDA(), Bytes: 64 << 10, Kinds: []string{tc.kind}, Importer: importer})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if imports != 2 || len(r.Checks) != 2 {
 				t.Fatalf("%d imports, checks %+v", imports, r.Checks)
 			}
-			tc.check(t, checkOf(t, r, selftest.MemIPC, 0, 1))
+			tc.check(t, checkOf(t, r, tc.kind, 0, 1))
 		})
 	}
 }

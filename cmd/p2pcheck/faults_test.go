@@ -350,8 +350,8 @@ func allVerified(t *testing.T, r *selftest.Report) {
 		}
 	}
 	// The peermem phase: every form between every ordered pair, each verified.
-	if n := len(r.GPUs); len(r.PeerMem) != 3*n*(n-1) {
-		t.Errorf("%d peer-memory checks, want 3 forms x %d ordered pairs", len(r.PeerMem), n*(n-1))
+	if n := len(r.GPUs); len(r.PeerMem) != 4*n*(n-1) {
+		t.Errorf("%d peer-memory checks, want 4 forms x %d ordered pairs", len(r.PeerMem), n*(n-1))
 	}
 	for _, m := range r.PeerMem {
 		if !m.Verified || m.Owner == m.Peer || m.Refused != "" || m.Error != "" {
@@ -360,6 +360,9 @@ func allVerified(t *testing.T, r *selftest.Report) {
 		// The ipc form's peer side ran in a second process (--phase peermem-import).
 		if m.Kind == selftest.MemIPC && !strings.Contains(strings.Join(m.Calls, "; "), "importer: cuMemImportFromShareableHandle(POSIX fd) in process") {
 			t.Errorf("ipc %d->%d did not import in a second process: %q", m.Owner, m.Peer, m.Calls)
+		}
+		if m.Kind == selftest.MemCUDAIPC && !strings.Contains(strings.Join(m.Calls, "; "), fmt.Sprintf("importer: cuIpcOpenMemHandle(LAZY_ENABLE_PEER_ACCESS) on GPU %d in process", m.Peer)) {
+			t.Errorf("cudaipc %d->%d did not open the handle in a second process: %q", m.Owner, m.Peer, m.Calls)
 		}
 	}
 	if !strings.Contains(r.CUDA.Library, "FAKE") || r.NCCL == nil || !strings.Contains(r.NCCL.Library, "FAKE") {
@@ -515,6 +518,14 @@ func peerMemCases() []faultCase {
 				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultLost, GPU: 2, Mem: gpufake.MemVMM, Offset: 1024, Bytes: 4}}
 			},
 			want: []string{"fail peermem.corrupt"}, msg: []string{"ipc memory of GPU2 used by GPU0: 1 word(s) wrong in the peer write, first at byte 0x400"},
+		},
+		{
+			// cuIpcOpenMemHandle in the second process fails to map the peer's memory.
+			name: "cudaipc-open-map-failed", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
+				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuIpcOpenMemHandle_v2", Code: 205}}
+			},
+			want: []string{"fail peermem.refused"}, msg: []string{"cudaipc memory of GPU0 used by GPU1: the driver declined it: in the importing process: cuIpcOpenMemHandle(LAZY_ENABLE_PEER_ACCESS) on GPU 1 in process"},
 		},
 		{
 			name: "inject-corruption-managed", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", args: []string{"--inject-corruption=managed"},

@@ -109,7 +109,7 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fl.BoolVar(&o.noNCCL, "no-nccl", false, "skip the NCCL phase")
 	fl.BoolVar(&o.noSM, "no-sm", false, "skip the SM-kernel copies")
 	fl.BoolVar(&o.noPeerMem, "no-peer-mem", false, "skip the peermem phase (managed, VMM and exported-handle memory between GPUs)")
-	fl.Var(&o.corrupt, "inject-corruption", "test hook: flip one word, to prove the verification catches it (the run must fail): alone or =copy after the first copy; =managed, =vmm or =ipc in the first peermem check of that form")
+	fl.Var(&o.corrupt, "inject-corruption", "test hook: flip one word, to prove the verification catches it (the run must fail): alone or =copy after the first copy; =managed, =vmm, =ipc or =cudaipc in the first peermem check of that form")
 	fl.TextVar(&o.highMemBAR1, "high-mem-bar1", recipe.Size(0), "run the above-BAR1 probe as if BAR1 were this size, e.g. 32GiB (to exercise it on a card with a large BAR1)")
 	fl.StringVar(&o.fake, "fake", "", "FAKE backend: replay the NVML/CUDA/NCCL answers of this scenario file (tests only; in binaries built with -tags gpufake)")
 	fl.StringVar(&o.phase, "phase", "", "internal: run one phase as a child process")

@@ -203,7 +203,7 @@ func TestUsage(t *testing.T) {
 		if code := run(args, &bytes.Buffer{}, &stderr); code != exitUsage {
 			t.Errorf("run(%v) = %d, want %d", args, code, exitUsage)
 		}
-		if args[0] == "--inject-corruption=pinned" && !strings.Contains(stderr.String(), "want copy, managed, vmm or ipc") {
+		if args[0] == "--inject-corruption=pinned" && !strings.Contains(stderr.String(), "want copy, managed, vmm, ipc or cudaipc") {
 			t.Errorf("run(%v) said %q", args, stderr.String())
 		}
 		// In-process, this package is what go test compiled: without -tags gpufake it is

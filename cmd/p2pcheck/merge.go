@@ -160,10 +160,10 @@ func (c *corruptFlag) Set(s string) error {
 		*c = corruptCopy
 	case "false":
 		*c = ""
-	case selftest.MemManaged, selftest.MemVMM, selftest.MemIPC:
+	case selftest.MemManaged, selftest.MemVMM, selftest.MemIPC, selftest.MemCUDAIPC:
 		*c = corruptFlag(s)
 	default:
-		return fmt.Errorf("%q: want copy, managed, vmm or ipc", s)
+		return fmt.Errorf("%q: want copy, managed, vmm, ipc or cudaipc", s)
 	}
 	return nil
 }

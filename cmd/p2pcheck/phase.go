@@ -205,8 +205,8 @@ func importMain(b backend, in *phaseInput, stdout, stderr io.Writer) int {
 	return exitPass
 }
 
-// importer runs the ipc form's peer side in a second process: this binary with
-// --phase peermem-import, fd passed as its fd 3.
+// importer runs the ipc and cudaipc forms' peer side in a second process: this binary
+// with --phase peermem-import, the exported descriptor (ipc) passed as its fd 3.
 func importer(in *phaseInput) func(ctx context.Context, fd int, req cuda.ImportRequest) (*cuda.ImportResult, error) {
 	return func(ctx context.Context, fd int, req cuda.ImportRequest) (*cuda.ImportResult, error) {
 		self, err := selfPath()
@@ -219,17 +219,19 @@ func importer(in *phaseInput) func(ctx context.Context, fd int, req cuda.ImportR
 		if err != nil {
 			return nil, fmt.Errorf("encoding the import request: %w", err)
 		}
-		dup, err := syscall.Dup(fd)
-		if err != nil {
-			return nil, fmt.Errorf("passing the exported descriptor: %w", err)
-		}
-		f := os.NewFile(uintptr(dup), "exported-cumem")
-		defer f.Close()
 		cmd := exec.CommandContext(ctx, self, "--phase", phaseImport)
 		cmd.Stdin = bytes.NewReader(body)
 		var stdout bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, os.Stderr
-		cmd.ExtraFiles = []*os.File{f} // fd 3 in the child
+		if fd >= 0 { // the cudaipc form passes a handle in the request instead
+			dup, err := syscall.Dup(fd)
+			if err != nil {
+				return nil, fmt.Errorf("passing the exported descriptor: %w", err)
+			}
+			f := os.NewFile(uintptr(dup), "exported-cumem")
+			defer f.Close()
+			cmd.ExtraFiles = []*os.File{f} // fd 3 in the child
+		}
 		werr := cmd.Run()
 		var res cuda.ImportResult
 		if derr := json.Unmarshal(stdout.Bytes(), &res); derr != nil {

@@ -3,8 +3,8 @@
 # one command:
 #   - p2pcheck over every phase, the peermem phase included (managed, VMM and
 #     exported-handle memory, selftest/cuda/peermem.go); it must pass with every
-#     peer_mem check verified;
-#   - p2pcheck --inject-corruption=managed (and =vmm, =ipc) must exit 9 with a
+#     peer_mem check verified (ipc and cudaipc import in a second process);
+#   - p2pcheck --inject-corruption=managed (and =vmm, =ipc, =cudaipc) must exit 9 with a
 #     peermem.corrupt finding on that form and test.injected;
 #   - the kernel log's peerboot-p2p mode lines, if the driver prints them (a stock
 #     driver does not: then no GPU has a p2p_mode);
@@ -47,12 +47,12 @@ rc=$?
 tail -3 "$out/p2pcheck.stderr"
 sed -n '/^P2P mode/,/^$/p; /^Peer memory/,/^$/p; /^Durations/,/^$/p' "$out/report.txt"
 result p2pcheck-exit-0 "$([ $rc = 0 ] && echo ok || echo FAIL)" "exit $rc"
-for f in managed vmm ipc; do
+for f in managed vmm ipc cudaipc; do
 	v=$(pm "$out/report.json" $f)
 	result "peermem-$f-verified" "$(case $v in ok*) echo ok ;; *) echo FAIL ;; esac)" "$v"
 done
 
-for f in managed vmm ipc; do
+for f in managed vmm ipc cudaipc; do
 	echo "== p2pcheck --inject-corruption=$f"
 	"$p2p" --json --nccl-lib "$nccl" --no-nccl --no-sm --inject-corruption=$f --copy-size 64MiB \
 		--out "$out/corrupt-$f.json" >/dev/null 2>"$out/corrupt-$f.stderr"

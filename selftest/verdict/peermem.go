@@ -58,8 +58,8 @@ func field(line, key string) string {
 
 // peerMem judges the peermem phase: wrong data or a fault after data moved fails; a
 // form the driver declined at setup warns (managed memory, which NCCL does not use) or
-// fails (VMM and exported handles between peers, NCCL's P2P/CUMEM path, when the
-// recipe wants P2P).
+// fails (VMM, exported handles and legacy IPC handles between peers, NCCL's P2P/CUMEM
+// and P2P/IPC paths, when the recipe wants P2P).
 func (j *judge) peerMem() {
 	for _, m := range j.r.PeerMem {
 		a, b := j.r.GPUIndex(m.Owner), j.r.GPUIndex(m.Peer)
@@ -108,6 +108,8 @@ func refusedHint(kind string) string {
 		return "programs that share cudaMallocManaged memory between these GPUs will get an error instead of data (no corruption): keep managed buffers on one GPU, or check nvidia-uvm is loaded (modules) and the driver's managed-memory path"
 	case selftest.MemVMM:
 		return "NCCL between processes (P2P/CUMEM, its default) maps peer memory this way: expect it to fall back to SHM or fail; check the driver's peer mapping of cuMemMap'd memory"
+	case selftest.MemCUDAIPC:
+		return "programs that share GPU memory between processes with cudaIpcOpenMemHandle (torch.multiprocessing, NCCL's P2P/IPC) will fail on this pair: check the driver's peer mapping of another process's cuMemAlloc memory"
 	}
 	return "a second process importing this GPU's memory (NCCL P2P/CUMEM, CUDA IPC) will be refused: check the driver's export of cuMemCreate memory as a file descriptor"
 }

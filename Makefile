@@ -43,11 +43,24 @@ repro: $(BIN)
 # out/default/disk.img (flash). Under CI=true a test that misses one fails
 # (internal/testguard), and scripts/skips.sh (go test -json behind a filter) fails
 # the run on any other skip but -short's, listing every skipped test either way.
-test: test-deps
+test: test-deps test-trees
 	$(BIN) fetch $(RECIPE)
 	$(BIN) build $(RECIPE)
 	$(GO) vet ./...
 	GO=$(GO) scripts/skips.sh -timeout 80m ./...
+
+# NVIDIA's trees at the commits the driver tests read (the driver source of every
+# recipe in the matrix, and driver/testdata/trees/*.toml for commits no recipe pins),
+# fetched into the store by commit id, so a clone with nothing beside it tests
+# without being told where the trees are. Release tarballs ($$PEERBOOT_NVIDIA_TREES,
+# else ../shared/inputs/open-gpu-kernel-modules) are used instead when they are
+# there; PEERBOOT_GIT_MIRRORS points the fetch at a local clone.
+test-trees: $(BIN)
+	@trees="$${PEERBOOT_NVIDIA_TREES:-$(CURDIR)/../shared/inputs/open-gpu-kernel-modules}"; \
+	if [ -d "$$trees" ]; then echo "test-trees: the driver tests read the release tarballs in $$trees"; exit 0; fi; \
+	set -e; for r in $$($(BIN) recipe matrix | jq -r '.include[].path') driver/testdata/trees/*.toml; do \
+	  $(BIN) fetch --only driver-source $$r || { echo "test-trees: cannot fetch the driver source of $$r: set PEERBOOT_GIT_MIRRORS=URL=/path/to/a/clone, or PEERBOOT_NVIDIA_TREES to a directory of the release .tar.zst files" >&2; exit 5; }; \
+	done
 
 # Only the QEMU boots (build + UEFI + PXE), also part of `make test`.
 e2e: test-deps

@@ -3,29 +3,45 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/fetch"
+	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/progress"
 	"github.com/peerboot/peerboot/store"
 )
 
 func fetchCmd(g *globals) *cobra.Command {
 	var parallel int
+	var only []string
 	cmd := &cobra.Command{
 		Use:   "fetch [RECIPE]",
 		Short: "Download every pinned input of the recipe into the store, verified by hash",
 		Long: `fetch downloads the lock file's packages and the recipe's URL and git inputs into
 the store, in parallel, resuming interrupted downloads. Inputs already in the store are
 re-hashed; a corrupt entry is fetched again. Git inputs honour PEERBOOT_GIT_MIRRORS
-("url=path,..."), verified by commit id.`,
+("url=path,..."), verified by commit id. --only ROLE,... fetches the inputs of those
+roles alone (kernel-source, driver-source, efi-stub, userspace, installer): ` + "`make test-trees`" + `
+fetches the NVIDIA trees the driver tests read with --only driver-source.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
 			if err != nil {
 				return err
+			}
+			if len(only) > 0 {
+				roles := []string{lock.RoleKernelSource, lock.RoleDriverSource, lock.RoleEFIStub, lock.RoleUserspace, lock.RoleInstaller}
+				for _, o := range only {
+					if !slices.Contains(roles, o) {
+						return exitcode.Tag(exitcode.Usage, fmt.Errorf("--only: want %s, got %q", strings.Join(roles, ", "), o))
+					}
+				}
+				ins = slices.DeleteFunc(ins, func(in lock.Input) bool { return !slices.Contains(only, in.Role) })
+				un = slices.DeleteFunc(un, func(u lock.Unresolved) bool { return !slices.Contains(only, u.Role) })
 			}
 			if len(un) > 0 {
 				return exitcode.Tag(exitcode.Stale, fmt.Errorf("unresolved inputs: %v", un))
@@ -49,5 +65,6 @@ re-hashed; a corrupt entry is fetched again. Git inputs honour PEERBOOT_GIT_MIRR
 		},
 	}
 	cmd.Flags().IntVarP(&parallel, "jobs", "j", 4, "parallel downloads")
+	cmd.Flags().StringSliceVar(&only, "only", nil, "fetch only the inputs of these roles (kernel-source, driver-source, efi-stub, userspace, installer)")
 	return cmd
 }

@@ -4,7 +4,7 @@ BIN     := bin/peerboot
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 RECIPE  ?= recipes/default.toml
 
-.PHONY: all deps test-deps sign-deps image test e2e repro fuzz mutants drivers clean FORCE
+.PHONY: all deps test-deps test-trees sign-deps image test e2e repro fuzz mutants drivers clean FORCE
 
 all: $(BIN)
 

@@ -407,7 +407,7 @@ func renderPeerMem(b *strings.Builder, r *Report, width int) {
 	if len(r.PeerMem) == 0 {
 		return
 	}
-	section(b, "Peer memory (managed, VMM, exported handle)")
+	section(b, "Peer memory (managed, VMM, shared by fd or IPC handle)")
 	rows := [][]string{{"  FORM", "OWNER", "PEER", "BYTES", "RESULT"}}
 	for _, m := range r.PeerMem {
 		res := "not verified"

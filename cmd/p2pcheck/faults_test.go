@@ -499,7 +499,7 @@ func peerMemCases() []faultCase {
 				if vmm != 56 {
 					t.Errorf("%d verified VMM peer checks, want 8 x 7", vmm)
 				}
-				if !strings.Contains(selftest.Render(r), "Peer memory (managed, VMM, exported handle)") {
+				if !strings.Contains(selftest.Render(r), "Peer memory (managed, VMM, shared by fd or IPC handle)") {
 					t.Error("report show lacks the peer-memory table")
 				}
 			},

@@ -23,8 +23,10 @@ import (
 //   - vmm: cuMemCreate + cuMemMap, peer access granted by cuMemSetAccess, is what
 //     NCCL's P2P/CUMEM transport (its default between processes) maps;
 //   - ipc: the same allocation exported as a POSIX file descriptor
-//     (cuMemExportToShareableHandle) and imported again (cuMemImportFromShareableHandle)
-//     before it is mapped: the path a second process takes, here in one process.
+//     (cuMemExportToShareableHandle) and imported (cuMemImportFromShareableHandle) by a
+//     second process (MemOptions.Importer), or in this one without an importer;
+//   - cudaipc: cuMemAlloc memory shared by cuIpcGetMemHandle and opened by a second
+//     process with cuIpcOpenMemHandle (torch.multiprocessing, NCCL's P2P/IPC).
 //
 // Every check is the same: the owner's kernel writes a pattern, the peer's kernel
 // checks it in place (a peer read) and writes another, the owner's kernel checks that
@@ -152,14 +154,15 @@ type MemOptions struct {
 	// is inverted after the peer's write and before the owner checks it, which must then
 	// report a mismatch. MemResult.Injected says where. "": none.
 	Corrupt string
-	// Importer, when set, runs the ipc form's peer side in another process: it is given
-	// the exported descriptor and the request, and that process calls RunImport. nil:
-	// the import happens in this process (the local form of IPC).
+	// Importer, when set, runs the ipc and cudaipc forms' peer side in another process:
+	// it is given the exported descriptor (-1 for cudaipc, whose handle is in the
+	// request) and the request, and that process calls RunImport. nil: ipc imports in
+	// this process (its local form) and cudaipc is not checked.
 	Importer func(ctx context.Context, fd int, req ImportRequest) (*ImportResult, error)
 }
 
-// ImportRequest is what the importing process of the ipc form is asked to do with
-// the descriptor: import it, map it for Peer, check ReadSeed's pattern in place with
+// ImportRequest is what the importing process of the ipc (cudaipc) form is asked to do
+// with the descriptor (the handle): import (open) it, map it for Peer, check ReadSeed's pattern in place with
 // Peer's kernel (the peer read) and write WriteSeed's (the peer write).
 type ImportRequest struct {
 	Peer      int    `json:"peer"`
@@ -188,8 +191,9 @@ type MemResult struct {
 }
 
 // RunPeerMem loads the driver and checks every form in o.Kinds for every ordered pair
-// of GPUs with peer access both ways (one GPU, or no such pair: the local form on GPU 0). A check that fails or
-// is refused is recorded in its PeerMem; the error is for what stops the phase.
+// of GPUs with peer access both ways (one GPU, or no such pair: the local form on GPU
+// 0). A check that fails or is refused is recorded in its PeerMem; the error is for
+// what stops the phase.
 func RunPeerMem(ctx context.Context, o MemOptions) (*MemResult, error) {
 	if o.Bytes <= 0 {
 		o.Bytes = 32 << 20

@@ -167,3 +167,23 @@ func TestPartialReset(t *testing.T) {
 		t.Fatalf("blob %q", b)
 	}
 }
+
+// A commit whose rename into place fails says so (a blob path taken by a
+// directory), and the entry is not there.
+func TestCommitRenameFails(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	data := []byte("blob")
+	dst := st.BlobPath(sumOf(data))
+	os.MkdirAll(filepath.Join(dst, "occupied"), 0o755)
+	p, err := st.NewPartial(sumOf(data), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Write(data)
+	if err := p.Commit(); err == nil {
+		t.Fatal("a commit whose rename failed reported success")
+	}
+	if err := st.CheckBlob(sumOf(data)); err == nil {
+		t.Fatal("the blob checks out")
+	}
+}

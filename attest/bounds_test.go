@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/peerboot/peerboot/attest"
+	"github.com/peerboot/peerboot/internal/swtpmtest"
 )
 
 // The size and nonce bounds hold at exactly their limit and refuse one past it
@@ -60,5 +61,29 @@ func TestEvidenceBounds(t *testing.T) {
 		if ok != (err == nil) {
 			t.Errorf("a %d-byte nonce: %v", n, err)
 		}
+	}
+}
+
+// A PCR 11 mismatch says why when the TPM's PCR 11 is zero (nothing measured
+// the UKI), and only then.
+func TestPCR11ZeroSaysWhy(t *testing.T) {
+	body := []byte("report")
+	fresh := swtpmtest.Start(t)
+	ev, err := fresh.Quote("n", body, attest.PhaseEnterInitrd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = attest.Verify(ev, body, attest.Expect{Nonce: "n", PCR11: extendAll("x")})
+	if err == nil || !strings.Contains(err.Error(), "PCR 11 mismatch") || !strings.Contains(err.Error(), "PCR 11 is zero: nothing measured the UKI") {
+		t.Errorf("a zero PCR 11: %v", err)
+	}
+	tp, _ := booted(t)
+	ev, err = tp.Quote("n", body, attest.PhaseEnterInitrd, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = attest.Verify(ev, body, attest.Expect{Nonce: "n", PCR11: extendAll("x")})
+	if err == nil || !strings.Contains(err.Error(), "PCR 11 mismatch") || strings.Contains(err.Error(), "is zero") {
+		t.Errorf("a measured PCR 11 that differs: %v", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -185,5 +186,68 @@ func TestCommitRenameFails(t *testing.T) {
 	}
 	if err := st.CheckBlob(sumOf(data)); err == nil {
 		t.Fatal("the blob checks out")
+	}
+}
+
+// OutputFiles lists by path (MANIFEST is ordered by digest), with sizes; an
+// empty file is a file of size 0, not a malformed SIZES line.
+func TestOutputFilesAndEmptyFile(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	key := "config-" + strings.Repeat("ef", 32)
+	files := map[string]string{"z": "1", "a": "22", "m": "333", "empty": ""}
+	commitTestOutput(t, st, key, files)
+	got, err := st.OutputFiles(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range got {
+		names = append(names, fmt.Sprintf("%s:%d", f.Path, f.Size))
+		if f.SHA256 != sumOf([]byte(files[f.Path])) {
+			t.Errorf("%s: sha256 %s", f.Path, f.SHA256)
+		}
+	}
+	if strings.Join(names, " ") != "a:2 empty:0 m:3 z:1" {
+		t.Fatalf("OutputFiles: %v", names)
+	}
+	if err := st.CheckOutput(key); err != nil {
+		t.Fatalf("an output with an empty file: %v", err)
+	}
+}
+
+// Exactly 20 differences are all listed, with no "... and 0 more".
+func TestCompareOutputTwenty(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	key := "image-" + strings.Repeat("12", 32)
+	commitTestOutput(t, st, key, map[string]string{"a": "A"})
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a"), []byte("A"), 0o644)
+	for i := range 20 {
+		os.WriteFile(filepath.Join(dir, fmt.Sprintf("x%02d", i)), nil, 0o644)
+	}
+	err := st.CompareOutput(key, dir)
+	if err == nil || !strings.HasPrefix(err.Error(), "20 files differ:") || strings.Contains(err.Error(), "more") {
+		t.Fatalf("20 differences: %v", err)
+	}
+}
+
+// GC keeps the lock file of a scratch whose directory is gone while someone
+// holds the lock (a build between taking it and making the directory).
+func TestGCKeepsHeldStaleLock(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	l := filepath.Join(st.Root, "locks", "scratch-being-made.lock")
+	f, err := os.Create(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GC(0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(l); err != nil {
+		t.Fatalf("GC removed a held lock file: %v", err)
 	}
 }

@@ -63,6 +63,7 @@ type Mutant struct {
 	Pkg, File, Type, Status string
 	Line, Col               int
 	Source                  string // the mutated line, trimmed: the key that survives edits above it
+	Rechecked               bool   // gremlins said not covered; recheck ran it
 }
 
 // Key identifies a mutant across runs: file, mutator, column and the line's
@@ -75,6 +76,7 @@ func (m Mutant) Key() string {
 type Stats struct {
 	Pkg                                           string
 	Killed, TimedOut, Lived, NotCovered, Excluded int
+	Rechecked                                     int      // of those counted, how many recheck ran
 	Survivors                                     []Mutant // lived or not covered, not excluded
 }
 
@@ -90,8 +92,8 @@ func (s Stats) Rate() float64 {
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("%-10s %6.1f%%  killed %d  timed out %d  lived %d  not covered %d  equivalent %d",
-		s.Pkg, s.Rate(), s.Killed, s.TimedOut, s.Lived, s.NotCovered, s.Excluded)
+	return fmt.Sprintf("%-10s %6.1f%%  killed %d  timed out %d  lived %d  not covered %d  equivalent %d  (rechecked %d)",
+		s.Pkg, s.Rate(), s.Killed, s.TimedOut, s.Lived, s.NotCovered, s.Excluded, s.Rechecked)
 }
 
 // report is the JSON gremlins writes with -o.
@@ -140,6 +142,40 @@ func ParseReport(pkg string, r io.Reader, src func(file string) []string) ([]Mut
 	return out, nil
 }
 
+// recheckAll runs every mutant gremlins reported not covered (recheck.go),
+// keeping the results in out/PKG.recheck.json so -reuse does not run them again.
+func recheckAll(p Package, ms []Mutant, out string, coef int) ([]Mutant, error) {
+	cacheFile := filepath.Join(out, strings.ReplaceAll(p.Path, "/", "_")+".recheck.json")
+	cache := map[string]string{}
+	if b, err := os.ReadFile(cacheFile); err == nil {
+		json.Unmarshal(b, &cache)
+	}
+	var timeout time.Duration
+	for i, m := range ms {
+		if m.Status != "NOT COVERED" {
+			continue
+		}
+		st, ok := cache[m.Key()]
+		if !ok {
+			if timeout == 0 {
+				t, err := baseTime(p)
+				if err != nil {
+					return nil, err
+				}
+				timeout = time.Duration(coef)*t + 10*time.Second
+			}
+			var err error
+			if st, err = recheck(p, m, timeout); err != nil {
+				return nil, err
+			}
+			cache[m.Key()] = st
+		}
+		ms[i].Status, ms[i].Rechecked = st, true
+	}
+	b, _ := json.MarshalIndent(cache, "", "  ")
+	return ms, os.WriteFile(cacheFile, b, 0o644)
+}
+
 // Tally counts a package's mutants, leaving out those equivalent lists.
 func Tally(pkg string, ms []Mutant, equivalent map[string]string) Stats {
 	s := Stats{Pkg: pkg}
@@ -147,6 +183,9 @@ func Tally(pkg string, ms []Mutant, equivalent map[string]string) Stats {
 		if _, ok := equivalent[m.Key()]; ok && (m.Status == "LIVED" || m.Status == "NOT COVERED") {
 			s.Excluded++
 			continue
+		}
+		if m.Rechecked && (m.Status == "KILLED" || m.Status == "TIMED OUT" || m.Status == "LIVED") {
+			s.Rechecked++
 		}
 		switch m.Status {
 		case "KILLED":
@@ -395,6 +434,9 @@ func mainErr(update bool, workers, coef int, reuse bool, out string, only []stri
 		}
 		ms, took, err := run(p, out, workers, coef, reuse, logf)
 		if err != nil {
+			return err
+		}
+		if ms, err = recheckAll(p, ms, out, coef); err != nil {
 			return err
 		}
 		s := Tally(p.Path, ms, eq)

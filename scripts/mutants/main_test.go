@@ -144,3 +144,30 @@ func TestWorkflowMatrix(t *testing.T) {
 		t.Fatalf("mutants.yml must have %q and run make mutants per package", line)
 	}
 }
+
+func TestMutate(t *testing.T) {
+	src := []byte("package x\n\nfunc f(a, b int) bool {\n\tswitch {\n\tcase a <= b && b != 0:\n\t\treturn -a > b+1\n\t}\n\treturn false\n}\n")
+	for _, c := range []struct {
+		line, col int
+		typ, want string
+	}{
+		{5, 9, "CONDITIONALS_BOUNDARY", "\tcase a < b && b != 0:"},
+		{5, 9, "CONDITIONALS_NEGATION", "\tcase a > b && b != 0:"},
+		{5, 14, "INVERT_LOGICAL", "\tcase a <= b || b != 0:"},
+		{5, 19, "CONDITIONALS_NEGATION", "\tcase a <= b && b == 0:"},
+		{6, 10, "INVERT_NEGATIVES", "\t\treturn +a > b+1"},
+		{6, 16, "ARITHMETIC_BASE", "\t\treturn -a > b-1"},
+	} {
+		out, err := Mutate(src, c.line, c.col, c.typ)
+		if err != nil {
+			t.Errorf("%d:%d %s: %v", c.line, c.col, c.typ, err)
+			continue
+		}
+		if got := strings.Split(string(out), "\n")[c.line-1]; got != c.want {
+			t.Errorf("%d:%d %s: %q, want %q", c.line, c.col, c.typ, got, c.want)
+		}
+	}
+	if _, err := Mutate(src, 5, 7, "INVERT_LOGICAL"); err == nil {
+		t.Error("a mutator that does not fit the operator was applied")
+	}
+}

@@ -73,6 +73,12 @@ func (s *Server) trustAK(ctx context.Context, node, remote string, res *attest.R
 		return refuse(fmt.Errorf("AK changed: node %s recorded AK %s first, this quote is signed by %s", node, clipText(got.AKName), clipText(res.AKName)))
 	}
 	s.log.Info("AK recorded", "node", node, "ak", res.AKName, "how", adm.How)
+	if f.Enrolling && es != nil {
+		// A node's own window admits one AK: whoever quotes next is a conflict.
+		if err := es.CloseEnrollment(ctx, node); err != nil {
+			s.log.Error("closing an enrollment window", "node", node, "error", err.Error())
+		}
+	}
 	return 0, nil
 }
 

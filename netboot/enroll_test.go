@@ -1,6 +1,7 @@
 package netboot
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -78,6 +79,9 @@ func TestAKEnrollment(t *testing.T) {
 	}
 	if nv := node(); nv.AKName != realAK {
 		t.Fatalf("AK on record %q, want the real node's %s", nv.AKName, realAK)
+	}
+	if open, err := e.store.(EnrollStore).Enrolling(context.Background(), mac, clk.now()); err != nil || open {
+		t.Errorf("the node's window admitted an AK and stays open: %t %v", open, err)
 	}
 
 	// 4. The forger again, still inside the window: a conflict, counted, on the page.

@@ -130,6 +130,8 @@ type EnrollStore interface {
 	OpenEnrollment(ctx context.Context, node string, at, until time.Time) error
 	// Enrolling says whether node may record its first AK at at.
 	Enrolling(ctx context.Context, node string, at time.Time) (bool, error)
+	// CloseEnrollment ends node's own window (not the every-node one).
+	CloseEnrollment(ctx context.Context, node string) error
 	// AddAKConflict records (or counts again) an AK seen for a node, keeping
 	// the node's keep most recent.
 	AddAKConflict(ctx context.Context, c AKConflict, keep int) error
@@ -164,6 +166,17 @@ func (s *sqlStore) Enrolling(ctx context.Context, node string, at time.Time) (bo
 		return false, fmt.Errorf("reading the enrollment of %s: %w", node, err)
 	}
 	return n > 0, nil
+}
+
+func (s *sqlStore) CloseEnrollment(ctx context.Context, node string) error {
+	err := s.write(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM ak_enrollment WHERE node_id = $1`, node)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("closing the enrollment of %s: %w", node, err)
+	}
+	return nil
 }
 
 func (s *sqlStore) AddAKConflict(ctx context.Context, c AKConflict, keep int) error {

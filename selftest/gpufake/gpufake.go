@@ -62,6 +62,10 @@ type FakeConfig struct {
 	// way libnccl logs its channel setup. nil: one ring over every rank via
 	// "P2P/direct pointer", which is what a single-process NCCL logs with P2P on.
 	NCCLLog []string `json:"nccl_log,omitempty"`
+	// NCCLLastError is what ncclGetLastError answers: NCCL's last WARN text, e.g.
+	// "Cuda failure 'no kernel image is available for execution on the device'"
+	// beside a Code fault on an NCCL entry point [""].
+	NCCLLastError string `json:"nccl_last_error,omitempty"`
 	// PTXLog is the JIT log cuModuleLoadDataEx returns with a Code fault on it.
 	PTXLog string `json:"ptx_log,omitempty"`
 	// VMMGranularity is what cuMemGetAllocationGranularity answers [64 KiB: smaller

@@ -3,6 +3,7 @@ package gpufake_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/peerboot/peerboot/selftest/gpufake"
 	"github.com/peerboot/peerboot/selftest/nccl"
 	"github.com/peerboot/peerboot/selftest/nvml"
+	"github.com/peerboot/peerboot/selftest/verdict"
 )
 
 // These tests run selftest/cuda's and selftest/nccl's real host code (fill, timed
@@ -314,5 +316,32 @@ func TestNVMLProbe(t *testing.T) {
 	r, err = nvml.ProbeWith(context.Background(), bad)
 	if err == nil || r.NVML.Init == nil || r.NVML.Init.Name != "NVML_ERROR_LIB_RM_VERSION_MISMATCH" {
 		t.Errorf("init 18: %v %+v", err, r.NVML.Init)
+	}
+}
+
+// An NCCL without code for the GPUs' arch, through the real NCCL phase over the FAKE
+// libraries: ncclGetLastError's CUDA failure reaches the report, and the verdict names
+// it nccl.arch with the versions instead of the generic nccl.error.
+func TestNCCLWithoutKernelsForTheArch(t *testing.T) {
+	cfg := fourGPUs(gpufake.Fault{Kind: gpufake.FaultCode, Call: "ncclCommInitAll", Code: 1})
+	cfg.NCCLVersion = 22907
+	cfg.NCCLLastError = "Cuda failure 'no kernel image is available for execution on the device'"
+	box := gpufake.New(cfg)
+	res, err := nccl.Run(context.Background(), nccl.Options{CUDALibrary: box.CUDA(), NCCLLibrary: box.NCCL(), MaxBytes: 64, LogPath: filepath.Join(t.TempDir(), "l")})
+	if err == nil || !strings.Contains(res.Error, "ncclCommInitAll(4 GPUs): unhandled cuda error") || !strings.Contains(res.Error, "no kernel image is available") {
+		t.Fatalf("err %v, error %q", err, res.Error)
+	}
+	r := &selftest.Report{NCCL: res}
+	r.CUDA.Devices = []selftest.CUDADevice{{Name: "NVIDIA GeForce RTX 5090", CC: "12.0"}}
+	r.NVML.DriverVersion = "595.45.04"
+	var ids []string
+	for _, f := range verdict.Rules(r, nil) {
+		ids = append(ids, f.ID)
+		if f.ID == "nccl.arch" && !strings.Contains(f.Message, "NCCL 2.29.7 has no kernels that run on RTX 5090 (sm_120), driver 595.45.04") {
+			t.Errorf("nccl.arch: %s", f.Message)
+		}
+	}
+	if !slices.Contains(ids, "nccl.arch") || slices.Contains(ids, "nccl.error") {
+		t.Errorf("findings %v: want nccl.arch, not nccl.error", ids)
 	}
 }

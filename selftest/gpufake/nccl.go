@@ -43,6 +43,7 @@ func (b *FakeBox) NCCL() *FakeLibrary {
 		"ncclGroupEnd":       b.ncclGroupEnd,
 		"ncclAllReduce":      b.ncclAllReduce,
 		"ncclGetErrorString": b.ncclGetErrorString,
+		"ncclGetLastError":   func(uintptr) string { return b.cfg.NCCLLastError },
 	}}
 }
 

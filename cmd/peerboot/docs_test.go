@@ -183,3 +183,25 @@ func anchors(t *testing.T, path string) []string {
 	}
 	return out
 }
+
+// TestDocsREADMEFrontDoor: README.md stays a front door (one screen to the quickstart,
+// at most 25 KB); detail belongs in docs/. It also keeps the quickstart and the map.
+func TestDocsREADMEFrontDoor(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > 25<<10 {
+		t.Errorf("README.md is %d bytes, over 25 KiB: move the detail to a page under docs/ and link it from README's map", len(b))
+	}
+	for _, want := range []string{"## Quickstart", "## Documentation", "## Status", "make image", "make test"} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("README.md lacks %q", want)
+		}
+	}
+	if i := bytes.Index(b, []byte("## Quickstart")); i >= 0 {
+		if lines := bytes.Count(b[:i], []byte("\n")); lines > 40 {
+			t.Errorf("the quickstart starts on line %d: keep it within the first screen (40 lines)", lines+1)
+		}
+	}
+}

@@ -2,10 +2,7 @@ package netboot
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -116,55 +113,18 @@ func (s *Server) issueNonce(ctx context.Context, node string, b *Build) (string,
 		s.predictions[b.ID] = p
 		s.predMu.Unlock()
 	}
-	raw := make([]byte, 8)
+	raw := make([]byte, attest.NonceRandom)
 	if _, err := rand.Read(raw); err != nil {
 		return "", time.Time{}, err
 	}
 	expires := s.opt.Now().Add(s.opt.NonceTTL).Truncate(time.Second)
-	n, err := s.makeNonce(node, b.ID, expires, raw)
+	n, err := attest.MakeNonce(s.secret, node, b.ID, expires, raw)
 	return n, expires, err
 }
 
-// nonceLen is a nonce's length in hex: build (8 bytes), expiry (8), random (8),
-// HMAC (16).
-const nonceLen = 2 * (8 + 8 + 8 + 16)
-
-// makeNonce is the nonce of node and build expiring at expires with random raw.
-func (s *Server) makeNonce(node, build string, expires time.Time, raw []byte) (string, error) {
-	id, err := hex.DecodeString(build)
-	if err != nil || len(id) != 8 {
-		return "", fmt.Errorf("build id %q: want 16 hex digits", build)
-	}
-	msg := make([]byte, 0, 24)
-	msg = append(msg, id...)
-	msg = binary.BigEndian.AppendUint64(msg, uint64(expires.Unix()))
-	msg = append(msg, raw...)
-	return hex.EncodeToString(append(msg, s.nonceMAC(node, msg)...)), nil
-}
-
-func (s *Server) nonceMAC(node string, msg []byte) []byte {
-	m := hmac.New(sha256.New, s.secret)
-	io.WriteString(m, "peerboot nonce v1\x00"+node+"\x00")
-	m.Write(msg)
-	return m.Sum(nil)[:16]
-}
-
-// openNonce checks that nonce is one this server made for node, and returns
-// the build and expiry it names; false: it is not (another node's, altered,
-// or not a nonce at all).
+// openNonce checks that nonce is one this server made for node (attest.OpenNonce).
 func (s *Server) openNonce(nonce, node string) (build string, expires time.Time, ok bool) {
-	if len(nonce) != nonceLen {
-		return "", time.Time{}, false
-	}
-	b, err := hex.DecodeString(nonce)
-	if err != nil {
-		return "", time.Time{}, false
-	}
-	msg, mac := b[:24], b[24:]
-	if !hmac.Equal(mac, s.nonceMAC(node, msg)) {
-		return "", time.Time{}, false
-	}
-	return hex.EncodeToString(msg[:8]), time.Unix(int64(binary.BigEndian.Uint64(msg[8:16])), 0).UTC(), true
+	return attest.OpenNonce(s.secret, nonce, node)
 }
 
 // postNonce is POST /attest/nonce?node=: a nonce for a node whose command line

@@ -132,6 +132,7 @@ func checkPoolPath(p string) error {
 	}
 	if strings.HasPrefix(p, "/") || strings.ContainsAny(p, "\\\x00\n?#") || path.Clean(p) != p ||
 		p == ".." || strings.HasPrefix(p, "../") {
+		//lint:ignore ST1005 Filename is the Packages field's name
 		return fmt.Errorf("Filename %q is not a plain path inside the archive", truncate(p, 80))
 	}
 	return nil

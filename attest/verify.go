@@ -238,7 +238,10 @@ func checkSignature(ak *tpm2.TPMTPublic, quote, sigBytes []byte) error {
 		if e.Hash != tpm2.TPMAlgSHA256 {
 			return refuse("quote signature: hash %#x, want SHA-256", uint16(e.Hash))
 		}
-		if !pk.Curve.IsOnCurve(pk.X, pk.Y) {
+		// Bytes encodes through crypto/internal/fips140/ecdsa, which refuses a point
+		// off the curve (or at infinity): the check IsOnCurve did, without its
+		// deprecated big.Int API.
+		if _, err := pk.Bytes(); err != nil {
 			return refuse("AK public: the ECC point is not on the curve")
 		}
 		r, s := new(big.Int).SetBytes(e.SignatureR.Buffer), new(big.Int).SetBytes(e.SignatureS.Buffer)

@@ -118,6 +118,7 @@ func ParseSymvers(r io.Reader) (map[string]Export, error) {
 		}
 		f := strings.Split(line, "\t")
 		if len(f) < 4 || len(f) > 5 || f[1] == "" {
+			//lint:ignore ST1005 Module.symvers is a file name
 			return nil, fmt.Errorf("Module.symvers line %d: want crc, symbol, module, export type and namespace separated by tabs, got %q", n, line)
 		}
 		e := Export{CRC: f[0], Module: f[2], Type: f[3]}

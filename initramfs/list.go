@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 
 	"github.com/klauspost/compress/zstd"
@@ -52,16 +51,6 @@ func NewReader(r io.Reader) (io.ReadCloser, error) {
 type decCloser struct{ *zstd.Decoder }
 
 func (d decCloser) Close() error { d.Decoder.Close(); return nil }
-
-// ListFile is List on the file at path.
-func ListFile(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("initramfs: %w", err)
-	}
-	defer f.Close()
-	return List(f)
-}
 
 // List reads a (possibly zstd-compressed) newc cpio and returns one line per
 // entry, in archive order:

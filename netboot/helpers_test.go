@@ -171,12 +171,3 @@ func (e *testEnv) build(t testing.TB, recipe string) *Build {
 	}
 	return b
 }
-
-func encode(t testing.TB, v any) []byte {
-	t.Helper()
-	b, err := json.Marshal(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}

@@ -275,7 +275,7 @@ func (s *Server) baseURL(r *http.Request) (string, error) {
 	}
 	for _, c := range host {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune(".-:[]", c)) {
-			return "", fmt.Errorf("Host %q is not a host name: start the server with --public-url", host)
+			return "", fmt.Errorf("host %q is not a host name: start the server with --public-url", host)
 		}
 	}
 	return "http://" + host, nil

@@ -230,6 +230,7 @@ func commandLine(opt Options) ([]string, string, error) {
 	machine := "q35"
 	if opt.SecureBoot {
 		if opt.Mode != UEFI && opt.Mode != ISO {
+			//lint:ignore ST1005 Secure Boot is a proper noun
 			return nil, "", fmt.Errorf("Secure Boot needs a UEFI boot mode (uefi, iso), not %q", opt.Mode)
 		}
 		machine = "q35,smm=on"
@@ -256,6 +257,7 @@ func commandLine(opt Options) ([]string, string, error) {
 			code, varsTemplate = SecureBootCode, SecureBootVars
 			for _, f := range []string{code, varsTemplate} {
 				if _, err := os.Stat(f); err != nil {
+					//lint:ignore ST1005 Secure Boot is a proper noun
 					return nil, "", fmt.Errorf("Secure Boot firmware %s: %w (apt-get install ovmf)", f, err)
 				}
 			}

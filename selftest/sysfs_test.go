@@ -8,19 +8,6 @@ import (
 	"testing"
 )
 
-func writeDev(t *testing.T, root, bdf string, files map[string]string) {
-	t.Helper()
-	dir := filepath.Join(root, bdf)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range files {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 func TestParseResource(t *testing.T) {
 	tests := []struct {
 		in   string

@@ -32,14 +32,8 @@ func readRef(ref string) ([]byte, string, error) { return keyref.Read(ref) }
 // LoadSigner loads a private key (see keyref.LoadSigner).
 func LoadSigner(ref string) (crypto.Signer, error) { return keyref.LoadSigner(ref) }
 
-// ParsePrivateKeyPEM parses the first private key block of PEM text.
-func ParsePrivateKeyPEM(b []byte) (crypto.Signer, error) { return keyref.ParsePrivateKeyPEM(b) }
-
 // LoadCert loads the first certificate of PEM (or DER) text.
 func LoadCert(ref string) (*x509.Certificate, error) { return keyref.LoadCert(ref) }
-
-// ParseCert parses a PEM CERTIFICATE block, or DER.
-func ParseCert(b []byte) (*x509.Certificate, error) { return keyref.ParseCert(b) }
 
 // LoadPublicKey loads a public key: a PEM "PUBLIC KEY" (PKIX, as cosign.pub), or
 // the key of a certificate. A plain path is accepted as well as a reference.

@@ -114,6 +114,7 @@ func VerifyPE(ctx context.Context, cert *x509.Certificate, file string) error {
 			return fmt.Errorf("running sbverify: %w", err)
 		}
 		lines := strings.Split(strings.TrimSpace(string(o)), "\n")
+		//lint:ignore ST1005 Authenticode is a proper noun
 		return fmt.Errorf("Authenticode signature does not verify against the db certificate (sbverify: %s)", strings.Join(lines, "; "))
 	}
 	return nil

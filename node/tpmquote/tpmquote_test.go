@@ -93,7 +93,14 @@ func TestQuoteSwtpm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := &ecdsa.PublicKey{Curve: elliptic.P256(), X: new(big.Int).SetBytes(ecc.X.Buffer), Y: new(big.Int).SetBytes(ecc.Y.Buffer)}
+	point := make([]byte, 65) // SEC 1 uncompressed: 0x04, X, Y, each 32 bytes big-endian
+	point[0] = 4
+	copy(point[33-len(ecc.X.Buffer):33], ecc.X.Buffer)
+	copy(point[65-len(ecc.Y.Buffer):], ecc.Y.Buffer)
+	key, err := ecdsa.ParseUncompressedPublicKey(elliptic.P256(), point)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sig, err := tpm2.Unmarshal[tpm2.TPMTSignature](ev.Signature)
 	if err != nil {
 		t.Fatal(err)

@@ -366,14 +366,6 @@ func (d *Driver) SetCurrent(ordinal int) error {
 	return d.check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent on GPU %d", ordinal)
 }
 
-// Synchronize waits for all work of the current context (cuCtxSynchronize).
-func (d *Driver) Synchronize(ordinal int) error {
-	if err := d.SetCurrent(ordinal); err != nil {
-		return err
-	}
-	return d.check(d.cuCtxSynchronize(), "cuCtxSynchronize on GPU %d", ordinal)
-}
-
 // EnablePeer makes peer's memory accessible from dev's context (one way). An already
 // enabled pair is not an error.
 func (d *Driver) EnablePeer(dev, peer int) error {

@@ -226,10 +226,3 @@ func GBps(bytes int64, loops int, ms float64) float64 {
 	}
 	return float64(bytes) * float64(loops) / (ms / 1e3) / 1e9
 }
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return fmt.Sprint(err)
-}

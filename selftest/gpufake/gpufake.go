@@ -20,8 +20,6 @@ package gpufake
 import (
 	"fmt"
 	"sort"
-
-	"github.com/peerboot/peerboot/selftest/cuda"
 )
 
 // Name labels the FAKE libraries in reports (CUDA.Library, NCCL.Library).
@@ -217,9 +215,6 @@ func New(cfg FakeConfig) *FakeBox {
 	}
 	return b
 }
-
-// Config is the box's configuration with defaults filled in.
-func (b *FakeBox) Config() FakeConfig { return b.cfg }
 
 // fault returns the code an entry point should fail with, or 0.
 func (b *FakeBox) fault(call string) int32 {
@@ -490,6 +485,3 @@ func (b *FakeBox) copyBytes(issuer int, dst, src, n uint64, sm bool) (float64, i
 func matches(f Fault, key, method string) bool {
 	return (f.Copy == "" || f.Copy == key) && (f.Method == "" || f.Method == method)
 }
-
-// ptr turns an integer kernel argument into a device address.
-func ptr(v uint64) cuda.Ptr { return cuda.Ptr(v) }

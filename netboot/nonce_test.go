@@ -73,7 +73,7 @@ func TestNoOrphanRows(t *testing.T) {
 		}
 	}
 	db := e.store.(*sqlStore).db
-	for _, table := range []string{"attest_nonces", "attest_refusals", "ak_conflicts", "node_aks"} {
+	for _, table := range []string{"attest_nonces", "attest_refusals", "ak_conflicts"} {
 		var n int
 		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+table+` x WHERE NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = x.node_id)`).Scan(&n); err != nil {
 			t.Fatal(err)

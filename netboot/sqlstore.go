@@ -759,8 +759,10 @@ func pruneUnreported(ctx context.Context, tx *sql.Tx, d dialect, unreported stri
 		if _, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id IN `+in+` AND NOT EXISTS (SELECT 1 FROM reports r WHERE r.node_id = nodes.id)`, chunk...); err != nil {
 			return err
 		}
-		// What attestation kept of a node goes with it (issue 28: orphans).
-		for _, table := range []string{"attest_nonces", "attest_refusals", "ak_conflicts", "node_aks"} {
+		// What attestation kept of a node goes with it (issue 28: orphans), but
+		// its AK: recording one was an operator's decision (an enrollment window or
+		// a pin), which retention does not undo.
+		for _, table := range []string{"attest_nonces", "attest_refusals", "ak_conflicts"} {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE node_id IN `+in+` AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = `+table+`.node_id)`, chunk...); err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package cuda
 import (
 	"context"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -142,5 +143,36 @@ func TestPeerRefusal(t *testing.T) {
 	got := peerRefusal(can, 0, 1)
 	if !strings.Contains(got, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED") || !strings.Contains(got, "1->0") {
 		t.Errorf("peerRefusal = %q", got)
+	}
+}
+
+// The cross-process forms run on a ring: each owner once, with the next GPU it has
+// peer access to.
+func TestRingPairs(t *testing.T) {
+	all := func(n int, skip ...[2]int) [][2]int {
+		var out [][2]int
+		for a := 0; a < n; a++ {
+			for b := 0; b < n; b++ {
+				if a != b && !slices.Contains(skip, [2]int{a, b}) {
+					out = append(out, [2]int{a, b})
+				}
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		pairs [][2]int
+		n     int
+		want  [][2]int
+	}{
+		{"one GPU", [][2]int{{0, 0}}, 1, [][2]int{{0, 0}}},
+		{"two", all(2), 2, [][2]int{{0, 1}, {1, 0}}},
+		{"four", all(4), 4, [][2]int{{0, 1}, {1, 2}, {2, 3}, {3, 0}}},
+		{"four, 1-2 without P2P", all(4, [2]int{1, 2}, [2]int{2, 1}), 4, [][2]int{{0, 1}, {1, 3}, {2, 3}, {3, 0}}},
+	} {
+		if got := ringPairs(tc.pairs, tc.n); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

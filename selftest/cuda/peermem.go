@@ -254,8 +254,16 @@ func RunPeerMem(ctx context.Context, o MemOptions) (*MemResult, error) {
 			_ = errors.Join(d.StreamSync(g, s), d.DestroyStream(g, s))
 		}
 	}()
+	ring := ringPairs(pairs, n)
 	for _, kind := range o.Kinds {
-		for _, p := range pairs {
+		kindPairs := pairs
+		if (kind == selftest.MemIPC || kind == selftest.MemCUDAIPC) && o.Importer != nil {
+			// Each of these checks starts a process (cuInit, a context, the JIT): on
+			// a ring each GPU exports once and imports once, 2n processes rather than
+			// n(n-1); the mapping itself is checked on every pair by vmm.
+			kindPairs = ring
+		}
+		for _, p := range kindPairs {
 			if err := ctx.Err(); err != nil {
 				return fail(fmt.Errorf("peermem phase stopped before the %s check GPU %d -> GPU %d: %w", kind, p[0], p[1], err))
 			}
@@ -265,9 +273,32 @@ func RunPeerMem(ctx context.Context, o MemOptions) (*MemResult, error) {
 	return r, nil
 }
 
+// ringPairs keeps, for each owner, the pair whose peer follows it most closely in
+// ordinal order (GPU i with GPU i+1 where they have peer access): every GPU appears
+// once as owner and, on a full mesh, once as peer.
+func ringPairs(pairs [][2]int, n int) [][2]int {
+	var out [][2]int
+	for _, p := range pairs {
+		i := len(out) - 1
+		switch {
+		case i < 0 || out[i][0] != p[0]:
+			out = append(out, p)
+		case (p[1]-p[0]+n)%n < (out[i][1]-out[i][0]+n)%n:
+			out[i] = p
+		}
+	}
+	return out
+}
+
 // openDevices loads the library, calls cuInit, lists the devices and loads the
 // kernels on each, recording what it learns in c. n is the device count.
 func openDevices(o Options, c *selftest.CUDA) (*Driver, int, error) {
+	return openDevicesKernels(o, c, true)
+}
+
+// openDevicesKernels is openDevices; without kernels the PTX is left to load on
+// first use, on the GPUs that use it (an importing process needs one).
+func openDevicesKernels(o Options, c *selftest.CUDA, kernels bool) (*Driver, int, error) {
 	c.Library = o.Lib
 	c.Devices = []selftest.CUDADevice{}
 	var d *Driver
@@ -303,6 +334,9 @@ func openDevices(o Options, c *selftest.CUDA) (*Driver, int, error) {
 			return d, 0, err
 		}
 		c.Devices = append(c.Devices, dev)
+	}
+	if !kernels {
+		return d, n, nil
 	}
 	ptx := selftest.Status{Name: "CUDA_SUCCESS", Code: 0}
 	c.PTX = &ptx
@@ -767,7 +801,7 @@ func RunImport(ctx context.Context, o MemOptions, fd int, req ImportRequest) (*I
 	defer runtime.UnlockOSThread()
 	res := &ImportResult{Calls: []string{}}
 	var c selftest.CUDA
-	d, n, err := openDevices(Options{Lib: o.Lib, Library: o.Library}.withDefaults(), &c)
+	d, n, err := openDevicesKernels(Options{Lib: o.Lib, Library: o.Library}.withDefaults(), &c, false)
 	if d != nil {
 		defer d.Close()
 	}

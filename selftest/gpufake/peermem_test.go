@@ -132,6 +132,32 @@ func TestPeerMemFaults(t *testing.T) {
 	}
 }
 
+// With an importer the cross-process forms run on a ring of the four GPUs (each
+// exports once, imports once); managed and vmm on all 12 ordered pairs.
+func TestPeerMemImporterRing(t *testing.T) {
+	cfg := gpufake.FakeConfig{GPUs: []gpufake.FakeGPU{{MemBytes: 4 << 30}, {MemBytes: 4 << 30}, {MemBytes: 4 << 30}, {MemBytes: 4 << 30}}}
+	imports := 0
+	importer := func(ctx context.Context, fd int, req cuda.ImportRequest) (*cuda.ImportResult, error) {
+		imports++
+		return cuda.RunImport(ctx, cuda.MemOptions{Library: gpufake.New(cfg).CUDA()}, fd, req)
+	}
+	r, err := cuda.RunPeerMem(context.Background(), cuda.MemOptions{Library: gpufake.New(cfg).CUDA(), Bytes: 64 << 10, Importer: importer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]int{}
+	for _, c := range r.Checks {
+		kinds[c.Kind]++
+		if !c.Verified {
+			t.Errorf("%+v", c)
+		}
+	}
+	if imports != 8 || kinds[selftest.MemManaged] != 12 || kinds[selftest.MemVMM] != 12 || kinds[selftest.MemIPC] != 4 || kinds[selftest.MemCUDAIPC] != 4 {
+		t.Errorf("%d imports, checks by form %v", imports, kinds)
+	}
+	checkOf(t, r, selftest.MemCUDAIPC, 3, 0)
+}
+
 // The ipc form with its peer side in "another process": the importer runs RunImport
 // over a FakeBox of its own (its own contexts and allocations; only the exported
 // descriptor's pages are shared, as between two processes), and a fault there shows.

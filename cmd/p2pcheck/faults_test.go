@@ -350,8 +350,9 @@ func allVerified(t *testing.T, r *selftest.Report) {
 		}
 	}
 	// The peermem phase: every form between every ordered pair, each verified.
-	if n := len(r.GPUs); len(r.PeerMem) != 4*n*(n-1) {
-		t.Errorf("%d peer-memory checks, want 4 forms x %d ordered pairs", len(r.PeerMem), n*(n-1))
+	// managed and vmm on every ordered pair, the two cross-process forms on a ring.
+	if n := len(r.GPUs); len(r.PeerMem) != 2*n*(n-1)+2*n {
+		t.Errorf("%d peer-memory checks, want 2 forms x %d ordered pairs + 2 forms x %d ring pairs", len(r.PeerMem), n*(n-1), n)
 	}
 	for _, m := range r.PeerMem {
 		if !m.Verified || m.Owner == m.Peer || m.Refused != "" || m.Error != "" {
@@ -517,7 +518,7 @@ func peerMemCases() []faultCase {
 			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
 				s.Box.Faults = []gpufake.Fault{{Kind: gpufake.FaultLost, GPU: 2, Mem: gpufake.MemVMM, Offset: 1024, Bytes: 4}}
 			},
-			want: []string{"fail peermem.corrupt"}, msg: []string{"ipc memory of GPU2 used by GPU0: 1 word(s) wrong in the peer write, first at byte 0x400"},
+			want: []string{"fail peermem.corrupt"}, msg: []string{"ipc memory of GPU2 used by GPU3: 1 word(s) wrong in the peer write, first at byte 0x400"},
 		},
 		{
 			// cuIpcOpenMemHandle in the second process fails to map the peer's memory.

@@ -83,10 +83,10 @@ func phaseDeadlines(rc *recipe.Recipe) map[string]time.Duration {
 			selftest.PhaseNVML:     dl.Driver.Std(),
 			selftest.PhaseCUDA:     dl.CUDA.Std(),
 			selftest.PhaseNCCL:     dl.NCCL.Std(),
+			selftest.PhasePeerMem:  dl.CUDA.Std(), // the recipe's cuda deadline covers both
 		}
 	}
 	d := byPhase(defaults().Selftest.Deadlines)
-	defer func() { d[selftest.PhasePeerMem] = d[selftest.PhaseCUDA] }() // the recipe's cuda deadline covers both
 	if rc == nil {
 		return d
 	}

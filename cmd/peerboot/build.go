@@ -16,6 +16,7 @@ func buildCmd(g *globals) *cobra.Command {
 	var keep bool
 	var outDir string
 	var check []string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "build [RECIPE]",
 		Short: "Build the recipe's stages in order, reusing every stage output the store has",
@@ -43,17 +44,18 @@ whose action key the store already holds is skipped. --stage stops after the nam
 				checks[c] = true
 			}
 			outs, err := build.Run(cmd.Context(), p, build.Options{Store: st, Inputs: ins, Until: until, Jobs: jobs, Log: cmd.ErrOrStderr(), Keep: keep, OutDir: outDir, Check: checks})
-			for _, o := range outs {
-				state := "built"
-				switch {
-				case o.Unneeded:
-					state = "unused"
-				case o.Checked:
-					state = "same"
-				case o.Cached:
-					state = "cached"
+			if asJSON {
+				j := buildJSON{Recipe: r.Path, Digest: r.Digest, OK: err == nil, Stages: []buildStageJSON{}, Seconds: time.Since(start).Seconds()}
+				for _, o := range outs {
+					j.Stages = append(j.Stages, buildStageJSON{Stage: o.Stage, State: outcomeState(o), Key: o.Key, Seconds: o.Duration.Seconds(), Dir: o.Dir})
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%-9s %-6s %8s  %s\n", o.Stage, state, o.Duration.Round(100*time.Millisecond), o.Dir)
+				if werr := writeJSON(cmd.OutOrStdout(), j); werr != nil {
+					return werr
+				}
+				return err
+			}
+			for _, o := range outs {
+				fmt.Fprintf(cmd.OutOrStdout(), "%-9s %-6s %8s  %s\n", o.Stage, outcomeState(o), o.Duration.Round(100*time.Millisecond), o.Dir)
 			}
 			if err != nil {
 				return err
@@ -70,5 +72,37 @@ whose action key the store already holds is skipped. --stage stops after the nam
 	cmd.Flags().StringVarP(&outDir, "out", "o", "out", "publish the images to OUT/<recipe>/")
 	cmd.Flags().StringSliceVar(&check, "check", nil, "build these stages again and compare with the store (e.g. config,initramfs,image)")
 	cmd.Flags().BoolVar(&keep, "keep-scratch", false, "keep the scratch directory of each built stage")
+	addJSONFlag(cmd, &asJSON)
 	return cmd
+}
+
+// buildJSON is `peerboot build --json`: the stages run (or reused), in order;
+// printed on failure too, with ok false and the stages done until then.
+type buildJSON struct {
+	Recipe  string           `json:"recipe"`
+	Digest  string           `json:"digest"`
+	OK      bool             `json:"ok"`
+	Stages  []buildStageJSON `json:"stages"`
+	Seconds float64          `json:"seconds"`
+}
+
+type buildStageJSON struct {
+	Stage   string  `json:"stage"` // a stage, or "publish"
+	State   string  `json:"state"` // built, cached, same (--check), unused
+	Key     string  `json:"key"`
+	Seconds float64 `json:"seconds"`
+	Dir     string  `json:"dir"`
+}
+
+// outcomeState words what build did with a stage.
+func outcomeState(o build.Outcome) string {
+	switch {
+	case o.Unneeded:
+		return "unused"
+	case o.Checked:
+		return "same"
+	case o.Cached:
+		return "cached"
+	}
+	return "built"
 }

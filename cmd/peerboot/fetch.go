@@ -18,6 +18,7 @@ import (
 func fetchCmd(g *globals) *cobra.Command {
 	var parallel int
 	var only []string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "fetch [RECIPE]",
 		Short: "Download every pinned input of the recipe into the store, verified by hash",
@@ -59,12 +60,27 @@ fetches the NVIDIA trees the driver tests read with --only driver-source.`,
 				}
 				return exitcode.Tag(exitcode.Network, err)
 			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), fetchJSON{Recipe: r.Path, Inputs: len(ins), Present: stats.Present,
+					Downloaded: stats.Downloaded, Bytes: stats.Bytes, Replaced: stats.Replaced})
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%d inputs: %d already in the store, %d downloaded (%s), %d corrupt entries replaced\n",
 				len(ins), stats.Present, stats.Downloaded, progress.Bytes(stats.Bytes), stats.Replaced)
 			return nil
 		},
 	}
 	cmd.Flags().IntVarP(&parallel, "jobs", "j", 4, "parallel downloads")
+	addJSONFlag(cmd, &asJSON)
 	cmd.Flags().StringSliceVar(&only, "only", nil, "fetch only the inputs of these roles (kernel-source, driver-source, efi-stub, userspace, installer)")
 	return cmd
+}
+
+// fetchJSON is `peerboot fetch --json`.
+type fetchJSON struct {
+	Recipe     string `json:"recipe"`
+	Inputs     int    `json:"inputs"`     // pinned inputs (of the --only roles)
+	Present    int    `json:"present"`    // already in the store, intact
+	Downloaded int    `json:"downloaded"` // fetched now
+	Bytes      int64  `json:"bytes"`      // transferred
+	Replaced   int    `json:"replaced"`   // corrupt store entries fetched again
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,6 +51,17 @@ efi_stub = { url = "https://example.invalid/s.deb", sha256 = "`+zero+`" }
 	}
 	if out, errs, code := runEnv(t, env, "--cache", cache, "fetch", "--only", "driver-source", rp); code != 0 || !strings.HasPrefix(out, "1 inputs: 1 already in the store") {
 		t.Errorf("again: exit %d\n%s%s", code, out, errs)
+	}
+	out, errs, code = runEnv(t, env, "--cache", cache, "fetch", "--only", "driver-source", "--json", rp)
+	var j fetchJSON
+	if err := json.Unmarshal([]byte(out), &j); code != 0 || err != nil || j != (fetchJSON{Recipe: rp, Inputs: 1, Present: 1}) {
+		t.Errorf("fetch --json: exit %d, %v, %+v\n%s%s", code, err, j, out, errs)
+	}
+	// A failure under --json is a JSON document too.
+	out, errs, code = runEnv(t, env, "--cache", cache, "fetch", "--json", rp)
+	var e errorJSON
+	if err := json.Unmarshal([]byte(out), &e); code != 5 || err != nil || e.Error.Code != 5 || e.Error.Class != "network" || !strings.Contains(e.Error.Message, "example.invalid") {
+		t.Errorf("fetch --json of unreachable inputs: exit %d, %v\n%s%s", code, err, out, errs)
 	}
 	if _, errs, code := runEnv(t, env, "--cache", cache, "fetch", rp); code != 5 || !strings.Contains(errs, "example.invalid") {
 		t.Errorf("fetch of every input: exit %d, want 5 (the placeholders cannot be fetched)\n%s", code, errs)

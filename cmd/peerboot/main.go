@@ -38,7 +38,10 @@ func main() {
 		cancel()
 		signal.Stop(sigs) // a second Ctrl-C kills at once
 	}()
-	err := rootCmd().ExecuteContext(ctx)
+	root := rootCmd()
+	stdout := &countingWriter{w: os.Stdout}
+	root.SetOut(stdout)
+	cmd, err := root.ExecuteContextC(ctx)
 	code := exitcode.Of(err)
 	if err != nil && ctx.Err() != nil {
 		// Interrupted: the shell's convention, 128 + the signal's number.
@@ -49,6 +52,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "peerboot: interrupted")
 	} else if err != nil {
 		printError(os.Stderr, err)
+	}
+	// Under --json, a command that failed before printing its document prints
+	// the error as one, so a script reading stdout always gets JSON.
+	if err != nil && stdout.n == 0 && jsonRequested(cmd) {
+		writeJSON(os.Stdout, errorDocument(err, code))
 	}
 	os.Exit(code)
 }

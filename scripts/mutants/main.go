@@ -8,7 +8,7 @@
 // mutants (no test can tell them from the original) are listed in
 // mutants/equivalent.txt, each with a reason, and left out of the rate.
 //
-//	go run ./scripts/mutants [-update] [-reuse] [-workers N] [-timeout-coefficient N] [PKG...]
+//	go run ./scripts/mutants [-update] [-reuse [-recheck-lived]] [-workers N] [-timeout-coefficient N] [PKG...]
 //
 // -update rewrites the baseline from this run (for the packages run). See
 // docs/testing.md.
@@ -144,7 +144,12 @@ func ParseReport(pkg string, r io.Reader, src func(file string) []string) ([]Mut
 
 // recheckAll runs every mutant gremlins reported not covered (recheck.go),
 // keeping the results in out/PKG.recheck.json so -reuse does not run them again.
-func recheckAll(p Package, ms []Mutant, out string, coef int) ([]Mutant, error) {
+//
+// With lived set (-recheck-lived), the mutants that lived are run again too:
+// after adding tests, that measures them without a whole gremlins run (tests
+// only added can kill more mutants, never fewer; it holds while the package's
+// code is the code the report was made of).
+func recheckAll(p Package, ms []Mutant, out string, coef int, lived bool) ([]Mutant, error) {
 	cacheFile := filepath.Join(out, strings.ReplaceAll(p.Path, "/", "_")+".recheck.json")
 	cache := map[string]string{}
 	if b, err := os.ReadFile(cacheFile); err == nil {
@@ -152,10 +157,13 @@ func recheckAll(p Package, ms []Mutant, out string, coef int) ([]Mutant, error) 
 	}
 	var timeout time.Duration
 	for i, m := range ms {
-		if m.Status != "NOT COVERED" {
+		if m.Status != "NOT COVERED" && !(lived && m.Status == "LIVED") {
 			continue
 		}
 		st, ok := cache[m.Key()]
+		if m.Status == "LIVED" {
+			ok = false // run again: tests may have been added since
+		}
 		if !ok {
 			if timeout == 0 {
 				t, err := baseTime(p)
@@ -389,14 +397,15 @@ func main() {
 	coef := flag.Int("timeout-coefficient", 3, "a mutant's test run may take this many times the unmutated run")
 	out := flag.String("out", "mutants.out", "where gremlins' reports and logs go")
 	reuse := flag.Bool("reuse", false, "do not run gremlins: tally the reports already in -out (after editing equivalent.txt)")
+	lived := flag.Bool("recheck-lived", false, "with -reuse: run the mutants that lived again (after adding tests)")
 	flag.Parse()
-	if err := mainErr(*update, *workers, *coef, *reuse, *out, flag.Args()); err != nil {
+	if err := mainErr(*update, *workers, *coef, *reuse, *lived, *out, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(update bool, workers, coef int, reuse bool, out string, only []string) error {
+func mainErr(update bool, workers, coef int, reuse, recheckLived bool, out string, only []string) error {
 	eqf, err := os.Open("mutants/equivalent.txt")
 	if err != nil {
 		return err
@@ -436,7 +445,7 @@ func mainErr(update bool, workers, coef int, reuse bool, out string, only []stri
 		if err != nil {
 			return err
 		}
-		if ms, err = recheckAll(p, ms, out, coef); err != nil {
+		if ms, err = recheckAll(p, ms, out, coef, recheckLived); err != nil {
 			return err
 		}
 		s := Tally(p.Path, ms, eq)

@@ -16,6 +16,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -359,6 +360,10 @@ func run(p Package, dir string, workers, coef int, reuse bool, log io.Writer) ([
 	}
 	out := filepath.Join(dir, strings.ReplaceAll(p.Path, "/", "_")+".json")
 	if reuse {
+		if _, err := os.Stat(out); err != nil {
+			// An interrupted run wrote no JSON; its log has a line per mutant done.
+			return readLog(p, strings.TrimSuffix(out, ".json")+".log")
+		}
 		return readReport(p, out, 0)
 	}
 	args := []string{"run", Gremlins, "unleash", "--workers", strconv.Itoa(workers), "--timeout-coefficient", strconv.Itoa(coef),
@@ -378,7 +383,55 @@ func run(p Package, dir string, workers, coef int, reuse bool, log io.Writer) ([
 	return readReport(p, out, time.Since(start))
 }
 
-func readReport(p Package, out string, took time.Duration) ([]Mutant, time.Duration, error) {
+var logLine = regexp.MustCompile(`^\s*(KILLED|LIVED|NOT COVERED|TIMED OUT|NOT VIABLE|SKIPPED) ([A-Z_]+) at (.+):(\d+):(\d+)$`)
+
+// readLog reads the mutants an interrupted gremlins run logged, as a report.
+func readLog(p Package, file string) ([]Mutant, time.Duration, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, 0, err
+	}
+	type mu struct {
+		Type   string `json:"type"`
+		Status string `json:"status"`
+		Line   int    `json:"line"`
+		Column int    `json:"column"`
+	}
+	files := map[string][]mu{}
+	for _, l := range strings.Split(string(b), "\n") {
+		m := logLine.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		line, _ := strconv.Atoi(m[4])
+		col, _ := strconv.Atoi(m[5])
+		files[m[3]] = append(files[m[3]], mu{m[2], m[1], line, col})
+	}
+	var rep struct {
+		Files []struct {
+			FileName  string `json:"file_name"`
+			Mutations []mu   `json:"mutations"`
+		} `json:"files"`
+	}
+	for _, f := range slices.Sorted(maps.Keys(files)) {
+		rep.Files = append(rep.Files, struct {
+			FileName  string `json:"file_name"`
+			Mutations []mu   `json:"mutations"`
+		}{f, files[f]})
+	}
+	j, _ := json.Marshal(rep)
+	fmt.Fprintf(os.Stderr, "mutants: %s: no report, reading the %d mutants its log lists (an interrupted run)\n", p.Path, strings.Count(string(j), `"status"`))
+	return readReport(p, "", 0, j)
+}
+
+func readReport(p Package, out string, took time.Duration, raw ...[]byte) ([]Mutant, time.Duration, error) {
+	if len(raw) > 0 {
+		ms, err := ParseReport(p.Path, bytes.NewReader(raw[0]), func(file string) []string {
+			b, _ := os.ReadFile(filepath.Join(p.Path, file))
+			return strings.Split(string(b), "\n")
+		})
+		return ms, took, err
+	}
 	f, err := os.Open(out)
 	if err != nil {
 		return nil, 0, err

@@ -15,6 +15,11 @@ func TestHeaderEdges(t *testing.T) {
 		{"empty first line", "\n#! /bin/sh\nskip=3\n", "bad makeself header: line 1: want a shell script's"},
 		// Another interpreter's shebang is not a makeself archive.
 		{"perl", "#!/usr/bin/perl\nskip=3\n\n", "bad makeself header: line 1: want a shell script's"},
+		// size_decompress is a line count: never negative (-1 would make the
+		// sum come out right), at most maxSkip; 0 is an empty decompressor.
+		{"negative size_decompress", "#! /bin/sh\nskip=10\nskip_decompress=11\nsize_decompress=-1\n\n", "bad makeself header: line 4: size_decompress: want a line number"},
+		{"size_decompress past maxSkip", "#! /bin/sh\nskip=10\nskip_decompress=9\nsize_decompress=1048577\n\n", "bad makeself header: line 4: size_decompress: want a line number"},
+		{"size_decompress of maxSkip", "#! /bin/sh\nskip=10\nskip_decompress=9\nsize_decompress=1048576\n\n", "bad makeself header: line 3: skip_decompress=9 + size_decompress=1048576 must equal skip=10"},
 		{"not a shebang", "# sh\nskip=3\n\n", "bad makeself header: line 1: want a shell script's"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -23,5 +28,13 @@ func TestHeaderEdges(t *testing.T) {
 				t.Fatalf("got %v, want an error starting %q", err, c.want)
 			}
 		})
+	}
+}
+
+// An empty embedded decompressor (size_decompress=0) is a header like any other.
+func TestHeaderEmptyDecompressor(t *testing.T) {
+	h, err := ParseHeader([]byte("#! /bin/sh\nskip=10\nskip_decompress=10\nsize_decompress=0\n\n"))
+	if err != nil || h.SizeDecompress != 0 || h.Skip != 10 {
+		t.Fatalf("%+v %v", h, err)
 	}
 }

@@ -26,10 +26,13 @@ import (
 
 // Repo is one apt repository as a recipe names it.
 type Repo struct {
-	Name       string   // recipe's name for it, e.g. "bookworm-security"
-	BaseURL    string   // archive root: the directory holding dists/ and pool/
-	Suite      string   // e.g. "bookworm"
-	Components []string // main contrib non-free non-free-firmware
+	Name    string // recipe's name for it, e.g. "bookworm-security"
+	BaseURL string // archive root: the directory holding dists/ and pool/
+	// Suite is e.g. "bookworm"; "/" is a flat repository (apt's "deb URI /"): InRelease
+	// and Packages sit in BaseURL itself, with no components, as NVIDIA's CUDA
+	// repository has them.
+	Suite      string
+	Components []string // main contrib non-free non-free-firmware; none for a flat repository
 	Arch       string   // amd64
 	Keyring    string   // path to an OpenPGP keyring file (binary or armored)
 	// IgnoreValidUntil is apt's Check-Valid-Until=false for this repository: an
@@ -99,8 +102,12 @@ type fileRef struct {
 // that InRelease lists. Index files go through Cache by those hashes, so a
 // second load with an unchanged InRelease downloads only InRelease.
 func (c *Client) LoadIndex(ctx context.Context, r Repo) (*Index, error) {
-	if r.BaseURL == "" || r.Suite == "" || r.Arch == "" || len(r.Components) == 0 {
+	flat := r.Flat()
+	switch {
+	case r.BaseURL == "" || r.Suite == "" || r.Arch == "" || (len(r.Components) == 0 && !flat):
 		return nil, fmt.Errorf("repository %q: base URL, suite, components and architecture are all required", r.Name)
+	case flat && len(r.Components) > 0:
+		return nil, fmt.Errorf("repository %q: a flat repository (suite \"/\") has no components, got %s", r.Name, strings.Join(r.Components, ", "))
 	}
 	keyring, err := readKeyring(r.Keyring)
 	if err != nil {
@@ -108,6 +115,9 @@ func (c *Client) LoadIndex(ctx context.Context, r Repo) (*Index, error) {
 	}
 	base := strings.TrimRight(r.BaseURL, "/")
 	distURL := base + "/dists/" + r.Suite
+	if flat {
+		distURL = base
+	}
 	irURL := distURL + "/InRelease"
 	raw, err := c.get(ctx, irURL, maxInRelease)
 	if err != nil {
@@ -122,7 +132,7 @@ func (c *Client) LoadIndex(ctx context.Context, r Repo) (*Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("repository %q: %s: %w", r.Name, irURL, err)
 	}
-	if rel.Suite != r.Suite && rel.Codename != r.Suite {
+	if !flat && rel.Suite != r.Suite && rel.Codename != r.Suite {
 		// Guards against a mirror answering with another suite's signed file.
 		return nil, withKind(KindIntegrity, fmt.Errorf("repository %q: %s describes suite %q (codename %q), not %q",
 			r.Name, irURL, rel.Suite, rel.Codename, r.Suite))
@@ -136,6 +146,14 @@ func (c *Client) LoadIndex(ctx context.Context, r Repo) (*Index, error) {
 			r.Name, irURL, rel.ValidUntil.Format(time.RFC1123)))
 	}
 	idx := &Index{Repo: r, InReleaseSHA256: hex.EncodeToString(sum[:]), Date: rel.Date, ValidUntil: rel.ValidUntil, Expired: expired}
+	if flat {
+		pkgs, err := c.loadComponent(ctx, r, distURL, rel, "")
+		if err != nil {
+			return nil, fmt.Errorf("repository %q: %w", r.Name, err)
+		}
+		idx.Packages = pkgs
+		return idx, nil
+	}
 	for _, comp := range r.Components {
 		// The security archive lists its components as "updates/main" while its
 		// index files stay under main/; accept the plain name as apt does.
@@ -153,6 +171,9 @@ func (c *Client) LoadIndex(ctx context.Context, r Repo) (*Index, error) {
 	return idx, nil
 }
 
+// Flat says the repository is a flat one (Suite "/").
+func (r Repo) Flat() bool { return r.Suite == "/" }
+
 func (c *Client) now() time.Time {
 	if c.Now != nil {
 		return c.Now()
@@ -164,6 +185,12 @@ func (c *Client) now() time.Time {
 // preferring the smallest compression that InRelease lists.
 func (c *Client) loadComponent(ctx context.Context, r Repo, distURL string, rel *release, comp string) ([]Package, error) {
 	dir := comp + "/binary-" + r.Arch + "/"
+	byHash := rel.AcquireByHash
+	if comp == "" {
+		// A flat repository: the index files beside InRelease, no by-hash directory
+		// (apt uses by-hash only with dists/ layouts).
+		dir, byHash = "", false
+	}
 	forms := []string{"Packages.xz", "Packages.gz", "Packages"}
 	if c.Cache != nil {
 		// Any cached form will do; look before downloading anything, so a
@@ -188,7 +215,7 @@ func (c *Client) loadComponent(ctx context.Context, r Repo, distURL string, rel 
 		if !ok {
 			continue
 		}
-		data, err := c.fetchIndexFile(ctx, distURL, dir, name, ref, rel.AcquireByHash)
+		data, err := c.fetchIndexFile(ctx, distURL, dir, name, ref, byHash)
 		if errors.Is(err, errNotFound) {
 			// InRelease may list files the mirror does not carry; try the next form.
 			tried = append(tried, name)
@@ -203,10 +230,14 @@ func (c *Client) loadComponent(ctx context.Context, r Repo, distURL string, rel 
 		}
 		return pkgs, nil
 	}
-	if len(tried) > 0 {
-		return nil, fmt.Errorf("component %q: mirror lacks every Packages index InRelease lists (%s)", comp, strings.Join(tried, ", "))
+	what := fmt.Sprintf("component %q", comp)
+	if comp == "" {
+		what = "flat repository"
 	}
-	return nil, fmt.Errorf("component %q: InRelease lists no Packages index for architecture %q", comp, r.Arch)
+	if len(tried) > 0 {
+		return nil, fmt.Errorf("%s: mirror lacks every Packages index InRelease lists (%s)", what, strings.Join(tried, ", "))
+	}
+	return nil, fmt.Errorf("%s: InRelease lists no Packages index for architecture %q", what, r.Arch)
 }
 
 var (

@@ -440,3 +440,45 @@ func TestLoadIndexContextCanceled(t *testing.T) {
 		t.Fatalf("error = %v, want context.Canceled", err)
 	}
 }
+
+// A flat repository (apt's "deb URI /", as NVIDIA's CUDA repository is laid out):
+// InRelease and Packages beside each other, no suite directory, no components, and
+// Filename written "./name.deb".
+func TestLoadIndexFlat(t *testing.T) {
+	key := newKey(t, "flat")
+	keyring := writeKeyring(t, key, false)
+	pkgs := []byte(stanza("Package: libnccl2", "Version: 2.27.7-1+cuda12.9", "Architecture: amd64",
+		"Filename: ./libnccl2_2.27.7-1+cuda12.9_amd64.deb", "Size: 3", "SHA256: "+sumA))
+	fr := newFakeRepo(t, key)
+	gz := gzData(t, pkgs)
+	var sums strings.Builder
+	for name, data := range map[string][]byte{"Packages": pkgs, "Packages.gz": gz} {
+		fmt.Fprintf(&sums, " %x %d %s\n", sha256.Sum256(data), len(data), name)
+	}
+	// No Suite, no Codename, no Components: what a flat Release may omit.
+	text := "Origin: NVIDIA\nLabel: NVIDIA CUDA\nArchitecture: x86_64\nDate: Sat, 10 May 2025 08:58:14 UTC\nAcquire-By-Hash: yes\nSHA256:\n" + sums.String()
+	fr.files["/cuda/x86_64/InRelease"] = clearsignText(t, key, text)
+	fr.files["/cuda/x86_64/Packages.gz"] = gz
+	r := Repo{Name: "cuda", BaseURL: fr.srv.URL + "/cuda/x86_64", Suite: "/", Arch: "amd64", Keyring: keyring}
+	c := &Client{Cache: &memCache{}}
+	idx, err := c.LoadIndex(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(idx.Packages) != 1 || idx.Packages[0].Filename != "libnccl2_2.27.7-1+cuda12.9_amd64.deb" || idx.Packages[0].Repo != "cuda" {
+		t.Fatalf("packages %+v", idx.Packages)
+	}
+	if got := fr.requests(); len(got) != 2 || got[0] != "/cuda/x86_64/InRelease" || got[1] != "/cuda/x86_64/Packages.gz" {
+		t.Errorf("fetched %q", got)
+	}
+	// Components make no sense there; the signature is checked as anywhere.
+	r.Components = []string{"main"}
+	if _, err := c.LoadIndex(context.Background(), r); err == nil || !strings.Contains(err.Error(), "has no components") {
+		t.Errorf("flat with components: %v", err)
+	}
+	r.Components = nil
+	fr.files["/cuda/x86_64/InRelease"] = bytes.Replace(fr.files["/cuda/x86_64/InRelease"], []byte("Origin: NVIDIA"), []byte("Origin: NVIDIB"), 1)
+	if _, err := c.LoadIndex(context.Background(), r); err == nil || !strings.Contains(err.Error(), "bad signature") {
+		t.Errorf("tampered flat InRelease: %v", err)
+	}
+}

@@ -103,6 +103,8 @@ func packageFromParagraph(p *paragraph) (Package, error) {
 	if pkg.Architecture == "" || strings.ContainsAny(pkg.Architecture, " \t\n") {
 		return pkg, fmt.Errorf("%s: missing or invalid Architecture field", where)
 	}
+	// Flat repositories (NVIDIA's) write "./name.deb": the same path as "name.deb".
+	pkg.Filename = strings.TrimPrefix(pkg.Filename, "./")
 	if err := checkPoolPath(pkg.Filename); err != nil {
 		return pkg, fmt.Errorf("%s: %w", where, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -330,5 +331,53 @@ func TestKeepIndexes(t *testing.T) {
 	os.WriteFile(p, []byte(bad), 0o644)
 	if _, err := Read(p); err == nil || !strings.Contains(err.Error(), "index[0] (sid): date") {
 		t.Errorf("bad date: %v", err)
+	}
+}
+
+// A flat repository (NVIDIA's CUDA repository's layout) next to Debian's: only its
+// NCCL is taken, by relation, and fetch's URL is the repository's directory plus the
+// index's Filename.
+func TestPinFromAFlatRepository(t *testing.T) {
+	text := strings.Replace(twoSuiteRecipe, `[[repo]]
+name = "sid"
+suite = "sid"
+components = ["contrib"]
+keyring = "/usr/share/keyrings/debian-archive-keyring.gpg"
+mirror = "system"
+check_valid_until = false
+only = ["libnccl2"]`, `[[repo]]
+name = "cuda"
+suite = "/"
+url = "https://cuda.example.invalid/repos/debian12/x86_64"
+keyring = "/usr/share/keyrings/cuda-archive-keyring.gpg"
+only = ["libnccl2"]`, 1)
+	r := loadRecipe(t, text)
+	nv := pkg("libnccl2", "2.27.7-1+cuda12.9", "")
+	nv.Repo, nv.Filename = "cuda", "libnccl2_2.27.7-1+cuda12.9_amd64.deb"
+	indexes := []*apt.Index{suites()[0], {Repo: apt.Repo{Name: "cuda", Suite: "/"}, Packages: []apt.Package{nv}}}
+	f, err := Pin(r, indexes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins, _, err := Inputs(r, f, func(name string) (string, error) {
+		for _, rr := range r.Repos {
+			if rr.Name == name {
+				repo, err := AptRepo(rr, "/etc/apt")
+				return repo.BaseURL, err
+			}
+		}
+		return "", os.ErrNotExist
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, in := range ins {
+		if in.Role == RoleUserspace {
+			got = append(got, in.URL)
+		}
+	}
+	if !slices.Contains(got, "https://cuda.example.invalid/repos/debian12/x86_64/libnccl2_2.27.7-1+cuda12.9_amd64.deb") {
+		t.Errorf("userspace URLs %q", got)
 	}
 }

@@ -39,7 +39,7 @@ type Platform struct {
 // Repo is an apt repository that userspace and source packages are resolved from.
 type Repo struct {
 	Name         string   `toml:"name"`         // unique among the repos; default: the suite
-	Suite        string   `toml:"suite"`        // e.g. "bookworm-security"
+	Suite        string   `toml:"suite"`        // e.g. "bookworm-security"; "/" for a flat repository (InRelease and Packages at url itself, no components)
 	Components   []string `toml:"components"`   // at least one, e.g. ["main", "contrib", "non-free", "non-free-firmware"]
 	Architecture string   `toml:"architecture"` // "amd64" (the default)
 	Keyring      string   `toml:"keyring"`      // required: the OpenPGP keyring that signs InRelease

@@ -227,13 +227,23 @@ func (c *checker) repos(repos []Repo) {
 	for i, r := range repos {
 		key := fmt.Sprintf("repo[%d]", i)
 		names[i] = r.Name
-		if !nameRe.MatchString(r.Name) {
+		flat := r.Suite == "/" // apt's "deb URI /": no dists/, no components (NVIDIA's CUDA repository)
+		switch {
+		case flat && r.Name == "/":
+			c.add(key+".name", "a flat repository (suite \"/\") needs a name, e.g. \"cuda\"")
+		case !nameRe.MatchString(r.Name):
 			c.add(key+".name", "want lower-case letters, digits, '.', '_', '-', got %q", r.Name)
 		}
-		if !nameRe.MatchString(r.Suite) {
-			c.add(key+".suite", "want a suite like \"bookworm\", got %q", r.Suite)
+		if !flat && !nameRe.MatchString(r.Suite) {
+			c.add(key+".suite", "want a suite like \"bookworm\" (or \"/\" for a flat repository), got %q", r.Suite)
 		}
-		if len(r.Components) == 0 {
+		if flat && len(r.Components) > 0 {
+			c.add(key+".components", "a flat repository (suite \"/\") has no components, got %q", r.Components)
+		}
+		if flat && r.Mirror != "" {
+			c.add(key+".mirror", "a flat repository (suite \"/\") is not a Debian mirror: give its url")
+		}
+		if !flat && len(r.Components) == 0 {
 			c.add(key+".components", "want at least one component, e.g. [\"main\"]")
 		}
 		for j, comp := range r.Components {

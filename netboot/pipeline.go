@@ -15,7 +15,8 @@ import (
 //	receive  who posts, and what (HTTP: rates, the token, the body, the JSON)   receiveReport, collector.go
 //	attest   the evidence, when sent: the nonce, attest.Verify, attest.Admit    attestReport, attest.go and enroll.go
 //	store    one transaction: the report, its attestation, its nonce spent     storeReport, below; Store.AddReport
-//	vote     whether it is a vote (rollout.Counts), then the rollout's rules   applyRollout, rollout_server.go
+//	vote     whether it is a vote (rollout.Counts), then the rollout's rules,  applyRollout, rollout_server.go
+//	         recorded with the vote in one transaction (RolloutStore.RecordVerdict)
 //
 // A retry of a stored report (its answer lost) skips attest and store and is
 // answered as the duplicate it is; it still passes vote, which records a

@@ -127,16 +127,17 @@ func (s *Server) applyRollout(ctx context.Context, sr *StoredReport) {
 		return // not counted, not recorded: the node's retry decides again
 	}
 	counted, why := rollout.Counts(p, recipe, v)
-	if vs, ok := s.opt.Store.(VoteStore); ok && sr.ID > 0 {
-		if err := vs.RecordVote(ctx, sr.ID, Vote{Recipe: recipe, Counted: counted, Reason: why}); err != nil {
-			s.log.Error("rollout: recording a vote", "node", sr.NodeID, "error", err.Error())
-		}
-	}
 	if !counted {
 		s.log.Warn("rollout: report not counted", "node", sr.NodeID, "build", sr.Build, "verdict", sr.Verdict, "why", why)
+		if vs, ok := s.opt.Store.(VoteStore); ok && sr.ID > 0 {
+			if err := vs.RecordVote(ctx, sr.ID, Vote{Recipe: recipe, Reason: why}); err != nil {
+				s.log.Error("rollout: recording a vote", "node", sr.NodeID, "error", err.Error())
+			}
+		}
 		return
 	}
-	out, err := rs.RecordVerdict(ctx, p, RolloutVerdict{Recipe: recipe, Build: sr.Build, Node: sr.NodeID, Channel: v.Channel,
+	// A vote: recorded with its consequences, in one transaction.
+	out, err := rs.RecordVerdict(ctx, p, RolloutVerdict{ReportID: sr.ID, Recipe: recipe, Build: sr.Build, Node: sr.NodeID, Channel: v.Channel,
 		Verdict: sr.Verdict, SHA256: sr.SHA256, At: sr.ReceivedAt})
 	if err != nil {
 		s.log.Error("rollout: recording a verdict", "node", sr.NodeID, "build", sr.Build, "error", err.Error())

@@ -104,6 +104,9 @@ type RolloutStore interface {
 
 // RolloutVerdict is one stored report as the rollout sees it.
 type RolloutVerdict struct {
+	// ReportID, when set, is the stored report: its vote (counted) is recorded in
+	// the verdict's transaction (report_votes).
+	ReportID                     int64
 	Recipe, Build, Node, Channel string
 	Verdict                      string // selftest.Pass; anything else counts as a failure
 	SHA256                       string // of the report: its consequences happen once
@@ -309,6 +312,12 @@ func (s *sqlStore) RecordVerdict(ctx context.Context, p rollout.Policy, v Rollou
 		res, err := tx.ExecContext(ctx, `INSERT INTO rollout_applied (sha256, at) VALUES ($1, $2) ON CONFLICT (sha256) DO NOTHING`, v.SHA256, micros(v.At))
 		if err != nil {
 			return err
+		}
+		if v.ReportID > 0 {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO report_votes (report_id, recipe, counted, reason) VALUES ($1, $2, 1, '') ON CONFLICT (report_id) DO NOTHING`,
+				v.ReportID, p.Recipe); err != nil {
+				return err
+			}
 		}
 		if n, err := res.RowsAffected(); err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/image/fat"
+	"github.com/peerboot/peerboot/image/fatread"
 	"github.com/peerboot/peerboot/progress"
 )
 
@@ -89,7 +90,7 @@ func growReports(f *os.File, path string, log io.Writer) (*GrowResult, error) {
 	}
 
 	// 1. Everything on the old filesystem, into memory (it is small).
-	old, err := fat.Open(io.NewSectionReader(f, p.Offset(), p.Size()), p.Size())
+	old, err := fatread.Open(io.NewSectionReader(f, p.Offset(), p.Size()), p.Size())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %s partition: %w", path, bootproto.ReportsLabel, err)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/image"
-	"github.com/peerboot/peerboot/image/fat"
+	"github.com/peerboot/peerboot/image/fatread"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -40,7 +40,7 @@ func ReadReports(p string) ([]Found, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
-	var fsys *fat.FS
+	var fsys *fatread.FS
 	g, err := image.ReadGPT(f)
 	switch {
 	case err == nil:
@@ -51,11 +51,11 @@ func ReadReports(p string) ([]Found, error) {
 		if part.Offset()+part.Size() > size {
 			return nil, fmt.Errorf("%s: the %s partition ends past the end of the disk (%d bytes)", p, bootproto.ReportsLabel, size)
 		}
-		if fsys, err = fat.Open(io.NewSectionReader(f, part.Offset(), part.Size()), part.Size()); err != nil {
+		if fsys, err = fatread.Open(io.NewSectionReader(f, part.Offset(), part.Size()), part.Size()); err != nil {
 			return nil, fmt.Errorf("%s: %s partition: %w", p, bootproto.ReportsLabel, err)
 		}
 	case errors.Is(err, image.ErrNoGPT):
-		if fsys, err = fat.Open(f, size); err != nil {
+		if fsys, err = fatread.Open(f, size); err != nil {
 			return nil, fmt.Errorf("%s: neither a GPT disk nor a FAT volume: %w", p, err)
 		}
 		if !strings.EqualFold(fsys.Label(), bootproto.ReportsLabel) {
@@ -68,7 +68,7 @@ func ReadReports(p string) ([]Found, error) {
 	for _, dir := range []string{"", bootproto.ReportsDir} {
 		ents, err := fsys.ReadDir(dir)
 		if err != nil {
-			if dir != "" && fat.IsNotExist(err) {
+			if dir != "" && fatread.IsNotExist(err) {
 				continue
 			}
 			return nil, fmt.Errorf("%s: %w", p, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/image/fat"
+	"github.com/peerboot/peerboot/image/fatread"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -115,7 +116,7 @@ func addFiles(t *testing.T, img string, p image.GPTPartition, extra map[string][
 		t.Fatal(err)
 	}
 	defer f.Close()
-	old, err := fat.Open(sectionOf(f, p), p.Size())
+	old, err := fatread.Open(sectionOf(f, p), p.Size())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/peerboot/peerboot/image/fat"
+	"github.com/peerboot/peerboot/image/fatread"
 	"github.com/peerboot/peerboot/image/iso9660"
 )
 
@@ -92,12 +93,12 @@ func ISOUKI(r io.ReaderAt, size int64) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	fs, err := fat.Open(io.NewSectionReader(r, off, n), n)
+	fs, err := fatread.Open(io.NewSectionReader(r, off, n), n)
 	if err != nil {
 		return nil, fmt.Errorf("the UEFI boot image: %w", err)
 	}
 	b, err := fs.ReadFile(UKIPath)
-	if fat.IsNotExist(err) {
+	if fatread.IsNotExist(err) {
 		return nil, errors.New("the UEFI boot image has no " + UKIPath)
 	}
 	return b, err

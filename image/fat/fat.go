@@ -5,7 +5,7 @@
 // purpose formatter fills from the clock or from a random source (volume id,
 // timestamps, free-cluster hints) comes from Params instead. It only does what
 // the image builder needs: format a filesystem of a given size and lay down a
-// fixed set of directories and files, once. There is no read or update path.
+// fixed set of directories and files, once. Reading one is image/fatread's.
 //
 // Layout choices (all fixed so output depends on Params alone):
 //   - 512-byte sectors, two FATs, media descriptor 0xF8;
@@ -25,28 +25,21 @@ import (
 	"strings"
 	"time"
 	"unicode/utf16"
+
+	"github.com/peerboot/peerboot/image/fatread"
 )
 
-// Type selects the FAT variant.
-type Type int
+// Type selects the FAT variant: fatread's, so that a volume read can be written
+// again as the same variant.
+type Type = fatread.Type
 
 const (
 	// Auto picks FAT32 when the size allows the 65525 clusters FAT32 needs,
 	// FAT16 otherwise.
-	Auto Type = iota
-	FAT16
-	FAT32
+	Auto  Type = 0
+	FAT16      = fatread.FAT16
+	FAT32      = fatread.FAT32
 )
-
-func (t Type) String() string {
-	switch t {
-	case FAT16:
-		return "FAT16"
-	case FAT32:
-		return "FAT32"
-	}
-	return "auto"
-}
 
 // Params describes the filesystem to write.
 type Params struct {
@@ -67,14 +60,12 @@ type Params struct {
 }
 
 const (
-	sectorSize = 512
-	dirEntSize = 32
+	sectorSize = fatread.SectorSize
+	dirEntSize = fatread.DirEntrySize
 
-	// Cluster-count limits from the Microsoft FAT specification: the FAT type
-	// is decided by the count of data clusters alone, so a volume must fall
-	// inside its type's range or every reader mis-detects it.
-	minFAT16Clusters = 4085
-	minFAT32Clusters = 65525
+	// Cluster-count limits (fatread's, and the largest FAT32 count).
+	minFAT16Clusters = fatread.MinFAT16Clusters
+	minFAT32Clusters = fatread.MinFAT32Clusters
 	maxFAT32Clusters = 0x0FFFFFF5
 
 	fat16RootEntries = 512
@@ -83,10 +74,10 @@ const (
 	numFATs          = 2
 	mediaFixed       = 0xF8
 
-	attrVolumeID = 0x08
-	attrDir      = 0x10
+	attrVolumeID = fatread.AttrVolumeID
+	attrDir      = fatread.AttrDir
 	attrArchive  = 0x20
-	attrLFN      = 0x0F
+	attrLFN      = fatread.AttrLFN
 )
 
 // geometry is the computed on-disk layout.
@@ -458,14 +449,6 @@ func putShortEntry(b []byte, name [11]byte, attr, nt byte, cluster, size uint32,
 	binary.LittleEndian.PutUint32(b[28:], size)
 }
 
-func lfnChecksum(sn [11]byte) byte {
-	var s byte
-	for _, c := range sn {
-		s = (s&1)<<7 + s>>1 + c
-	}
-	return s
-}
-
 // putLFN writes the long-name entries for n (last fragment first, as the
 // format requires) and returns how many bytes it used.
 func putLFN(b []byte, n *node) int {
@@ -483,7 +466,7 @@ func putLFN(b []byte, n *node) int {
 			padded[i] = 0xFFFF
 		}
 	}
-	sum := lfnChecksum(n.short)
+	sum := fatread.LFNChecksum(n.short)
 	off := 0
 	for k := count; k >= 1; k-- {
 		e := b[off : off+dirEntSize]

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/peerboot/peerboot/image/fatread"
 )
 
 func TestReadBack(t *testing.T) {
@@ -24,7 +26,7 @@ func TestReadBack(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		fs, err := Open(f, tc.size)
+		fs, err := fatread.Open(f, tc.size)
 		if err != nil {
 			t.Fatalf("%v: Open: %v", tc.want, err)
 		}
@@ -58,7 +60,7 @@ func TestReadBack(t *testing.T) {
 				t.Errorf("%s: modified %v, want %v", e.Name, e.Modified, want)
 			}
 		}
-		if _, err := fs.ReadFile("nope.json"); !IsNotExist(err) {
+		if _, err := fs.ReadFile("nope.json"); !fatread.IsNotExist(err) {
 			t.Errorf("missing file: %v, want a not-exist error", err)
 		}
 	}
@@ -86,7 +88,7 @@ func TestReadMtools(t *testing.T) {
 	}
 	defer f.Close()
 	st, _ := f.Stat()
-	fs, err := Open(f, st.Size())
+	fs, err := fatread.Open(f, st.Size())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +125,7 @@ func FuzzOpen(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// The tail past the corpus reads as zeros, so the fuzzer works on the
 		// system area of a full-size volume.
-		fs, err := Open(zeroTail(b), 16<<20)
+		fs, err := fatread.Open(zeroTail(b), 16<<20)
 		if err != nil {
 			return
 		}

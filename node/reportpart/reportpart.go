@@ -1,6 +1,6 @@
 // Package reportpart finds the FAT volume that receives the node's reports (the image
 // stage's PEERBOOT partition, or a stick formatted FAT without a partition table) and
-// writes a report onto it. The volume is recognised by image/fat's reader, the one FAT
+// writes a report onto it. The volume is recognised by image/fatread, the one FAT
 // reader of the project (flash and the tests read it too).
 package reportpart
 
@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/peerboot/peerboot/image/fat"
+	"github.com/peerboot/peerboot/image/fatread"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -54,7 +54,7 @@ func Label(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fsys, err := fat.Open(f, size)
+	fsys, err := fatread.Open(f, size)
 	if err != nil {
 		return "", err
 	}

@@ -1,4 +1,9 @@
-package fat
+// Package fatread reads existing FAT16 and FAT32 filesystems: enough to list the
+// reports a booted image left on its PEERBOOT partition, to find that partition by
+// its label (the node's init), and to carry files over when it is re-created bigger
+// (flash). It is apart from image/fat, the writer, so that the init links a reader
+// and no writer.
+package fatread
 
 import (
 	"encoding/binary"
@@ -49,7 +54,7 @@ var ErrNotFAT = errors.New("not a FAT16 or FAT32 filesystem")
 
 // Open reads the boot sector of the filesystem r holds at offsets [0, size).
 func Open(r io.ReaderAt, size int64) (*FS, error) {
-	b := make([]byte, sectorSize)
+	b := make([]byte, SectorSize)
 	if _, err := r.ReadAt(b, 0); err != nil {
 		return nil, fmt.Errorf("reading the boot sector: %w", err)
 	}
@@ -79,7 +84,7 @@ func Open(r io.ReaderAt, size int64) (*FS, error) {
 	if reserved == 0 || nfats == 0 || fatSz == 0 || total == 0 {
 		return nil, fmt.Errorf("%w: a zero BPB field", ErrNotFAT)
 	}
-	rootSecs := (rootEnts*dirEntSize + fs.bps - 1) / fs.bps
+	rootSecs := (rootEnts*DirEntrySize + fs.bps - 1) / fs.bps
 	meta := reserved + nfats*fatSz + rootSecs
 	if meta >= total || total*fs.bps > size {
 		return nil, fmt.Errorf("%w: %d sectors do not fit in %d bytes", ErrNotFAT, total, size)
@@ -91,9 +96,9 @@ func Open(r io.ReaderAt, size int64) (*FS, error) {
 	fs.dataOff = meta * fs.bps
 	extOff := 36
 	switch {
-	case clusters < minFAT16Clusters:
+	case clusters < MinFAT16Clusters:
 		return nil, fmt.Errorf("%w: FAT12 (%d clusters) is not supported", ErrNotFAT, clusters)
-	case clusters < minFAT32Clusters:
+	case clusters < MinFAT32Clusters:
 		fs.typ = FAT16
 		fs.rootOff = (reserved + nfats*fatSz) * fs.bps
 		fs.rootLen = rootSecs * fs.bps
@@ -114,6 +119,40 @@ func Open(r io.ReaderAt, size int64) (*FS, error) {
 	}
 	return fs, nil
 }
+
+// Type is a FAT variant.
+type Type int
+
+// The variants; 0 is image/fat's Auto (the writer picks).
+const (
+	FAT16 Type = 1 + iota
+	FAT32
+)
+
+func (t Type) String() string {
+	switch t {
+	case FAT16:
+		return "FAT16"
+	case FAT32:
+		return "FAT32"
+	}
+	return "auto"
+}
+
+// On-disk constants the reader and image/fat's writer share (Microsoft FAT
+// specification): the FAT type is decided by the count of data clusters alone,
+// so a volume must fall inside its type's range or every reader mis-detects it.
+const (
+	SectorSize       = 512 // the writer's; a volume read may use larger ones
+	DirEntrySize     = 32
+	MinFAT16Clusters = 4085
+	MinFAT32Clusters = 65525
+
+	// Directory entry attributes.
+	AttrVolumeID = 0x08
+	AttrDir      = 0x10
+	AttrLFN      = 0x0F
+)
 
 // Type is FAT16 or FAT32.
 func (fs *FS) Type() Type { return fs.typ }
@@ -304,8 +343,8 @@ func parseDir(raw []byte) []Entry {
 	var lfn []uint16
 	var lfnSum byte
 	lfnOK := false
-	for off := 0; off+dirEntSize <= len(raw); off += dirEntSize {
-		e := raw[off : off+dirEntSize]
+	for off := 0; off+DirEntrySize <= len(raw); off += DirEntrySize {
+		e := raw[off : off+DirEntrySize]
 		if e[0] == 0x00 {
 			break
 		}
@@ -314,7 +353,7 @@ func parseDir(raw []byte) []Entry {
 			continue
 		}
 		attr := e[11]
-		if attr&0x3F == attrLFN {
+		if attr&0x3F == AttrLFN {
 			ord := e[0] & 0x1F
 			if e[0]&0x40 != 0 {
 				lfn = make([]uint16, int(ord)*13)
@@ -341,7 +380,7 @@ func parseDir(raw []byte) []Entry {
 		}
 		useLFN := lfnOK
 		lfnOK = false
-		if attr&attrVolumeID != 0 {
+		if attr&AttrVolumeID != 0 {
 			continue
 		}
 		var sn [11]byte
@@ -353,7 +392,7 @@ func parseDir(raw []byte) []Entry {
 			continue
 		}
 		name := ""
-		if useLFN && lfnChecksum(sn) == lfnSum {
+		if useLFN && LFNChecksum(sn) == lfnSum {
 			u := lfn
 			for i, c := range u {
 				if c == 0 {
@@ -370,7 +409,7 @@ func parseDir(raw []byte) []Entry {
 		date, tim := binary.LittleEndian.Uint16(e[24:]), binary.LittleEndian.Uint16(e[22:])
 		out = append(out, Entry{
 			Name:     name,
-			Dir:      attr&attrDir != 0,
+			Dir:      attr&AttrDir != 0,
 			Size:     int64(binary.LittleEndian.Uint32(e[28:])),
 			Modified: fromFATTime(date, tim),
 			cluster:  cluster,
@@ -400,4 +439,13 @@ func fromFATTime(date, tim uint16) time.Time {
 	}
 	return time.Date(1980+int(date>>9), time.Month(date>>5&0x0F), int(date&0x1F),
 		int(tim>>11), int(tim>>5&0x3F), int(tim&0x1F)*2, 0, time.UTC)
+}
+
+// LFNChecksum is the checksum of a short name that its long-name entries carry.
+func LFNChecksum(sn [11]byte) byte {
+	var s byte
+	for _, c := range sn {
+		s = (s&1)<<7 + s>>1 + c
+	}
+	return s
 }

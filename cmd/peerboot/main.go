@@ -82,8 +82,14 @@ func rootCmd() *cobra.Command {
 	}
 	root.Flags().BoolVar(&showVersion, "version", false, "print the version (the same as the version command)")
 	root.PersistentFlags().StringVar(&g.cache, "cache", "", "store directory (default $PEERBOOT_CACHE or ~/.cache/peerboot)")
-	root.PersistentFlags().StringVar(&g.aptDir, "apt-dir", "/etc/apt", "apt configuration whose sources give mirror = \"system\"")
 	root.AddCommand(versionCmd(), lockCmd(g), buildCmd(g), runCmd(g), fetchCmd(g), planCmd(g), storeCmd(g), doctorCmd(), recipeCmd(), exitCodesCmd(), keysCmd(), signCmd(), verifyCmd(), flashCmd(), reportsCmd(), publishCmd(), pullCmd(), reportCmd(), serveCmd(), rolloutCmd(), docsCmd())
+	// --apt-dir only where a recipe's repositories are read: a flag on every
+	// command suggests every command reads apt's configuration.
+	for _, path := range [][]string{{"lock"}, {"plan"}, {"fetch"}, {"build"}, {"store", "import"}} {
+		if c, _, err := root.Find(path); err == nil {
+			c.Flags().StringVar(&g.aptDir, "apt-dir", "/etc/apt", "apt configuration whose sources give mirror = \"system\"")
+		}
+	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return exitcode.Tag(exitcode.Usage, err) })
 	// A command group run with an unknown subcommand is a usage error, not its help.
 	for _, c := range root.Commands() {

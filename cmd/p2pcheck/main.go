@@ -36,6 +36,7 @@ const (
 )
 
 type options struct {
+	version     bool // --version: print the tool version and exit
 	json        bool
 	out         string
 	recipePath  string
@@ -72,6 +73,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if fl.NArg() > 0 {
 		fmt.Fprintf(stderr, "p2pcheck: unexpected arguments %v\n", fl.Args())
 		return exitUsage
+	}
+	if o.version {
+		fmt.Fprintf(stdout, "p2pcheck %s\n", version)
+		return 0
 	}
 	if o.phase != "" {
 		return childMain(o.phase, os.Stdin, stdout, stderr)
@@ -113,6 +118,7 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fl.TextVar(&o.highMemBAR1, "high-mem-bar1", recipe.Size(0), "run the above-BAR1 probe as if BAR1 were this size, e.g. 32GiB (to exercise it on a card with a large BAR1)")
 	fl.StringVar(&o.fake, "fake", "", "FAKE backend: replay the NVML/CUDA/NCCL answers of this scenario file (tests only; in binaries built with -tags gpufake)")
 	fl.StringVar(&o.phase, "phase", "", "internal: run one phase as a child process")
+	fl.BoolVar(&o.version, "version", false, "print p2pcheck's version (the report's tool field) and exit")
 	return fl
 }
 

@@ -496,3 +496,29 @@ func TestIncludeAbsoluteAndDroppedItems(t *testing.T) {
 		t.Errorf("replacing the defaults: warnings %q", r.Warnings)
 	}
 }
+
+// A serial console followed by another console= is a warning (the last is
+// /dev/console); serial last, or no serial console, is not. The defaults obey it.
+func TestSerialConsoleLast(t *testing.T) {
+	for cmdline, warn := range map[string]bool{
+		"console=tty0 console=ttyS0,115200 panic=-1": false,
+		"console=ttyS0,115200 console=tty0 panic=-1": true,
+		"console=ttyS1 panic=-1 console=tty1":        true,
+		"console=tty0 panic=-1":                      false,
+		"panic=-1":                                   false,
+	} {
+		dir := writeTree(t, map[string]string{"main.toml": strings.Replace(minimal, "[kernel]\n", fmt.Sprintf("[kernel]\ncmdline = %q\n", cmdline), 1)})
+		r, err := Load(filepath.Join(dir, "main.toml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := len(r.Warnings) == 1 && strings.Contains(r.Warnings[0].Error(), "main.toml:9: kernel.cmdline: warning: console=tty") && strings.Contains(r.Warnings[0].Error(), "put the serial console last")
+		if got != warn || (!warn && len(r.Warnings) > 0) {
+			t.Errorf("%q: warnings %q, want a serial-last warning: %v", cmdline, r.Warnings, warn)
+		}
+	}
+	dir := writeTree(t, map[string]string{"main.toml": minimal})
+	if r, err := Load(filepath.Join(dir, "main.toml")); err != nil || len(r.Warnings) != 0 {
+		t.Errorf("the defaults' cmdline: %v, warnings %q", err, r.Warnings)
+	}
+}

@@ -153,6 +153,9 @@ func LoadAll(path string) (*Resolved, error) {
 		})
 	}
 	r.Warnings = r.droppedItems(merged, replaced)
+	if w := r.serialNotLast(merged); w != nil {
+		r.Warnings = append(r.Warnings, w)
+	}
 	delete(merged, "include")
 	var buf bytes.Buffer
 	if err := toml.NewEncoder(&buf).Encode(merged); err != nil {
@@ -541,6 +544,27 @@ func (r *Resolved) droppedItems(merged map[string]any, replaced []setting) Error
 	}
 	sortErrors(warns)
 	return warns
+}
+
+// serialNotLast warns when kernel.cmdline names a serial console but a console=
+// after it: the kernel makes the last console= /dev/console, where the init's
+// output and the self-test's report go, and on a headless box that must be the
+// serial line (the BMC's serial-over-LAN).
+func (r *Resolved) serialNotLast(merged map[string]any) *Error {
+	cmdline, _ := valueAt(merged, "kernel.cmdline").(string)
+	var consoles []string
+	for _, w := range strings.Fields(cmdline) {
+		if c, ok := strings.CutPrefix(w, "console="); ok {
+			consoles = append(consoles, c)
+		}
+	}
+	serial := slices.IndexFunc(consoles, func(c string) bool { return strings.HasPrefix(c, "ttyS") })
+	if serial < 0 || strings.HasPrefix(consoles[len(consoles)-1], "ttyS") {
+		return nil
+	}
+	file := r.origin["kernel.cmdline"]
+	return &Error{File: file, Line: r.lines[file].line("kernel.cmdline"), Key: "kernel.cmdline",
+		Msg: fmt.Sprintf("warning: console=%s comes after the serial console=%s: the last console= is /dev/console, where the self-test's report goes; put the serial console last", consoles[len(consoles)-1], consoles[serial])}
 }
 
 // valueAt finds a dotted key in a merged document.

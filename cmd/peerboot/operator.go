@@ -40,22 +40,33 @@ func ensureOperatorToken(file string) (tok string, created bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		return "", false, fmt.Errorf("operator token: %w", err)
 	}
-	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		tok, err = readOperatorToken(file) // another serve made it first
-		return tok, false, err
-	}
+	// Written whole beside it, then linked into place: another serve starting at
+	// the same moment reads either no file or the whole token, never a part, and
+	// the link never replaces a token that is there.
+	f, err := os.CreateTemp(filepath.Dir(file), ".operator.token-*")
 	if err != nil {
 		return "", false, fmt.Errorf("creating the operator token: %w", err)
 	}
+	defer os.Remove(f.Name())
 	tok = hex.EncodeToString(raw)
-	_, err = f.WriteString(tok + "\n")
+	err = f.Chmod(0o600)
+	if err == nil {
+		_, err = f.WriteString(tok + "\n")
+	}
+	if err == nil {
+		err = f.Sync()
+	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(file)
 		return "", false, fmt.Errorf("writing the operator token %s: %w", file, err)
+	}
+	if err := os.Link(f.Name(), file); errors.Is(err, fs.ErrExist) {
+		tok, err = readOperatorToken(file) // another serve made it first
+		return tok, false, err
+	} else if err != nil {
+		return "", false, fmt.Errorf("creating the operator token: %w", err)
 	}
 	return tok, true, nil
 }

@@ -1,0 +1,59 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// TestOperatorTokenFile: serve's operator token is created 0600 once (two serves
+// starting together agree on it), reused after, and a file others can read, or a
+// short one, is refused rather than trusted.
+func TestOperatorTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "sub", "operator.token")
+	var wg sync.WaitGroup
+	toks := make([]string, 4)
+	made := make([]bool, 4)
+	for i := range toks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			toks[i], made[i], err = ensureOperatorToken(file)
+			if err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	created := 0
+	for i := range toks {
+		if toks[i] != toks[0] || len(toks[i]) != 64 {
+			t.Fatalf("tokens %q differ or are not 64 hex digits", toks)
+		}
+		if made[i] {
+			created++
+		}
+	}
+	if created != 1 {
+		t.Errorf("%d callers created the file, want 1", created)
+	}
+	if fi, err := os.Stat(file); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v %v, want 0600", fi, err)
+	}
+	if tok, made, err := ensureOperatorToken(file); err != nil || made || tok != toks[0] {
+		t.Errorf("second start: %q %t %v", tok, made, err)
+	}
+	os.Chmod(file, 0o640)
+	if _, _, err := ensureOperatorToken(file); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+		t.Errorf("a group-readable token: %v", err)
+	}
+	short := filepath.Join(dir, "short")
+	os.WriteFile(short, []byte("abc\n"), 0o600)
+	if _, err := readOperatorToken(short); err == nil || !strings.Contains(err.Error(), "at least 32") {
+		t.Errorf("a short token: %v", err)
+	}
+}

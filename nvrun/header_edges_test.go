@@ -20,6 +20,13 @@ func TestHeaderEdges(t *testing.T) {
 		{"negative size_decompress", "#! /bin/sh\nskip=10\nskip_decompress=11\nsize_decompress=-1\n\n", "bad makeself header: line 4: size_decompress: want a line number"},
 		{"size_decompress past maxSkip", "#! /bin/sh\nskip=10\nskip_decompress=9\nsize_decompress=1048577\n\n", "bad makeself header: line 4: size_decompress: want a line number"},
 		{"size_decompress of maxSkip", "#! /bin/sh\nskip=10\nskip_decompress=9\nsize_decompress=1048576\n\n", "bad makeself header: line 3: skip_decompress=9 + size_decompress=1048576 must equal skip=10"},
+		// skip= and skip_decompress= must point past the header block: its last
+		// line is inside it.
+		{"skip at the block's last line", "#! /bin/sh\nskip=3\nlabel=x\n\n", "bad makeself header: line 2: skip=3 points into the header block itself (3 lines)"},
+		{"skip_decompress at the block's last line", "#! /bin/sh\nskip=5\nskip_decompress=4\nsize_decompress=1\n\n", "bad makeself header: line 3: skip_decompress=4 + size_decompress=1 must equal skip=5, after the header block"},
+		// CRCsum= and MD5= come together.
+		{"CRCsum alone", "#! /bin/sh\nCRCsum=1\nskip=9\n\n", "bad makeself header: line 2: CRCsum= and MD5= come together"},
+		{"MD5 alone", "#! /bin/sh\nMD5=00000000000000000000000000000000\nskip=9\n\n", "bad makeself header: line 2: CRCsum= and MD5= come together"},
 		{"not a shebang", "# sh\nskip=3\n\n", "bad makeself header: line 1: want a shell script's"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -36,5 +43,15 @@ func TestHeaderEmptyDecompressor(t *testing.T) {
 	h, err := ParseHeader([]byte("#! /bin/sh\nskip=10\nskip_decompress=10\nsize_decompress=0\n\n"))
 	if err != nil || h.SizeDecompress != 0 || h.Skip != 10 {
 		t.Fatalf("%+v %v", h, err)
+	}
+}
+
+// The same headers one line further on are accepted: the cases above fail for
+// their bound, not for another reason.
+func TestHeaderJustPastTheBlock(t *testing.T) {
+	for _, head := range []string{"#! /bin/sh\nskip=4\nlabel=x\n\n", "#! /bin/sh\nskip=6\nskip_decompress=5\nsize_decompress=1\n\n", "#! /bin/sh\nskip=9\nlabel=x\n\n"} {
+		if _, err := ParseHeader([]byte(head)); err != nil {
+			t.Errorf("%q: %v", head, err)
+		}
 	}
 }

@@ -27,6 +27,10 @@ func TestHeaderEdges(t *testing.T) {
 		// CRCsum= and MD5= come together.
 		{"CRCsum alone", "#! /bin/sh\nCRCsum=1\nskip=9\n\n", "bad makeself header: line 2: CRCsum= and MD5= come together"},
 		{"MD5 alone", "#! /bin/sh\nMD5=00000000000000000000000000000000\nskip=9\n\n", "bad makeself header: line 2: CRCsum= and MD5= come together"},
+		// Line numbers run from 1 to maxSkip.
+		{"skip=0", "#! /bin/sh\nskip=0\n\n", "bad makeself header: line 2: skip: want a line number (1..1048576)"},
+		{"skip=1", "#! /bin/sh\nskip=1\n\n", "bad makeself header: line 2: skip=1 points into the header block"},
+		{"skip past maxSkip", "#! /bin/sh\nskip=1048577\n\n", "bad makeself header: line 2: skip: want a line number"},
 		{"not a shebang", "# sh\nskip=3\n\n", "bad makeself header: line 1: want a shell script's"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -53,5 +57,14 @@ func TestHeaderJustPastTheBlock(t *testing.T) {
 		if _, err := ParseHeader([]byte(head)); err != nil {
 			t.Errorf("%q: %v", head, err)
 		}
+	}
+}
+
+// A header without CRCsum= and MD5= checks nothing (CheckFrom 0); skip= may
+// be as large as maxSkip.
+func TestHeaderWithoutSums(t *testing.T) {
+	h, err := ParseHeader([]byte("#! /bin/sh\nskip=1048576\nlabel=x\n\n"))
+	if err != nil || h.CheckFrom != 0 || h.HasCRC || h.Skip != maxSkip {
+		t.Fatalf("%+v %v", h, err)
 	}
 }

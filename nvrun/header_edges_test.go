@@ -68,3 +68,15 @@ func TestHeaderWithoutSums(t *testing.T) {
 		t.Fatalf("%+v %v", h, err)
 	}
 }
+
+func TestUnquoteAndClip(t *testing.T) {
+	for in, want := range map[string]string{`"a b"`: "a b", `'a b'`: "a b", `""`: "", `"a'`: `"a'`, `'a"`: `'a"`, `"`: `"`, `a"`: `a"`, `"a`: `"a`, `'a`: `'a`, `a'`: `a'`, "ab": "ab"} {
+		if got := unquote(in); got != want {
+			t.Errorf("unquote(%q) = %q, want %q", in, got, want)
+		}
+	}
+	s60, s61 := strings.Repeat("a", 60), strings.Repeat("b", 61)
+	if clip(s60) != s60 || clip(s61) != strings.Repeat("b", 57)+"..." {
+		t.Errorf("clip: %q %q", clip(s60), clip(s61))
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 func flashCmd() *cobra.Command {
 	var opt flash.Options
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "flash IMAGE DEVICE [--yes] [--force] [--grow-reports]",
 		Short: "Write a disk image to a USB stick and verify it",
@@ -90,6 +91,10 @@ error; 6 (integrity) the read-back differs from the image; 2 bad command line.`,
 				mode = "buffered, the device refused O_DIRECT"
 			}
 			w := cmd.OutOrStdout()
+			if asJSON {
+				return writeJSON(w, flashJSON{Image: img, Device: res.Device.Path, Bytes: res.Bytes, SHA256: res.SHA256, Direct: res.Direct,
+					WriteSeconds: res.Write.Seconds(), VerifySeconds: res.Verify.Seconds()})
+			}
 			fmt.Fprintf(w, "%s: wrote %s in %.2fs (%s/s, %s), verified in %.2fs (%s/s)\n", res.Device.Path,
 				progress.Bytes(res.Bytes), res.Write.Seconds(), progress.Bytes(int64(res.WriteRate())), mode,
 				res.Verify.Seconds(), progress.Bytes(int64(res.VerifyRate())))
@@ -98,6 +103,7 @@ error; 6 (integrity) the read-back differs from the image; 2 bad command line.`,
 		},
 	}
 	cmd.Flags().BoolVarP(&opt.Yes, "yes", "y", false, "do not ask for confirmation")
+	addJSONFlag(cmd, &asJSON)
 	cmd.Flags().BoolVar(&opt.Force, "force", false, "write to a disk sysfs does not call removable (or with a non-512-byte block size)")
 	cmd.Flags().BoolVar(&opt.GrowReports, "grow-reports", false, "grow the PEERBOOT report partition to fill the device")
 	cmd.Flags().IntVar(&opt.BlockSize, "block-size", flash.DefaultBlockSize, "bytes per write, a multiple of 4096")
@@ -112,4 +118,15 @@ func nArgs(n int) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// flashJSON is `peerboot flash --json`: what was written and verified.
+type flashJSON struct {
+	Image         string  `json:"image"`
+	Device        string  `json:"device"`
+	Bytes         int64   `json:"bytes"`
+	SHA256        string  `json:"sha256"` // of the image, and of what was read back
+	Direct        bool    `json:"direct"` // O_DIRECT (false: the device refused it)
+	WriteSeconds  float64 `json:"write_seconds"`
+	VerifySeconds float64 `json:"verify_seconds"`
 }

@@ -52,6 +52,7 @@ func publishCmd() *cobra.Command {
 	var opt oci.PushOptions
 	var annotations []string
 	var driver, kernel string
+	var pubJSON bool
 	cmd := &cobra.Command{
 		Use:   "publish OUTDIR oci://REGISTRY/REPO:TAG [--tag T]...",
 		Short: "Push a build output to an OCI registry, with its signature and provenance as referrers",
@@ -115,6 +116,16 @@ fails, 2 for a bad command line.`,
 				return ociError(err)
 			}
 			w := cmd.OutOrStdout()
+			if pubJSON {
+				j := publishJSON{Ref: args[1], Image: string(res.Image.Digest), Uploaded: res.Uploaded, Reused: res.Reused, Tags: append([]string{}, opt.Tags...)}
+				if res.Signature != nil {
+					j.Signature = string(res.Signature.Digest)
+				}
+				if res.Provenance != nil {
+					j.Provenance = string(res.Provenance.Digest)
+				}
+				return writeJSON(w, j)
+			}
 			fmt.Fprintf(w, "image %s (%d bytes uploaded, %d blobs already there)\n", res.Image.Digest, res.Uploaded, res.Reused)
 			if res.Signature != nil {
 				fmt.Fprintf(w, "signature %s\n", res.Signature.Digest)
@@ -130,12 +141,14 @@ fails, 2 for a bad command line.`,
 	cmd.Flags().StringArrayVar(&annotations, "annotation", nil, "KEY=VALUE manifest annotation (repeatable; an empty VALUE removes a derived one)")
 	cmd.Flags().StringVar(&driver, "driver-version", "", "driver version annotation, when it cannot be derived (a git driver source)")
 	cmd.Flags().StringVar(&kernel, "kernel-release", "", "kernel release annotation, when there is no pxe/vmlinuz")
+	addJSONFlag(cmd, &pubJSON)
 	return cmd
 }
 
 func pullCmd() *cobra.Command {
 	var rf registryFlags
 	var opt oci.PullOptions
+	var pullJSON bool
 	cmd := &cobra.Command{
 		Use:   "pull oci://REGISTRY/REPO:TAG|@DIGEST DIR [--key PUB]",
 		Short: "Fetch a published output, verified, into DIR",
@@ -168,6 +181,10 @@ registry fails, 2 for a bad command line.`,
 			if err != nil {
 				return ociError(err)
 			}
+			if pullJSON {
+				return writeJSON(cmd.OutOrStdout(), pullJSONOut{Dir: args[1], Ref: args[0], Image: string(res.Image.Digest), Recipe: res.Annotations[oci.AnnotationRecipe],
+					Files: res.Files, Bytes: res.Bytes, Verified: res.Verified})
+			}
 			state := "digests checked, no --key: signature not verified"
 			if res.Verified {
 				state = "signature and provenance verified"
@@ -179,5 +196,28 @@ registry fails, 2 for a bad command line.`,
 	rf.add(cmd)
 	cmd.Flags().StringVar(&opt.Key, "key", "", "artifact public key (PEM; path, file:PATH or env:VAR): the output must be signed with it")
 	cmd.Flags().StringVar(&opt.DBCert, "db-cert", "", "also check the UKI's Secure Boot signature against this certificate")
+	addJSONFlag(cmd, &pullJSON)
 	return cmd
+}
+
+// publishJSON is `peerboot publish --json`.
+type publishJSON struct {
+	Ref        string   `json:"ref"`
+	Image      string   `json:"image"` // the manifest's digest
+	Uploaded   int64    `json:"uploaded"`
+	Reused     int      `json:"reused"`
+	Tags       []string `json:"tags"`
+	Signature  string   `json:"signature"`  // the signature referrer's digest; "" when unsigned
+	Provenance string   `json:"provenance"` // the provenance referrer's digest; ""
+}
+
+// pullJSONOut is `peerboot pull --json`.
+type pullJSONOut struct {
+	Dir      string `json:"dir"`
+	Ref      string `json:"ref"`
+	Image    string `json:"image"`
+	Recipe   string `json:"recipe"`
+	Files    int    `json:"files"`
+	Bytes    int64  `json:"bytes"`
+	Verified bool   `json:"verified"` // signature and provenance checked with --key
 }

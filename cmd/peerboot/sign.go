@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 func signCmd() *cobra.Command {
 	var opt sign.Options
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "sign OUTDIR --artifact-key REF [--db-key REF --db-cert REF]",
 		Short: "Sign a build output: Secure Boot UKI, SHA256SUMS.sig, provenance",
@@ -55,12 +57,29 @@ A key that cannot be read or parsed, or an OUTDIR that is not a directory, exits
 					return exitcode.Tag(exitcode.Usage, fmt.Errorf("--db-cert: %w", err))
 				}
 			}
-			return sign.SignOutput(cmd.Context(), args[0], opt)
+			var log bytes.Buffer
+			if asJSON {
+				opt.Log = &log
+			}
+			if err := sign.SignOutput(cmd.Context(), args[0], opt); err != nil {
+				return err
+			}
+			if asJSON {
+				j := signJSON{Dir: args[0], Steps: []string{}}
+				for _, l := range strings.Split(strings.TrimSpace(log.String()), "\n") {
+					if l != "" {
+						j.Steps = append(j.Steps, l)
+					}
+				}
+				return writeJSON(cmd.OutOrStdout(), j)
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&opt.ArtifactKey, "artifact-key", "", "artifact signing key (ECDSA P-256 or Ed25519): a path, file:PATH or env:VAR")
 	cmd.Flags().StringVar(&opt.DBKey, "db-key", "", "Secure Boot db key: a path, file:PATH or env:VAR")
 	cmd.Flags().StringVar(&opt.DBCert, "db-cert", "", "Secure Boot db certificate: a path, file:PATH or env:VAR")
+	addJSONFlag(cmd, &asJSON)
 	return cmd
 }
 
@@ -84,4 +103,11 @@ func outDirArg(dir string) error {
 		return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: not a directory: want a build output directory such as out/default", dir))
 	}
 	return nil
+}
+
+// signJSON is `peerboot sign --json`: what signing did, one line a step, as the
+// text output says it.
+type signJSON struct {
+	Dir   string   `json:"dir"`
+	Steps []string `json:"steps"`
 }

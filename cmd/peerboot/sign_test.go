@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -41,8 +42,11 @@ func TestKeysSignVerify(t *testing.T) {
 	if _, errs, code := run(t, "sign", outDir, "--artifact-key", "file:"+filepath.Join(keys, "artifact.key"), "--db-key", "file:"+filepath.Join(keys, "db.key")); code == 0 || !strings.Contains(errs, "both") {
 		t.Errorf("--db-key without --db-cert: exit %d\n%s", code, errs)
 	}
-	if out, errs, code := run(t, "sign", outDir, "--artifact-key", "file:"+filepath.Join(keys, "artifact.key")); code != 0 {
-		t.Fatalf("sign: exit %d\n%s%s", code, out, errs)
+	// A plain path, as verify --key takes one; --json lists what signing did.
+	out, errs, code = run(t, "sign", outDir, "--artifact-key", filepath.Join(keys, "artifact.key"), "--json")
+	var sj signJSON
+	if err := json.Unmarshal([]byte(out), &sj); code != 0 || err != nil || sj.Dir != outDir || len(sj.Steps) == 0 {
+		t.Fatalf("sign --json: exit %d, %v\n%s%s", code, err, out, errs)
 	}
 	pub := filepath.Join(keys, "cosign.pub")
 	if out, errs, code := run(t, "verify", outDir, "--key", pub); code != 0 || !strings.Contains(out, "OK") {

@@ -24,7 +24,7 @@ import (
 type Options struct {
 	Store  *store.Store
 	Inputs []lock.Input
-	Until  string // last stage to run; "" = the last one
+	Until  StageName // last stage to run; "" = the last one
 	Jobs   int
 	Log    io.Writer
 	Keep   bool   // keep scratch directories (for debugging a failed stage)
@@ -32,7 +32,7 @@ type Options struct {
 	// Check names stages to run again although the store holds their output,
 	// comparing what they write with it file by file: proof that a warm
 	// rebuild gives what a build from empty gives.
-	Check map[string]bool
+	Check map[StageName]bool
 }
 
 // Outcome reports one stage of a run.
@@ -48,11 +48,11 @@ type Outcome struct {
 
 // stageRun is everything a stage's run may read, and where it writes.
 type stageRun struct {
-	Name    string
+	Name    StageName
 	Recipe  *recipe.Resolved // only the stage's declared fields are set
 	Data    []Datum          // the bytes the plan hashed, in plan order
 	Inputs  []lock.Input     // the pinned inputs of the stage's roles
-	Deps    map[string]string
+	Deps    map[StageName]string
 	Epoch   int64 // the build clock, when the stage declared Clock
 	Store   *store.Store
 	Scratch string
@@ -62,10 +62,10 @@ type stageRun struct {
 }
 
 // Dep is the output directory of a stage this one declared in Deps.
-func (sr *stageRun) Dep(name string) string {
+func (sr *stageRun) Dep(name StageName) string {
 	d, ok := sr.Deps[name]
 	if !ok {
-		panic("build: a stage read the output of " + name + ", which it does not declare in Deps")
+		panic("build: a stage read the output of " + string(name) + ", which it does not declare in Deps")
 	}
 	return d
 }
@@ -80,6 +80,14 @@ func (sr *stageRun) Datum(name string) ([]byte, bool) {
 	return nil, false
 }
 
+func joinStages(names []StageName) string {
+	var s []string
+	for _, n := range names {
+		s = append(s, string(n))
+	}
+	return strings.Join(s, ", ")
+}
+
 // Run executes the plan's stages in order up to opt.Until, skipping every stage
 // whose output the store already has.
 func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
@@ -89,11 +97,11 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 		until = names[len(names)-1]
 	}
 	if p.Stage(until) == nil {
-		return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("unknown stage %q (stages: %s)", until, strings.Join(names, ", ")))
+		return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("unknown stage %q (stages: %s)", until, joinStages(names)))
 	}
 	for name := range opt.Check {
 		if p.Stage(name) == nil {
-			return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("--check: unknown stage %q (stages: %s)", name, strings.Join(names, ", ")))
+			return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("--check: unknown stage %q (stages: %s)", name, joinStages(names)))
 		}
 	}
 	if opt.Jobs <= 0 {
@@ -109,7 +117,7 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 	// Which stages run: walking back from the last one, a needed stage runs
 	// when the store lacks its output (or --check asks), and then the stages it
 	// reads are needed too. A no-op rebuild asks the store about one stage.
-	need, run := map[string]bool{until: true}, map[string]bool{}
+	need, run := map[StageName]bool{until: true}, map[StageName]bool{}
 	for name := range opt.Check {
 		need[name] = slices.Index(names, name) <= last
 	}
@@ -145,7 +153,7 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 	var outs []Outcome
 	for _, s := range p.Stages[:last+1] {
 		start := time.Now()
-		o := Outcome{Stage: s.Name, Key: s.Key, Dir: opt.Store.OutputDir(s.Key)}
+		o := Outcome{Stage: string(s.Name), Key: s.Key, Dir: opt.Store.OutputDir(s.Key)}
 		switch {
 		case !need[s.Name]:
 			o.Unneeded = true
@@ -192,7 +200,7 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 // runStage runs one stage in a scratch directory and commits its output, or
 // with check compares it with the output the store already holds.
 func runStage(ctx context.Context, p *Plan, s *Stage, opt Options, clock *buildClock, check bool) error {
-	sc, err := opt.Store.OpenScratch(s.Name)
+	sc, err := opt.Store.OpenScratch(string(s.Name))
 	if err != nil {
 		return err
 	}
@@ -203,7 +211,7 @@ func runStage(ctx context.Context, p *Plan, s *Stage, opt Options, clock *buildC
 	}
 	scratch := sc.Dir
 	sr := &stageRun{
-		Name: s.Name, Recipe: s.view, Data: s.data, Inputs: s.inputs, Deps: map[string]string{},
+		Name: s.Name, Recipe: s.view, Data: s.data, Inputs: s.inputs, Deps: map[StageName]string{},
 		Store: opt.Store, Scratch: scratch, Out: filepath.Join(scratch, "out"), Jobs: opt.Jobs, Log: opt.Log,
 	}
 	for _, d := range s.def.Deps {

@@ -14,8 +14,8 @@ import (
 // 2. Driver: unpack the pinned driver source, apply the series, build against the kernel.
 func driverStage() *stage {
 	return &stage{
-		Name: "driver", Version: driver.Version,
-		Deps:       []string{"kernel"},
+		Name: StageDriver, Version: driver.Version,
+		Deps:       []StageName{StageKernel},
 		Roles:      []string{lock.RoleDriverSource},
 		Fields:     []string{"driver.version", "driver.modules"},
 		DataFields: []string{"driver.patches"},
@@ -49,7 +49,7 @@ func driverStage() *stage {
 				}
 			}
 			res, err := driver.Build(ctx, driver.Options{
-				Source: src, KernelOut: sr.Dep("kernel"), Patches: patches, Modules: sr.Recipe.Driver.Modules,
+				Source: src, KernelOut: sr.Dep(StageKernel), Patches: patches, Modules: sr.Recipe.Driver.Modules,
 				Epoch: sr.Epoch, Jobs: sr.Jobs, Log: sr.Log, LogFile: filepath.Join(sr.Scratch, "driver.log"),
 			}, sr.Out)
 			if err != nil {

@@ -37,7 +37,7 @@ const (
 
 // initrdLayers are the layer stages whose segments make the initrd, in the
 // order the kernel unpacks them (a later file replaces an earlier one).
-var initrdLayers = []string{"userspace", "modules", "config"}
+var initrdLayers = []StageName{StageUserspace, StageModules, StageConfig}
 
 // 6. Initramfs: the layers' segments, concatenated. The kernel unpacks
 // concatenated compressed cpio archives in turn (Documentation/driver-api/
@@ -45,7 +45,7 @@ var initrdLayers = []string{"userspace", "modules", "config"}
 // layer, and an overlay edit re-packs only the config segment.
 func initramfsStage() *stage {
 	return &stage{
-		Name: "initramfs", Version: 2, // 2: one segment per layer
+		Name: StageInitramfs, Version: 2, // 2: one segment per layer
 		Deps: initrdLayers,
 		Run: func(ctx context.Context, sr *stageRun) error {
 			out, err := os.Create(filepath.Join(sr.Out, initrdFile))
@@ -78,8 +78,8 @@ func initramfsStage() *stage {
 // from the recipe digest.
 func imageStage() *stage {
 	return &stage{
-		Name: "image", Version: 3, // 2: layout from image.StandardDisk; 3: the iso format
-		Deps:       []string{"kernel", "initramfs"},
+		Name: StageImage, Version: 3, // 2: layout from image.StandardDisk; 3: the iso format
+		Deps:       []StageName{StageKernel, StageInitramfs},
 		Roles:      []string{lock.RoleEFIStub},
 		Fields:     []string{wholeRecipe},
 		DataFields: []string{"sign.pcr_key"},
@@ -93,11 +93,11 @@ func imageStage() *stage {
 		},
 		Run: func(ctx context.Context, sr *stageRun) error {
 			r := sr.Recipe
-			kernelImg, err := os.ReadFile(filepath.Join(sr.Dep("kernel"), kernel.ImageFile))
+			kernelImg, err := os.ReadFile(filepath.Join(sr.Dep(StageKernel), kernel.ImageFile))
 			if err != nil {
 				return err
 			}
-			initrd, err := os.ReadFile(filepath.Join(sr.Dep("initramfs"), initrdFile))
+			initrd, err := os.ReadFile(filepath.Join(sr.Dep(StageInitramfs), initrdFile))
 			if err != nil {
 				return err
 			}
@@ -155,7 +155,7 @@ func imageStage() *stage {
 			}
 			if want(output.KindPXE) {
 				err := image.LinkPXE(filepath.Join(sr.Out, pxeDir), image.PXE{Kernel: kernelImg, Initrd: initrd, Cmdline: r.Kernel.Cmdline},
-					filepath.Join(sr.Dep("kernel"), kernel.ImageFile), filepath.Join(sr.Dep("initramfs"), initrdFile))
+					filepath.Join(sr.Dep(StageKernel), kernel.ImageFile), filepath.Join(sr.Dep(StageInitramfs), initrdFile))
 				if err != nil {
 					return fmt.Errorf("PXE bundle: %w", err)
 				}

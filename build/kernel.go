@@ -21,7 +21,7 @@ const moduleCertDatum = "module certificate"
 // 1. Kernel: unpack the pinned source, apply patches, merge fragments, compile, collect.
 func kernelStage() *stage {
 	return &stage{
-		Name: "kernel", Version: kernel.Version,
+		Name: StageKernel, Version: kernel.Version,
 		Roles:      []string{lock.RoleKernelSource},
 		Fields:     []string{"kernel.base"},
 		DataFields: []string{"kernel.fragments", "kernel.patches", "sign.module_cert"},

@@ -68,7 +68,7 @@ module_cert = "file:module.crt"
 	defs := pipeline()
 	for _, leaf := range RecipeLeaves() {
 		t.Run(leaf, func(t *testing.T) {
-			var declared []string
+			var declared []StageName
 			for _, d := range defs {
 				if slices.ContainsFunc(append(slices.Clone(d.Fields), d.DataFields...), func(f string) bool { return covers(f, leaf) && f != wholeRecipe }) {
 					declared = append(declared, d.Name)
@@ -93,7 +93,7 @@ module_cert = "file:module.crt"
 			// What should move: the declaring stages, the stages whose inputs
 			// the change re-picked, the clocked stages when the clock moved,
 			// the whole-recipe stages when the digest moved; then downstream.
-			want := map[string]bool{}
+			want := map[StageName]bool{}
 			for _, n := range declared {
 				want[n] = true
 			}

@@ -35,7 +35,7 @@ const (
 // recipe pins one), with the NVIDIA links and the linker cache.
 func userspaceStage() *stage {
 	return &stage{
-		Name: "userspace", Version: rootfs.Version,
+		Name: StageUserspace, Version: rootfs.Version,
 		Roles:  []string{lock.RoleUserspace, lock.RoleInstaller},
 		Fields: []string{"driver.version"},
 		Clock:  clockOwn,
@@ -58,8 +58,8 @@ const moduleKeyDatum = "module signing key"
 // 4. Modules: the kernel's and the driver's modules, signed when the recipe says so, with depmod.
 func modulesStage() *stage {
 	return &stage{
-		Name: "modules", Version: rootfs.Version,
-		Deps:       []string{"kernel", "driver"},
+		Name: StageModules, Version: rootfs.Version,
+		Deps:       []StageName{StageKernel, StageDriver},
 		DataFields: []string{"sign.module_key", "sign.module_cert"},
 		Clock:      clockOwn,
 		Data: func(pc *planContext) ([]Datum, []string, error) {
@@ -71,12 +71,12 @@ func modulesStage() *stage {
 			return []Datum{{moduleKeyDatum, ms.Key}, {moduleCertDatum, ms.CertPEM}}, nil, nil
 		},
 		Run: func(ctx context.Context, sr *stageRun) error {
-			kout := sr.Dep("kernel")
+			kout := sr.Dep(StageKernel)
 			rel, err := readRelease(kout)
 			if err != nil {
 				return err
 			}
-			kos, err := filepath.Glob(filepath.Join(sr.Dep("driver"), driver.ModulesDir, "lib", "modules", rel, "updates", "dkms", "*.ko"))
+			kos, err := filepath.Glob(filepath.Join(sr.Dep(StageDriver), driver.ModulesDir, "lib", "modules", rel, "updates", "dkms", "*.ko"))
 			if err != nil {
 				return err
 			}
@@ -113,7 +113,7 @@ func moduleSigner(sr *stageRun) (crypto.Signer, *x509.Certificate, error) {
 // re-packs a few MiB.
 func configStage() *stage {
 	return &stage{
-		Name: "config", Version: rootfs.Version,
+		Name: StageConfig, Version: rootfs.Version,
 		Fields: []string{wholeRecipe},
 		Clock:  clockAll,
 		Data: func(pc *planContext) ([]Datum, []string, error) {

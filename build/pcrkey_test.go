@@ -50,10 +50,10 @@ func TestPCRKeyStageKeys(t *testing.T) {
 	newKey := planFor(t, dir)
 	for _, c := range []struct {
 		name   string
-		a, b   map[string]string
-		change []string
-	}{{"pcr key on", base, on, []string{"config", "initramfs", "image"}}, {"new pcr key", on, newKey, []string{"image"}}} {
-		var got []string
+		a, b   map[StageName]string
+		change []StageName
+	}{{"pcr key on", base, on, []StageName{StageConfig, StageInitramfs, StageImage}}, {"new pcr key", on, newKey, []StageName{StageImage}}} {
+		var got []StageName
 		for _, s := range StageNames() {
 			if c.a[s] != c.b[s] {
 				got = append(got, s)

@@ -36,7 +36,7 @@ efi_stub = { url = "https://example.invalid/stub.deb", sha256 = "%s" }
 `
 
 // keysOf plans r and returns each stage's key ("" when unresolved).
-func keysOf(t *testing.T, r *recipe.Resolved, tools Tools) (map[string]string, []lock.Input, []lock.Unresolved) {
+func keysOf(t *testing.T, r *recipe.Resolved, tools Tools) (map[StageName]string, []lock.Input, []lock.Unresolved) {
 	t.Helper()
 	ins, un, err := lock.Inputs(r, nil, func(string) (string, error) { return "", nil })
 	if err != nil {
@@ -46,14 +46,14 @@ func keysOf(t *testing.T, r *recipe.Resolved, tools Tools) (map[string]string, [
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := map[string]string{}
+	keys := map[StageName]string{}
 	for _, s := range p.Stages {
 		keys[s.Name] = s.Key
 	}
 	return keys, ins, un
 }
 
-func planFor(t *testing.T, dir string) map[string]string {
+func planFor(t *testing.T, dir string) map[StageName]string {
 	t.Helper()
 	r, err := recipe.Load(filepath.Join(dir, "t.toml"))
 	if err != nil {
@@ -68,7 +68,7 @@ func planFor(t *testing.T, dir string) map[string]string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := map[string]string{}
+	keys := map[StageName]string{}
 	for _, s := range p.Stages {
 		if s.Key == "" {
 			t.Fatalf("stage %s unresolved: %v", s.Name, s.Unresolved)
@@ -145,7 +145,7 @@ func TestKeysFollowTheirInputs(t *testing.T) {
 		var changed []string
 		for _, s := range StageNames() {
 			if now[s] != prev[s] {
-				changed = append(changed, s)
+				changed = append(changed, string(s))
 			}
 		}
 		if strings.Join(changed, " ") != strings.Join(c.changed, " ") {

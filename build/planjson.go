@@ -36,7 +36,7 @@ func (s *Stage) Status() string {
 func (p *Plan) JSON() []StageJSON {
 	out := []StageJSON{}
 	for _, s := range p.Stages {
-		j := StageJSON{Name: s.Name, Version: s.Version, Status: s.Status(), Key: s.Key,
+		j := StageJSON{Name: string(s.Name), Version: s.Version, Status: s.Status(), Key: s.Key,
 			Fields: append([]string{}, s.Fields...), Items: []ItemJSON{}, Unresolved: append([]string{}, s.Unresolved...)}
 		for _, it := range s.Items {
 			ij := ItemJSON{Kind: it.Kind, Name: it.Name, Value: it.Value}

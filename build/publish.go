@@ -25,7 +25,7 @@ import (
 // and SHA256SUMS. The directory is replaced atomically (renameat2 RENAME_EXCHANGE),
 // so a failed or killed build leaves the previous good output whole.
 func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, epoch int64, outRoot string) (string, error) {
-	img := p.Stage("image")
+	img := p.Stage(StageImage)
 	if img == nil || !st.HasOutput(img.Key) {
 		return "", errors.New("publish: the image stage has no output in the store")
 	}
@@ -48,7 +48,7 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 		m.Inputs = append(m.Inputs, output.ManifestInput{Role: in.Role, Name: in.Name, Digest: in.Digest()})
 	}
 	for _, s := range p.Stages { // every stage the image came from, by key
-		m.Stages = append(m.Stages, output.ManifestStage{Name: s.Name, Key: s.Key})
+		m.Stages = append(m.Stages, output.ManifestStage{Name: string(s.Name), Key: s.Key})
 	}
 	if m.PCR11, err = predictPCR11(filepath.Join(src, ukiFile)); err != nil {
 		return "", fmt.Errorf("publish: %w", err)

@@ -25,11 +25,11 @@ import (
 // only Fields, the Data bytes the plan hashed, the inputs of Roles, the
 // outputs of Deps. So nothing it reads can bypass its key.
 type stage struct {
-	Name    string
-	Version int      // bump when the stage's code changes what it writes
-	Deps    []string // stages whose outputs the run reads
-	Roles   []string // pinned input roles the run reads
-	Fields  []string // recipe fields the run sees (wholeRecipe: all of it)
+	Name    StageName
+	Version int         // bump when the stage's code changes what it writes
+	Deps    []StageName // stages whose outputs the run reads
+	Roles   []string    // pinned input roles the run reads
+	Fields  []string    // recipe fields the run sees (wholeRecipe: all of it)
 	Clock   clockKind
 
 	// DataFields are recipe fields that name data files; the plan reads those
@@ -61,6 +61,21 @@ type Datum struct {
 	Bytes []byte
 }
 
+// StageName names a stage of the pipeline: the first part of its key, the
+// directory name of its run, and what --stage takes.
+type StageName string
+
+// The stages, in pipeline order.
+const (
+	StageKernel    StageName = "kernel"
+	StageDriver    StageName = "driver"
+	StageUserspace StageName = "userspace"
+	StageModules   StageName = "modules"
+	StageConfig    StageName = "config"
+	StageInitramfs StageName = "initramfs"
+	StageImage     StageName = "image"
+)
+
 // Pipeline is every stage in order. Keep it the one list: plan, build, the key
 // test and `plan -v` all read it.
 func pipeline() []*stage {
@@ -68,8 +83,8 @@ func pipeline() []*stage {
 }
 
 // StageNames in pipeline order.
-func StageNames() []string {
-	var names []string
+func StageNames() []StageName {
+	var names []StageName
 	for _, s := range pipeline() {
 		names = append(names, s.Name)
 	}
@@ -85,7 +100,7 @@ type Item struct {
 
 // Stage is one planned stage.
 type Stage struct {
-	Name       string
+	Name       StageName
 	Version    int
 	Fields     []string // the recipe fields the key covers (declared, then data fields)
 	Items      []Item
@@ -115,7 +130,7 @@ type planContext struct {
 }
 
 // Stage returns the planned stage by name.
-func (p *Plan) Stage(name string) *Stage {
+func (p *Plan) Stage(name StageName) *Stage {
 	for _, s := range p.Stages {
 		if s.Name == name {
 			return s
@@ -148,10 +163,10 @@ func MakePlan(r *recipe.Resolved, ins []lock.Input, un []lock.Unresolved, st *st
 				return nil, fmt.Errorf("stage %s reads stage %s, which does not come before it", def.Name, d)
 			}
 			if dep.Key == "" {
-				s.Unresolved = append(s.Unresolved, "needs stage "+d+", whose key is unknown")
+				s.Unresolved = append(s.Unresolved, "needs stage "+string(d)+", whose key is unknown")
 				continue
 			}
-			s.Items = append(s.Items, Item{"stage", d, dep.Key})
+			s.Items = append(s.Items, Item{"stage", string(d), dep.Key})
 			s.clockInputs = append(s.clockInputs, dep.clockInputs...)
 		}
 		for _, role := range def.Roles {
@@ -211,7 +226,7 @@ func stageKey(s *Stage) string {
 	for _, it := range s.Items {
 		fmt.Fprintf(h, "%s %s %s\n", it.Kind, it.Name, it.Value)
 	}
-	return s.Name + "-" + hex.EncodeToString(h.Sum(nil))
+	return string(s.Name) + "-" + hex.EncodeToString(h.Sum(nil))
 }
 
 // clockItem is the build clock's key line, if it needs one (see clockKind).

@@ -29,7 +29,7 @@ type stageRecord struct {
 func (p *Plan) record() planRecord {
 	rec := planRecord{Fields: map[string]string{}}
 	for _, s := range p.Stages {
-		rec.Stages = append(rec.Stages, stageRecord{s.Name, s.Key, s.Items})
+		rec.Stages = append(rec.Stages, stageRecord{string(s.Name), s.Key, s.Items})
 	}
 	for _, leaf := range RecipeLeaves() {
 		v, _ := fieldValue(p.Recipe, leaf)
@@ -76,7 +76,7 @@ func (p *Plan) Why(w io.Writer, st *store.Store) error {
 	}
 	now := p.record()
 	for i, s := range p.Stages {
-		old, ok := before[s.Name]
+		old, ok := before[string(s.Name)]
 		switch {
 		case !ok:
 			fmt.Fprintf(w, "%d. %-9s new stage since the last build\n", i+1, s.Name)

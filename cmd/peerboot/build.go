@@ -39,11 +39,11 @@ whose action key the store already holds is skipped. --stage stops after the nam
 				return err
 			}
 			start := time.Now()
-			checks := map[string]bool{}
+			checks := map[build.StageName]bool{}
 			for _, c := range check {
-				checks[c] = true
+				checks[build.StageName(c)] = true
 			}
-			outs, err := build.Run(cmd.Context(), p, build.Options{Store: st, Inputs: ins, Until: until, Jobs: jobs, Log: cmd.ErrOrStderr(), Keep: keep, OutDir: outDir, Check: checks})
+			outs, err := build.Run(cmd.Context(), p, build.Options{Store: st, Inputs: ins, Until: build.StageName(until), Jobs: jobs, Log: cmd.ErrOrStderr(), Keep: keep, OutDir: outDir, Check: checks})
 			if asJSON {
 				j := buildJSON{Recipe: r.Path, Digest: r.Digest, OK: err == nil, Stages: []buildStageJSON{}, Seconds: time.Since(start).Seconds()}
 				for _, o := range outs {

@@ -21,7 +21,7 @@ const ncclLib = "usr/lib/x86_64-linux-gnu/libnccl.so.2"
 // by version. A warning, not an error: the image still boots and its peer-copy phases
 // still run; the self-test's NCCL phase will then fail with nccl.arch.
 func ncclWarnings(r *recipe.Resolved, st *store.Store, p *build.Plan) []string {
-	s := p.Stage("userspace")
+	s := p.Stage(build.StageUserspace)
 	if s == nil || s.Key == "" || !st.HasOutput(s.Key) {
 		return nil
 	}

@@ -25,8 +25,12 @@ var seriesLandmarks = map[string]map[string][]string{
 			"if (!kbusHasBar1P2PConnection(pMappingGpu, pMappingKernelBus,",
 			"if ((status != NV_OK) && bar1Peer.bNewWindow)",
 		},
-		"src/nvidia/src/kernel/gpu/bus/kern_bus.c":                    {"return KBUS_BAR1_P2P_MODE_DYNAMIC;", "return kbusHasPcieBar1P2PMapping_GH100(pGpu0, pKernelBus0, pGpu1, pKernelBus1);"},
-		"src/nvidia/src/kernel/platform/p2p/p2p_caps.c":               {"_kp2pCapsBar1P2PRequired(gpuMask)"},
+		"src/nvidia/src/kernel/gpu/bus/kern_bus.c":      {"return KBUS_BAR1_P2P_MODE_DYNAMIC;", "return kbusHasPcieBar1P2PMapping_GH100(pGpu0, pKernelBus0, pGpu1, pKernelBus1);"},
+		"src/nvidia/src/kernel/platform/p2p/p2p_caps.c": {"_kp2pCapsBar1P2PRequired(gpuMask)"},
+		// managed memory: a BAR1 pair UVM would reach through the PEER aperture is
+		// enabled for external mappings only
+		"kernel-open/nvidia-uvm/uvm_va_space.c":                       {"    if (!uvm_gpu_peer_caps(gpu0, gpu1)->bar1_external_mappings_only) {\n        processor_mask_array_set(va_space->can_access, gpu0->id, gpu1->id);"},
+		"src/nvidia/interface/nv_uvm_types.h":                         {"    NvBool bar1ExternalMappingsOnly;\n} UvmGpuP2PCapsParams;"},
 		"kernel-open/conftest.sh":                                     {"#if IS_ENABLED(CONFIG_DRM_TTM_HELPER)"},
 		"src/nvidia/src/kernel/gpu/bus/arch/maxwell/kern_bus_gm107.c": {"peerboot-p2p: bar1-mode gpu=%u pci=%04x:%02x:%02x.0 chip=%s bar1_mib=%llu fb_mib=%llu mode=%s why=%s\\n"},
 	},
@@ -58,7 +62,11 @@ var seriesLandmarks = map[string]map[string][]string{
 			"peerboot-p2p: bar1-mode gpu=%u pci=%04x:%02x:%02x.0 chip=%s bar1_mib=%llu fb_mib=%llu mode=%s why=%s\\n",
 			"bStaticBar1Supported  = bPeerbootStaticForced;",
 		},
-		"kernel-open/conftest.sh": {"#if IS_ENABLED(CONFIG_DRM_TTM_HELPER)"},
+		// managed memory: a BAR1 pair UVM would reach through the PEER aperture is
+		// enabled for external mappings only
+		"kernel-open/nvidia-uvm/uvm_va_space.c": {"    if (!uvm_parent_gpus_bar1_external_mappings_only(gpu0->parent, gpu1->parent)) {\n        processor_mask_array_set(va_space->can_access, gpu0->id, gpu1->id);"},
+		"src/nvidia/interface/nv_uvm_types.h":   {"    NvBool bar1ExternalMappingsOnly;\n} UvmGpuP2PCapsParams;"},
+		"kernel-open/conftest.sh":               {"#if IS_ENABLED(CONFIG_DRM_TTM_HELPER)"},
 	},
 	// 595.45.04: as 580.142, static BAR1 is NVIDIA's generic Turing+ code, so the series
 	// binds only the BAR1-P2P slots, for GA102|AD102 (mask 0x00100800), and leaves
@@ -88,6 +96,10 @@ var seriesLandmarks = map[string]map[string][]string{
 		},
 		"src/nvidia/src/kernel/gpu/bus/arch/hopper/kern_bus_gh100.c":               {"(kbusGetBar1P2PMode(pGpu0, pKernelBus0) == KBUS_BAR1_P2P_MODE_STATIC))"},
 		"src/nvidia/src/kernel/gpu/mem_mgr/arch/hopper/virt_mem_allocator_gh100.c": {"bar1Offset = bar1PhysAddr - gpumgrGetGpuPhysFbAddr(pPeerGpu);"},
-		"kernel-open/conftest.sh": {"#if IS_ENABLED(CONFIG_DRM_TTM_HELPER)"},
+		// managed memory: a BAR1 pair UVM would reach through the PEER aperture is
+		// enabled for external mappings only
+		"kernel-open/nvidia-uvm/uvm_va_space.c": {"    if (!uvm_parent_gpus_bar1_external_mappings_only(gpu0->parent, gpu1->parent)) {\n        processor_mask_array_set(va_space->can_access, gpu0->id, gpu1->id);"},
+		"src/nvidia/interface/nv_uvm_types.h":   {"    NvBool bar1ExternalMappingsOnly;\n} UvmGpuP2PCapsParams;"},
+		"kernel-open/conftest.sh":               {"#if IS_ENABLED(CONFIG_DRM_TTM_HELPER)"},
 	},
 }

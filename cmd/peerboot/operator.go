@@ -23,6 +23,10 @@ func defaultOperatorToken(out string) string {
 	return filepath.Join(out, "operator.token")
 }
 
+// errCreateToken is a token that could not be created (a read-only directory):
+// serve then runs with writes off. A token file that is there but wrong stops it.
+var errCreateToken = errors.New("creating the operator token")
+
 // minOperatorToken is the shortest token accepted from a file someone wrote.
 const minOperatorToken = 32
 
@@ -38,14 +42,14 @@ func ensureOperatorToken(file string) (tok string, created bool, err error) {
 		return "", false, err
 	}
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
-		return "", false, fmt.Errorf("operator token: %w", err)
+		return "", false, fmt.Errorf("%w: %w", errCreateToken, err)
 	}
 	// Written whole beside it, then linked into place: another serve starting at
 	// the same moment reads either no file or the whole token, never a part, and
 	// the link never replaces a token that is there.
 	f, err := os.CreateTemp(filepath.Dir(file), ".operator.token-*")
 	if err != nil {
-		return "", false, fmt.Errorf("creating the operator token: %w", err)
+		return "", false, fmt.Errorf("%w: %w", errCreateToken, err)
 	}
 	defer os.Remove(f.Name())
 	tok = hex.EncodeToString(raw)
@@ -60,13 +64,13 @@ func ensureOperatorToken(file string) (tok string, created bool, err error) {
 		err = cerr
 	}
 	if err != nil {
-		return "", false, fmt.Errorf("writing the operator token %s: %w", file, err)
+		return "", false, fmt.Errorf("%w %s: %w", errCreateToken, file, err)
 	}
 	if err := os.Link(f.Name(), file); errors.Is(err, fs.ErrExist) {
 		tok, err = readOperatorToken(file) // another serve made it first
 		return tok, false, err
 	} else if err != nil {
-		return "", false, fmt.Errorf("creating the operator token: %w", err)
+		return "", false, fmt.Errorf("%w: %w", errCreateToken, err)
 	}
 	return tok, true, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,6 +51,11 @@ func TestOperatorTokenFile(t *testing.T) {
 	os.Chmod(file, 0o640)
 	if _, _, err := ensureOperatorToken(file); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Errorf("a group-readable token: %v", err)
+	}
+	// Nowhere to write it (procfs refuses root too): serve runs with writes off
+	// rather than not at all.
+	if _, _, err := ensureOperatorToken("/proc/peerboot-no-such-dir/operator.token"); !errors.Is(err, errCreateToken) {
+		t.Errorf("an uncreatable token: %v, want errCreateToken", err)
 	}
 	short := filepath.Join(dir, "short")
 	os.WriteFile(short, []byte("abc\n"), 0o600)

@@ -271,7 +271,13 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 		}
 	}
 	opToken, opCreated, err := ensureOperatorToken(opFile)
-	if err != nil {
+	opState := ""
+	switch {
+	case errors.Is(err, errCreateToken):
+		// No token, no writes (netboot refuses them all); serving goes on.
+		opState = fmt.Sprintf("NONE: rollout writes are off (%v; --operator-token FILE names another)", err)
+		fmt.Fprintf(stderr, "peerboot serve: %s\n", opState)
+	case err != nil:
 		return usage(fmt.Errorf("%w (rollout writes need it; --operator-token FILE names another)", err))
 	}
 	opt.OperatorToken = opToken
@@ -308,7 +314,11 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 	if opCreated {
 		made = ", created"
 	}
-	fmt.Fprintf(stdout, "  operator:   %s (0600%s; peerboot rollout --operator-token %s)\n", opFile, made, opFile)
+	if opState != "" {
+		fmt.Fprintf(stdout, "  operator:   %s\n", opState)
+	} else {
+		fmt.Fprintf(stdout, "  operator:   %s (0600%s; peerboot rollout --operator-token %s)\n", opFile, made, opFile)
+	}
 	fmt.Fprintf(stdout, "  iPXE:       chain %s/boot.ipxe?mac=${net0/mac}\n", base)
 	fmt.Fprintf(stdout, "  UEFI HTTP:  %s/uefi/boot.efi\n", base)
 	if f.demo {

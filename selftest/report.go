@@ -53,8 +53,10 @@ type Report struct {
 	BAR1      []BAR1Usage `json:"bar1"`      // NVML's BAR1 used/total per GPU, before and after the copies
 	// PeerMem is the peermem phase: managed, VMM and exported-handle memory between GPUs.
 	// Absent (nil) when the phase did not run, as in reports of older p2pchecks.
-	PeerMem          []PeerMem  `json:"peer_mem,omitempty"`
-	NCCL             *NCCL      `json:"nccl"`          // nil: the phase did not run
+	PeerMem []PeerMem `json:"peer_mem,omitempty"`
+	NCCL    *NCCL     `json:"nccl"` // nil: the phase did not run
+	// Soak is a burn-in run's time series (p2pcheck --soak); absent otherwise.
+	Soak             *Soak      `json:"soak,omitempty"`
 	KernelEvents     []KEvent   `json:"kernel_events"` // Xid, IOMMU faults, firmware failures seen during the run
 	Durations        []Duration `json:"durations"`
 	StartedAt        string     `json:"started_at"`        // RFC 3339, UTC

@@ -62,7 +62,7 @@ func newEngine(d *Driver, o Options, r *Result, n int) (*engine, error) {
 			return fail(err)
 		}
 		// Sources keep their pattern for the whole phase: copies only read them.
-		if err := d.Fill(i, g.stream, g.src, e.words, srcSeed(i)); err != nil {
+		if err := d.Fill(i, g.stream, g.src, e.words, e.srcSeed(i)); err != nil {
 			return fail(err)
 		}
 	}
@@ -247,12 +247,12 @@ func (e *engine) measure(c *selftest.Copy, legs []leg) error {
 	// 4. Verify every destination against its source's pattern, on the GPU holding it.
 	for _, l := range legs {
 		g := l.dstGPU
-		v, err := e.d.Verify(g, e.gpus[g].stream, e.legDst(l), e.words, srcSeed(l.srcGPU))
+		v, err := e.d.Verify(g, e.gpus[g].stream, e.legDst(l), e.words, e.srcSeed(l.srcGPU))
 		if err != nil {
 			return err
 		}
 		if v.Wrong > 0 {
-			mm, err := e.mismatch(g, e.legDst(l), v, srcSeed(l.srcGPU))
+			mm, err := e.mismatch(g, e.legDst(l), v, e.srcSeed(l.srcGPU))
 			if err != nil {
 				return err
 			}

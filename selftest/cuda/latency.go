@@ -69,7 +69,7 @@ func (e *engine) measureLatency(l *selftest.Latency) error {
 	want := make([]uint32, words)
 	stale := make([]uint32, words)
 	for i := range want {
-		want[i] = Pattern(uint64(i), srcSeed(l.Src))
+		want[i] = Pattern(uint64(i), e.srcSeed(l.Src))
 		stale[i] = ^want[i]
 	}
 	if err := e.d.WriteWords(l.Dst, to, stale); err != nil {

@@ -50,6 +50,10 @@ type Options struct {
 	// Latency, p2pBandwidthLatencyTest's way: LatencyWrites 16-byte writes per sample
 	// behind the spin gate, LatencySamples samples, median reported [100, 9].
 	LatencyWrites, LatencySamples int
+	// Seed changes every source pattern (0: the boot self-test's own). A soak gives
+	// each round another, so a destination still holding an earlier round's data
+	// (a copy that silently did nothing after a retrain) fails verification.
+	Seed uint32
 }
 
 // Result is what the copy phase found. It is filled as far as the run got, also when
@@ -200,6 +204,10 @@ const (
 )
 
 func srcSeed(gpu int) uint32 { return seedSrc ^ uint32(gpu)*0x01000193 }
+
+// srcSeed is GPU gpu's source pattern seed in this run: srcSeed moved by Options.Seed
+// (times an odd constant, so consecutive rounds' seeds differ in many bits).
+func (e *engine) srcSeed(gpu int) uint32 { return srcSeed(gpu) ^ e.o.Seed*0x9E3779B1 }
 
 // Median of the samples (mean of the middle two for an even count); 0 for none.
 func Median(xs []float64) float64 {

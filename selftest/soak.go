@@ -1,0 +1,138 @@
+package selftest
+
+// Soak is a burn-in run (p2pcheck --soak, docs/burn-in.md): the copy phase repeated
+// round after round with a new data pattern and copy size each round, NVML sampled
+// between rounds, the kernel log read after every round. It is an optional part of the
+// report (absent in a boot self-test's), so schema 2 readers that do not know it still
+// decode the report.
+type Soak struct {
+	// RequestedMS is the duration asked for; ElapsedMS how long the rounds ran.
+	RequestedMS int64 `json:"requested_ms"`
+	ElapsedMS   int64 `json:"elapsed_ms"`
+	Rounds      int   `json:"rounds"` // rounds run (started), the failing one included
+	// Stopped says why the soak ended: "duration", "rounds" (the --soak-rounds
+	// bound), "failure" (the first hard failure; StoppedAt names it) or "deadline".
+	Stopped   string `json:"stopped"`
+	StoppedAt string `json:"stopped_at,omitempty"`
+	// Stride is how many rounds one entry of Series stands for: the series keeps at
+	// most SoakMaxSeries entries, halving itself when full (every other entry goes,
+	// except the first, the last and rounds with a fault). 1: every round is there.
+	Stride int         `json:"stride"`
+	Series []SoakRound `json:"series"`
+	// Pairs summarises every copy over all rounds, downsampled or not: one entry per
+	// ordered pair, method, direction and size.
+	Pairs []SoakPair `json:"pairs"`
+}
+
+// SoakMaxSeries bounds Soak.Series: an 8-hour soak of 2-second rounds would otherwise
+// put 14,400 rounds into a report that the fleet page and the report partition keep.
+const SoakMaxSeries = 256
+
+// SoakRound is one round's figures.
+type SoakRound struct {
+	Round  int        `json:"round"` // from 1
+	AtMS   int64      `json:"at_ms"` // start of the round, from the start of the soak
+	Bytes  int64      `json:"bytes"` // copy size of this round
+	Seed   uint32     `json:"seed"`  // the pattern seed (cuda.Options.Seed)
+	Copies []SoakCopy `json:"copies"`
+	// AllReduce is the round's all-reduce sweep (nil: not run), Wrong the elements that
+	// differed from the exact sum over all its sizes.
+	AllReduce *SoakAllReduce `json:"all_reduce,omitempty"`
+	// Latency is the median small-write latency of each peer pair, µs, by "src->dst".
+	Latency map[string]float64 `json:"latency_us,omitempty"`
+	GPUs    []SoakGPU          `json:"gpus"`   // NVML after the round
+	Events  []KEvent           `json:"events"` // kernel-log events logged during the round
+	Error   string             `json:"error,omitempty"`
+}
+
+// SoakCopy is one copy of a round.
+type SoakCopy struct {
+	Src       int       `json:"src"`
+	Dst       int       `json:"dst"`
+	Method    string    `json:"method"`
+	Direction string    `json:"direction"`
+	GBps      float64   `json:"gbps"`
+	Verified  bool      `json:"verified"`
+	Mismatch  *Mismatch `json:"mismatch,omitempty"`
+	Error     string    `json:"error,omitempty"`
+}
+
+// SoakAllReduce is one round's all-reduce sweep.
+type SoakAllReduce struct {
+	BusBWAtMax float64 `json:"busbw_at_max"`
+	Sizes      int     `json:"sizes"`
+	Wrong      int64   `json:"wrong"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// SoakGPU is one GPU's NVML sample after a round. Fields NVML does not answer on the
+// card stay at their zero value (-1 for the replay counter, as in NVMLGPU).
+type SoakGPU struct {
+	GPU           int   `json:"gpu"`
+	LinkGen       int   `json:"link_gen"`
+	LinkWidth     int   `json:"link_width"`
+	ReplayCounter int64 `json:"replay_counter"`
+	BAR1Used      int64 `json:"bar1_used"`
+}
+
+// SoakPair is one copy's figures over the whole soak.
+type SoakPair struct {
+	Src       int     `json:"src"`
+	Dst       int     `json:"dst"`
+	Method    string  `json:"method"`
+	Direction string  `json:"direction"`
+	Bytes     int64   `json:"bytes"`
+	Rounds    int     `json:"rounds"`     // rounds that copied it with a figure
+	Verified  int     `json:"verified"`   // of which verified intact
+	StartGBps float64 `json:"start_gbps"` // median of its first minute (or first three rounds)
+	EndGBps   float64 `json:"end_gbps"`   // median of its last three rounds
+	MinGBps   float64 `json:"min_gbps"`
+	MinRound  int     `json:"min_round"`
+}
+
+// Faulty says whether a round found anything a downsampled series must keep.
+func (r *SoakRound) Faulty() bool {
+	if r.Error != "" || len(r.Events) > 0 || (r.AllReduce != nil && (r.AllReduce.Wrong > 0 || r.AllReduce.Error != "")) {
+		return true
+	}
+	for _, c := range r.Copies {
+		if !c.Verified || c.Error != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// AddRound appends r to the series, halving it when it passes SoakMaxSeries.
+func (s *Soak) AddRound(r SoakRound) {
+	if s.Stride == 0 {
+		s.Stride = 1
+	}
+	s.Series = append(s.Series, r)
+	if len(s.Series) <= SoakMaxSeries {
+		return
+	}
+	kept := s.Series[:0]
+	last := len(s.Series) - 1
+	for i, x := range s.Series {
+		if i == 0 || i == last || i%2 == 0 || x.Faulty() {
+			kept = append(kept, x)
+		}
+	}
+	// Faulty rounds can keep it above the bound: then the oldest healthy ones go.
+	for len(kept) > SoakMaxSeries {
+		drop := -1
+		for i := 1; i < len(kept)-1; i++ {
+			if !kept[i].Faulty() {
+				drop = i
+				break
+			}
+		}
+		if drop < 0 {
+			drop = 1
+		}
+		kept = append(kept[:drop], kept[drop+1:]...)
+	}
+	s.Series = kept
+	s.Stride *= 2
+}

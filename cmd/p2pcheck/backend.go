@@ -99,6 +99,7 @@ func (realBackend) cudaWith(ctx context.Context, in *phaseInput, lib cuda.Librar
 		HighMemForce:    in.HighMemFrc,
 		HighMemFakeBAR1: in.FakeBAR1,
 		CorruptOnce:     in.Corrupt,
+		Seed:            in.Seed,
 		LinkGBps: func(src, dst int) float64 {
 			if src < len(link) && dst < len(link[src]) {
 				return link[src][dst]

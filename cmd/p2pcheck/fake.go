@@ -38,6 +38,18 @@ func loadFake(path string) (backend, error) {
 	return &fb, nil
 }
 
+// at is the scenario as it stands in the input's soak round (the one-shot: as written);
+// the round's kernel lines are "printed" when its copy phase runs.
+func (f *fakeBackend) at(in *phaseInput) (gpufake.Scenario, error) {
+	s, kmsg := f.s.AtRound(in.SoakRound)
+	if len(kmsg) > 0 && in.Phase == selftest.PhaseCUDA && in.KmsgPath != "" {
+		if err := appendLines(in.KmsgPath, kmsg); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
 func (f *fakeBackend) gate(ctx context.Context, phase string) error {
 	if f.s.Hang == phase {
 		<-ctx.Done() // only the parent's SIGKILL ends this
@@ -77,10 +89,14 @@ func (f *fakeBackend) bar1(ctx context.Context, in *phaseInput) (*phases.NVML, e
 	if err := f.gate(ctx, selftest.PhaseBAR1); err != nil {
 		return nil, err
 	}
-	if f.s.NVML == nil {
+	s, err := f.at(in)
+	if err != nil {
+		return nil, err
+	}
+	if s.NVML == nil {
 		return nil, fmt.Errorf("FAKE scenario has no nvml answer")
 	}
-	return realBackend{}.nvmlWith(ctx, in, gpufake.NewNVML(f.s.NVML.After()))
+	return realBackend{}.nvmlWith(ctx, in, gpufake.NewNVML(s.NVML.After()))
 }
 
 // cuda runs the real copy phase over the FAKE driver.
@@ -88,10 +104,14 @@ func (f *fakeBackend) cuda(ctx context.Context, in *phaseInput) (*cuda.Result, e
 	if err := f.gate(ctx, selftest.PhaseCUDA); err != nil {
 		return nil, err
 	}
-	if f.s.Box == nil {
+	s, err := f.at(in)
+	if err != nil {
+		return nil, err
+	}
+	if s.Box == nil {
 		return nil, fmt.Errorf("FAKE scenario has no box")
 	}
-	return realBackend{}.cudaWith(ctx, in, gpufake.New(*f.s.Box).CUDA())
+	return realBackend{}.cudaWith(ctx, in, gpufake.New(*s.Box).CUDA())
 }
 
 // peerMem runs the real peermem phase over the FAKE driver.
@@ -122,10 +142,14 @@ func (f *fakeBackend) nccl(ctx context.Context, in *phaseInput) (*selftest.NCCL,
 	if err := f.gate(ctx, selftest.PhaseNCCL); err != nil {
 		return nil, err
 	}
-	if f.s.Box == nil {
+	s, err := f.at(in)
+	if err != nil {
+		return nil, err
+	}
+	if s.Box == nil {
 		return nil, fmt.Errorf("FAKE scenario has no box")
 	}
-	box := gpufake.New(*f.s.Box)
+	box := gpufake.New(*s.Box)
 	return realBackend{}.ncclWith(ctx, in, box.CUDA(), box.NCCL(), box.Now)
 }
 

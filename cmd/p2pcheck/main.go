@@ -58,6 +58,7 @@ type options struct {
 	highMemBAR1 recipe.Size
 	fake        string
 	phase       string
+	soak        soakOptions
 }
 
 func main() {
@@ -77,6 +78,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if o.version {
 		fmt.Fprintf(stdout, "p2pcheck %s\n", version)
 		return 0
+	}
+	if o.soak.duration < 0 || o.soak.rounds < 0 || o.soak.corruptRound < 0 || o.soak.driftPct < 0 || o.soak.driftPct >= 100 {
+		fmt.Fprintf(stderr, "p2pcheck: --soak %s, --soak-rounds %d, --soak-inject-corruption %d, --soak-drift %g: want a duration, counts >= 0 and a drift in [0, 100)\n", o.soak.duration, o.soak.rounds, o.soak.corruptRound, o.soak.driftPct)
+		return exitUsage
 	}
 	if o.phase != "" {
 		return childMain(o.phase, os.Stdin, stdout, stderr)
@@ -117,6 +122,10 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fl.Var(&o.corrupt, "inject-corruption", "test hook: flip one word, to prove the verification catches it (the run must fail): alone or =copy after the first copy; =managed, =vmm, =ipc or =cudaipc in the first peermem check of that form")
 	fl.TextVar(&o.highMemBAR1, "high-mem-bar1", recipe.Size(0), "run the above-BAR1 probe as if BAR1 were this size, e.g. 32GiB (to exercise it on a card with a large BAR1)")
 	fl.StringVar(&o.fake, "fake", "", "FAKE backend: replay the NVML/CUDA/NCCL answers of this scenario file (tests only; in binaries built with -tags gpufake)")
+	fl.DurationVar(&o.soak.duration, "soak", 0, "burn-in: after the self-test, repeat verified copies (new pattern and size each round), all-reduces and NVML samples for this long, e.g. 8h (docs/burn-in.md)")
+	fl.IntVar(&o.soak.rounds, "soak-rounds", 0, "with --soak: stop after this many rounds at the latest (0: only the duration bounds it)")
+	fl.Float64Var(&o.soak.driftPct, "soak-drift", 10, "with --soak: warn when a copy's bandwidth ends this many percent below its start (0: not checked)")
+	fl.IntVar(&o.soak.corruptRound, "soak-inject-corruption", 0, "test hook, with --soak: flip one copied word in this round (the soak must fail there, naming it)")
 	fl.StringVar(&o.phase, "phase", "", "internal: run one phase as a child process")
 	fl.BoolVar(&o.version, "version", false, "print p2pcheck's version (the report's tool field) and exit")
 	return fl
@@ -135,7 +144,9 @@ func defaults() recipe.Recipe {
 // check runs the phases in order, each in a child under its deadline, and judges.
 func check(o *options, stderr io.Writer) *selftest.Report {
 	start := time.Now()
-	ctx, cancel := context.WithDeadline(context.Background(), start.Add(o.deadline))
+	// A soak's rounds come after the one-shot's phases, each under its phase deadline;
+	// the whole run's bound grows by the soak's duration.
+	ctx, cancel := context.WithDeadline(context.Background(), start.Add(o.deadline+o.soak.duration))
 	defer cancel()
 	var res *recipe.Resolved
 	var recipeErr error
@@ -227,6 +238,13 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 			r.Add(selftest.SevInfo, "bar1.read", "reading BAR1 after the copies: "+res.out.Error, "")
 		default:
 			phases.Merge(r, res.out)
+		}
+	}
+	if o.soak.duration > 0 {
+		if r.DeadlineExceeded == "" && r.CUDA.CuInit != nil && r.CUDA.CuInit.Code == selftest.CUDASuccess && len(r.CUDA.Devices) > 0 {
+			soak(ctx, o, o.soak, r, self, in, deadlines, watch, stderr)
+		} else {
+			r.Add(selftest.SevFail, "soak.start", "the soak did not start: the self-test's copy phase did not reach the GPUs", "the findings above say why; a burn-in needs the self-test to reach the GPUs first")
 		}
 	}
 	if o.corrupt != "" && r.CUDA.CuInit != nil && r.CUDA.CuInit.Code == selftest.CUDASuccess && !hasFinding(r, "test.injected") {

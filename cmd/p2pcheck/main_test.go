@@ -198,7 +198,8 @@ func TestDeadline(t *testing.T) {
 }
 
 func TestUsage(t *testing.T) {
-	for _, args := range [][]string{{"--bogus"}, {"extra"}, {"--inject-corruption=pinned"}, {"--fake", filepath.Join(t.TempDir(), "absent.json")}} {
+	for _, args := range [][]string{{"--bogus"}, {"extra"}, {"--inject-corruption=pinned"}, {"--fake", filepath.Join(t.TempDir(), "absent.json")},
+		{"--soak", "-1h"}, {"--soak", "1h", "--soak-rounds", "-2"}, {"--soak", "1h", "--soak-drift", "100"}, {"--soak", "forever"}} {
 		var stderr bytes.Buffer
 		if code := run(args, &bytes.Buffer{}, &stderr); code != exitUsage {
 			t.Errorf("run(%v) = %d, want %d", args, code, exitUsage)

@@ -41,7 +41,12 @@ type phaseInput struct {
 	HighMemFrc bool                 `json:"high_mem_force"`
 	FakeBAR1   int64                `json:"fake_bar1"` // the pretended BAR1 of a forced probe
 	Corrupt    bool                 `json:"corrupt"`
-	WantGPUs   int                  `json:"want_gpus"` // GPUs sysfs shows; 0 = only probe cuInit
+	WantGPUs   int                  `json:"want_gpus"`      // GPUs sysfs shows; 0 = only probe cuInit
+	Seed       uint32               `json:"seed,omitempty"` // pattern seed (cuda.Options.Seed); a soak's rounds each have one
+
+	// SoakRound is the soak round this phase runs in (from 1; 0: not soaking). Only the
+	// FAKE backend reads it, to play a scenario's changes over time.
+	SoakRound int `json:"soak_round,omitempty"`
 
 	// peermem phase
 	MemBytes   int64  `json:"mem_bytes"`

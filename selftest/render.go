@@ -30,6 +30,7 @@ func RenderWidth(r *Report, width int) string {
 	renderPeerMem(&b, r, width)
 	renderBAR1(&b, r, width)
 	renderNCCL(&b, r, width)
+	renderSoak(&b, r)
 	renderKernelEvents(&b, r, width)
 	renderFindings(&b, r, width)
 	renderDurations(&b, r, width)

@@ -1,5 +1,11 @@
 package selftest
 
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
 // Soak is a burn-in run (p2pcheck --soak, docs/burn-in.md): the copy phase repeated
 // round after round with a new data pattern and copy size each round, NVML sampled
 // between rounds, the kernel log read after every round. It is an optional part of the
@@ -135,4 +141,59 @@ func (s *Soak) AddRound(r SoakRound) {
 	}
 	s.Series = kept
 	s.Stride *= 2
+}
+
+// renderSoak is the burn-in's console summary: how it ended, each copy at its largest
+// size from start to end, and each GPU's link and replay counter first and last. The
+// whole series is in the JSON.
+func renderSoak(b *strings.Builder, r *Report) {
+	s := r.Soak
+	if s == nil {
+		return
+	}
+	section(b, "Soak (burn-in)")
+	fmt.Fprintf(b, "  %d rounds in %s of %s, stopped: %s", s.Rounds, time.Duration(s.ElapsedMS)*time.Millisecond, time.Duration(s.RequestedMS)*time.Millisecond, s.Stopped)
+	if s.StoppedAt != "" {
+		fmt.Fprintf(b, " (%s)", s.StoppedAt)
+	}
+	b.WriteString("\n")
+	largest := map[string]int64{}
+	key := func(p SoakPair) string { return fmt.Sprintf("%d>%d %s %s", p.Src, p.Dst, p.Method, p.Direction) }
+	for _, p := range s.Pairs {
+		largest[key(p)] = max(largest[key(p)], p.Bytes)
+	}
+	rows := [][]string{{"  COPY", "SIZE", "ROUNDS", "VERIFIED", "START GB/s", "END GB/s", "MIN GB/s (ROUND)"}}
+	for _, p := range s.Pairs {
+		if p.Bytes != largest[key(p)] {
+			continue
+		}
+		name := fmt.Sprintf("GPU%d->GPU%d %s %s", p.Src, p.Dst, p.Method, p.Direction)
+		if p.Src == p.Dst {
+			name = fmt.Sprintf("GPU%d local %s", p.Src, p.Method)
+		}
+		end := "-"
+		if p.EndGBps > 0 {
+			end = fmt.Sprintf("%.1f", p.EndGBps)
+		}
+		rows = append(rows, []string{"  " + name, HumanBytes(p.Bytes), fmt.Sprint(p.Rounds), fmt.Sprint(p.Verified), fmt.Sprintf("%.1f", p.StartGBps), end, fmt.Sprintf("%.1f (%d)", p.MinGBps, p.MinRound)})
+	}
+	if len(rows) > 1 {
+		writeTable(b, rows)
+	}
+	if len(s.Series) == 0 {
+		return
+	}
+	first, last := s.Series[0], s.Series[len(s.Series)-1]
+	if len(first.GPUs) == 0 || len(last.GPUs) == 0 {
+		return
+	}
+	rows = [][]string{{"  GPU", "LINK FIRST", "LINK LAST", "REPLAY FIRST", "REPLAY LAST"}}
+	for _, f := range first.GPUs {
+		for _, l := range last.GPUs {
+			if l.GPU == f.GPU {
+				rows = append(rows, []string{fmt.Sprintf("  GPU%d", f.GPU), fmt.Sprintf("Gen%d x%d", f.LinkGen, f.LinkWidth), fmt.Sprintf("Gen%d x%d", l.LinkGen, l.LinkWidth), fmt.Sprint(f.ReplayCounter), fmt.Sprint(l.ReplayCounter)})
+			}
+		}
+	}
+	writeTable(b, rows)
 }

@@ -86,6 +86,9 @@ func soakCases() []faultCase {
 				if len(seeds) != 8 || len(sizes) < 3 {
 					t.Errorf("FAKE: %d seeds and %d sizes over 8 rounds, want a new pattern every round and at least 3 sizes", len(seeds), len(sizes))
 				}
+				if out := selftest.Render(r); !strings.Contains(out, "Soak (burn-in)\n  8 rounds in ") || !strings.Contains(out, "GPU0->GPU1 ce write") {
+					t.Errorf("FAKE: the rendered report has no soak summary:\n%s", out)
+				}
 				for _, p := range s.Pairs {
 					if p.Verified != p.Rounds || p.Rounds == 0 {
 						t.Errorf("FAKE: pair %+v: not every round verified", p)

@@ -1,0 +1,59 @@
+#!/bin/sh
+# soak.sh: issue 32's burn-in proof on a GPU host. In one command:
+#   - p2pcheck --soak $SOAK [2m]: must pass, every round's copies verified, every
+#     all-reduce element checked; prints the per-copy start/end figures and how far
+#     the end is from the start (steady within a few percent on a healthy card);
+#   - p2pcheck --soak 1m --soak-inject-corruption 3: must exit 9 with soak.corrupt
+#     naming round 3 and the soak stopped there.
+# One line per check, then one summary line; non-zero exit when any check failed.
+# Results go to $OUT (or /tmp/soak). P2PCHECK names the binary [./bin/p2pcheck].
+#
+#   make && <device> sh scripts/device/soak.sh
+here=$(dirname "$0")
+. "$here/lib.sh"
+out=${OUT:-/tmp/soak}
+p2p=${P2PCHECK:-./bin/p2pcheck}
+dur=${SOAK:-2m}
+mkdir -p "$out"
+nvidia-smi --query-gpu=index,name,pci.bus_id,memory.total,driver_version,temperature.gpu,power.draw --format=csv,noheader
+
+nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
+[ -f "$nccl" ] || nccl=libnccl.so.2
+
+echo "== p2pcheck --soak $dur (NCCL: $nccl)"
+"$p2p" --soak "$dur" --nccl-lib "$nccl" --log-dir "$out" --out "$out/soak.json" >"$out/soak.txt" 2>"$out/soak.stderr"
+rc=$?
+head -3 "$out/soak.stderr"; echo "..."; tail -3 "$out/soak.stderr"
+sed -n '/^Soak (burn-in)/,/^$/p' "$out/soak.txt"
+result soak-exit-0 "$([ $rc = 0 ] && echo ok || echo FAIL)" "exit $rc"
+python3 - "$out/soak.json" <<'PY' >"$out/soak.checks"
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = r.get("soak") or {}
+series = s.get("series") or []
+bad = [(x["round"], c) for x in series for c in x["copies"] if not c["verified"]]
+ar = [x.get("all_reduce") for x in series if x.get("all_reduce")]
+print("ok" if s.get("rounds", 0) >= 3 and s.get("stopped") == "duration" else "FAIL", "soak-rounds",
+      s.get("rounds"), "rounds in", s.get("elapsed_ms"), "ms, stopped", s.get("stopped"), s.get("stopped_at", ""))
+print("ok" if series and not bad else "FAIL", "soak-every-copy-verified",
+      sum(len(x["copies"]) for x in series), "copies,", len(bad), "not verified", bad[:1])
+print("ok" if ar and all(a["wrong"] == 0 and not a.get("error") for a in ar) else "FAIL", "soak-allreduce-checked",
+      len(ar), "sweeps,", sum(a["sizes"] for a in ar), "sizes,", sum(a["wrong"] for a in ar), "wrong")
+worst, n = 0.0, 0
+for p in s.get("pairs") or []:
+    if p["end_gbps"] > 0:
+        d = abs(p["end_gbps"] - p["start_gbps"]) / p["start_gbps"] * 100
+        print("   ", p["src"], p["dst"], p["method"], p["direction"], p["bytes"], "start %.1f end %.1f min %.1f" % (p["start_gbps"], p["end_gbps"], p["min_gbps"]), "(%.1f %%)" % d, file=sys.stderr)
+        worst, n = max(worst, d), n + 1
+print("ok" if n and worst < 5 else "FAIL", "soak-steady", n, "copies with start and end figures; largest start->end change %.1f %%" % worst)
+PY
+results "$out/soak.checks"
+
+echo "== p2pcheck --soak 1m --soak-inject-corruption 3"
+"$p2p" --json --soak 1m --soak-inject-corruption 3 --no-nccl --no-peer-mem --nccl-lib "$nccl" --out "$out/corrupt.json" >/dev/null 2>"$out/corrupt.stderr"
+rc=$?
+got=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); s=r.get("soak") or {}; print(s.get("rounds"), s.get("stopped"), "|", " | ".join(f["status"]+" "+f["id"]+": "+f["message"] for f in r["findings"] if f["id"].startswith("soak.")))' "$out/corrupt.json")
+echo "$got"
+result soak-corrupt-exit-9 "$([ $rc = 9 ] && echo ok || echo FAIL)" "exit $rc"
+result soak-corrupt-round-3 "$(case $got in "3 failure |"*"fail soak.corrupt"*"in round 3 ("*) echo ok ;; *) echo FAIL ;; esac)" "$got"
+summary

@@ -140,7 +140,7 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 			continue
 		}
 		for _, in := range s.inputs {
-			if in.Kind == "git" || opt.Store.HasBlob(in.SHA256) {
+			if in.Kind == lock.KindGit || opt.Store.HasBlob(in.SHA256) {
 				continue
 			}
 			how := fmt.Sprintf("run `peerboot fetch %s`", p.Recipe.Path)
@@ -292,7 +292,7 @@ func (c *buildClock) newest(ctx context.Context, ins []lock.Input) (int64, error
 
 func (c *buildClock) date(ctx context.Context, in lock.Input) (int64, error) {
 	switch in.Kind {
-	case "deb":
+	case lock.KindDeb:
 		f, err := os.Open(c.store.BlobPath(in.SHA256))
 		if err != nil {
 			return 0, err
@@ -303,7 +303,7 @@ func (c *buildClock) date(ctx context.Context, in lock.Input) (int64, error) {
 			return 0, fmt.Errorf("%s: %w", in.Name, err)
 		}
 		return t, nil
-	case "git":
+	case lock.KindGit:
 		out, err := exec.CommandContext(ctx, "git", "--git-dir", c.store.GitDir(in.URL), "show", "-s", "--format=%ct", in.Commit).Output()
 		if err != nil {
 			return 0, fmt.Errorf("%s: reading commit time: %w", in.Name, err)

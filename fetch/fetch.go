@@ -53,7 +53,7 @@ func Fetch(ctx context.Context, st *store.Store, inputs []lock.Input, opt Option
 	var total int64
 	for _, in := range inputs {
 		switch in.Kind {
-		case "git":
+		case lock.KindGit:
 			ok, err := hasCommit(ctx, st, in)
 			if err != nil {
 				return stats, err
@@ -166,9 +166,9 @@ func installerHint(in lock.Input, recipe string, err error) error {
 
 func fetchOne(ctx context.Context, st *store.Store, in lock.Input, opt Options, meter *progress.Meter) (int64, error) {
 	switch in.Kind {
-	case "git":
+	case lock.KindGit:
 		return 0, fetchGit(ctx, st, in, opt)
-	case "deb", "url":
+	case lock.KindDeb, lock.KindURL:
 		u, err := url.Parse(in.URL)
 		if err != nil {
 			return 0, err
@@ -223,7 +223,7 @@ func download(ctx context.Context, st *store.Store, in lock.Input, client *http.
 					return 0, err
 				}
 			}
-		case resp.StatusCode == http.StatusNotFound && in.Kind == "deb":
+		case resp.StatusCode == http.StatusNotFound && in.Kind == lock.KindDeb:
 			// Archives drop superseded versions (security updates especially).
 			return 0, fmt.Errorf("downloading %s: HTTP %s: the archive no longer has this pinned version; re-pin with `peerboot lock`, or bring the file with `peerboot store import`", in.URL, resp.Status)
 		default:

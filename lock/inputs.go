@@ -7,11 +7,21 @@ import (
 	"github.com/peerboot/peerboot/recipe"
 )
 
+// Kind is how an input is fetched and unpacked.
+type Kind string
+
+// The input kinds.
+const (
+	KindDeb Kind = "deb" // a Debian package from a [[repo]], by sha256
+	KindURL Kind = "url" // a file downloaded by URL, by sha256
+	KindGit Kind = "git" // a commit of a git repository
+)
+
 // Input is one pinned input of a build, ready to fetch.
 type Input struct {
 	Role   string // kernel-source, driver-source, efi-stub, userspace, installer
 	Name   string // package or file name, for messages
-	Kind   string // "deb", "url" or "git"
+	Kind   Kind
 	URL    string // where to download it; for git, the clone URL
 	SHA256 string // deb and url inputs
 	Size   int64  // 0 when unknown
@@ -20,7 +30,7 @@ type Input struct {
 
 // Digest identifies the input's content: "sha256:<hex>" or "git:<commit>".
 func (i Input) Digest() string {
-	if i.Kind == "git" {
+	if i.Kind == KindGit {
 		return "git:" + i.Commit
 	}
 	return "sha256:" + i.SHA256
@@ -50,7 +60,7 @@ func Inputs(r *recipe.Resolved, f *File, baseURL func(repo string) (string, erro
 			if err != nil {
 				return err
 			}
-			ins = append(ins, Input{Role: role, Name: d.Package + "_" + d.Version, Kind: "deb",
+			ins = append(ins, Input{Role: role, Name: d.Package + "_" + d.Version, Kind: KindDeb,
 				URL: strings.TrimSuffix(base, "/") + "/" + d.Filename, SHA256: d.SHA256, Size: d.Size})
 		}
 		return nil
@@ -70,9 +80,9 @@ func Inputs(r *recipe.Resolved, f *File, baseURL func(repo string) (string, erro
 			}
 		case s.src.URL != "":
 			name := s.src.URL[strings.LastIndexByte(s.src.URL, '/')+1:]
-			ins = append(ins, Input{Role: s.role, Name: name, Kind: "url", URL: s.src.URL, SHA256: s.src.SHA256})
+			ins = append(ins, Input{Role: s.role, Name: name, Kind: KindURL, URL: s.src.URL, SHA256: s.src.SHA256})
 		case s.src.Git != "":
-			ins = append(ins, Input{Role: s.role, Name: s.src.Git, Kind: "git", URL: s.src.Git, Commit: s.src.Commit})
+			ins = append(ins, Input{Role: s.role, Name: s.src.Git, Kind: KindGit, URL: s.src.Git, Commit: s.src.Commit})
 		}
 	}
 	if len(r.Userspace.Packages) > 0 {
@@ -94,7 +104,7 @@ func Inputs(r *recipe.Resolved, f *File, baseURL func(repo string) (string, erro
 		if pin == nil {
 			un = append(un, Unresolved{RoleInstaller, in.URL[strings.LastIndexByte(in.URL, '/')+1:], "NVIDIA installer not in the lock file: run `peerboot lock " + r.Path + "`"})
 		} else {
-			ins = append(ins, Input{Role: RoleInstaller, Name: pin.Name, Kind: "url", URL: pin.URL, SHA256: pin.SHA256, Size: pin.Size})
+			ins = append(ins, Input{Role: RoleInstaller, Name: pin.Name, Kind: KindURL, URL: pin.URL, SHA256: pin.SHA256, Size: pin.Size})
 		}
 	}
 	return ins, un, nil

@@ -24,11 +24,11 @@ import (
 func Unpack(ctx context.Context, st *store.Store, in lock.Input, dir string) (string, error) {
 	var err error
 	switch in.Kind {
-	case "deb":
+	case lock.KindDeb:
 		err = unpackDeb(ctx, st.BlobPath(in.SHA256), dir)
-	case "url":
+	case lock.KindURL:
 		err = untar(ctx, st.BlobPath(in.SHA256), dir)
-	case "git":
+	case lock.KindGit:
 		err = gitArchive(ctx, st.GitDir(in.URL), in.Commit, dir)
 	default:
 		err = fmt.Errorf("unknown source kind %q", in.Kind)

@@ -50,7 +50,7 @@ func newRecipeJSON(r *recipe.Resolved) recipeJSON {
 }
 
 func newInputJSON(in lock.Input) inputJSON {
-	return inputJSON{Role: in.Role, Name: in.Name, Kind: in.Kind, Digest: in.Digest(), Size: in.Size, URL: in.URL}
+	return inputJSON{Role: in.Role, Name: in.Name, Kind: string(in.Kind), Digest: in.Digest(), Size: in.Size, URL: in.URL}
 }
 
 func planCmd(g *globals) *cobra.Command {

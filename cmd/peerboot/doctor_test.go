@@ -25,6 +25,7 @@ var alsoFrom = map[string]string{
 	"objdump": "binutils", "mkfs.vfat": "dosfstools", "mdir": "mtools", "mtype": "mtools",
 	"minfo": "mtools", "mcopy": "mtools", "mount": "mount", "umount": "mount", "chromium-browser": "chromium",
 	"sbverify": "sbsigntool",
+	"cc":       "build-essential", // gcc's cc, as the C compiler need checks gcc
 }
 
 // Every command a test runs or looks up is a host need `make deps` installs

@@ -99,6 +99,17 @@ type NVMLGPU struct {
 	// not answered.
 	DisplayMode   *int `json:"display_mode,omitempty"`
 	DisplayActive *int `json:"display_active,omitempty"`
+	// Sensors, for the soak's samples (docs/burn-in.md); nil: not answered (NOT_SUPPORTED,
+	// or a library without the call). TemperatureC is the GPU die (NVML_TEMPERATURE_GPU),
+	// the clocks NVML_CLOCK_SM and NVML_CLOCK_MEM now, PowerMW the board's draw, and
+	// ThrottleReasons nvmlDeviceGetCurrentClocksThrottleReasons' bit mask (nvml.h's
+	// nvmlClocksThrottleReason* constants: 0x4 SW power cap, 0x8 HW slowdown, 0x20 SW
+	// thermal, 0x40 HW thermal, 0x80 HW power brake).
+	TemperatureC    *int    `json:"temperature_c,omitempty"`
+	SMClockMHz      *int    `json:"sm_clock_mhz,omitempty"`
+	MemClockMHz     *int    `json:"mem_clock_mhz,omitempty"`
+	PowerMW         *int    `json:"power_mw,omitempty"`
+	ThrottleReasons *uint64 `json:"throttle_reasons,omitempty"`
 }
 
 // CUDADevice is what the CUDA driver API says about one ordinal.

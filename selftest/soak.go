@@ -79,6 +79,38 @@ type SoakGPU struct {
 	LinkWidth     int   `json:"link_width"`
 	ReplayCounter int64 `json:"replay_counter"`
 	BAR1Used      int64 `json:"bar1_used"`
+	// Sensors as NVMLGPU has them; absent where NVML did not answer.
+	TemperatureC    *int    `json:"temperature_c,omitempty"`
+	SMClockMHz      *int    `json:"sm_clock_mhz,omitempty"`
+	MemClockMHz     *int    `json:"mem_clock_mhz,omitempty"`
+	PowerMW         *int    `json:"power_mw,omitempty"`
+	ThrottleReasons *uint64 `json:"throttle_reasons,omitempty"`
+}
+
+// Throttle reasons (nvml.h nvmlClocksThrottleReason*) the soak warns about: the clocks
+// came down for heat or a hardware signal, not because the GPU idled or sat at its
+// power cap (ThrottlePowerCap, reported on its own: a card at full load often is).
+const (
+	ThrottlePowerCap   uint64 = 0x4
+	ThrottleHWSlowdown uint64 = 0x8
+	ThrottleSWThermal  uint64 = 0x20
+	ThrottleHWThermal  uint64 = 0x40
+	ThrottleHWBrake    uint64 = 0x80
+	ThrottleHeat              = ThrottleHWSlowdown | ThrottleSWThermal | ThrottleHWThermal | ThrottleHWBrake
+)
+
+// ThrottleNames spells a throttle mask's bits the soak knows.
+func ThrottleNames(mask uint64) string {
+	var out []string
+	for _, b := range []struct {
+		bit  uint64
+		name string
+	}{{ThrottlePowerCap, "SW power cap"}, {ThrottleHWSlowdown, "HW slowdown"}, {ThrottleSWThermal, "SW thermal slowdown"}, {ThrottleHWThermal, "HW thermal slowdown"}, {ThrottleHWBrake, "HW power brake"}} {
+		if mask&b.bit != 0 {
+			out = append(out, b.name)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // SoakPair is one copy's figures over the whole soak.
@@ -187,11 +219,18 @@ func renderSoak(b *strings.Builder, r *Report) {
 	if len(first.GPUs) == 0 || len(last.GPUs) == 0 {
 		return
 	}
-	rows = [][]string{{"  GPU", "LINK FIRST", "LINK LAST", "REPLAY FIRST", "REPLAY LAST"}}
+	rows = [][]string{{"  GPU", "LINK FIRST", "LINK LAST", "REPLAY FIRST", "REPLAY LAST", "TEMP FIRST", "TEMP LAST", "SM MHz LAST", "POWER W LAST"}}
+	opt := func(p *int, div int) string {
+		if p == nil {
+			return "-"
+		}
+		return fmt.Sprint(*p / div)
+	}
 	for _, f := range first.GPUs {
 		for _, l := range last.GPUs {
 			if l.GPU == f.GPU {
-				rows = append(rows, []string{fmt.Sprintf("  GPU%d", f.GPU), fmt.Sprintf("Gen%d x%d", f.LinkGen, f.LinkWidth), fmt.Sprintf("Gen%d x%d", l.LinkGen, l.LinkWidth), fmt.Sprint(f.ReplayCounter), fmt.Sprint(l.ReplayCounter)})
+				rows = append(rows, []string{fmt.Sprintf("  GPU%d", f.GPU), fmt.Sprintf("Gen%d x%d", f.LinkGen, f.LinkWidth), fmt.Sprintf("Gen%d x%d", l.LinkGen, l.LinkWidth), fmt.Sprint(f.ReplayCounter), fmt.Sprint(l.ReplayCounter),
+					opt(f.TemperatureC, 1), opt(l.TemperatureC, 1), opt(l.SMClockMHz, 1), opt(l.PowerMW, 1000)})
 			}
 		}
 	}

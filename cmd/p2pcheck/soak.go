@@ -61,6 +61,7 @@ func soak(ctx context.Context, o *options, so soakOptions, r *selftest.Report, s
 	ncclOK := r.NCCL != nil && r.NCCL.Error == ""
 	end := start.Add(so.duration)
 	tr := newSoakTracker()
+	lastRound := time.Duration(0)
 	defer func() {
 		s.ElapsedMS = time.Since(start).Milliseconds()
 		s.Pairs = tr.pairs()
@@ -88,11 +89,25 @@ func soak(ctx context.Context, o *options, so soakOptions, r *selftest.Report, s
 		cin.Corrupt = round == so.corruptRound
 		cin.SoakRound = round
 		rd.Bytes, rd.Seed = cin.CopyBytes, cin.Seed
-		hard := soakCopies(ctx, self, &cin, deadlines, &rd, tr, stderr)
+		// NVML is sampled while the copies run, not after (an idle GPU's clocks and
+		// throttle reasons say nothing about load): halfway through the previous round.
+		sampled := make(chan []selftest.SoakGPU, 1)
+		go func(delay time.Duration) {
+			select {
+			case <-time.After(delay):
+			case <-ctx.Done():
+			}
+			var x selftest.SoakRound
+			soakNVML(ctx, self, in, round, deadlines, r, &x)
+			sampled <- x.GPUs
+		}(min(lastRound/2, 5*time.Second))
+		t0 := time.Now()
+		hard := soakCopies(ctx, self, &cin, deadlines, &rd, stderr)
 		if hard == "" && ncclOK {
 			hard = soakAllReduce(ctx, self, in, round, deadlines, &rd, stderr)
 		}
-		soakNVML(ctx, self, in, round, deadlines, r, &rd, tr)
+		rd.GPUs = append(rd.GPUs, <-sampled...)
+		lastRound = time.Since(t0)
 		if watch != nil {
 			evs, err := watch.Events()
 			if err == nil {
@@ -117,7 +132,7 @@ func soak(ctx context.Context, o *options, so soakOptions, r *selftest.Report, s
 }
 
 // soakCopies runs the round's cuda phase; it returns what stops the soak ("" none).
-func soakCopies(ctx context.Context, self string, in *phaseInput, deadlines map[string]time.Duration, rd *selftest.SoakRound, tr *soakTracker, stderr io.Writer) string {
+func soakCopies(ctx context.Context, self string, in *phaseInput, deadlines map[string]time.Duration, rd *selftest.SoakRound, stderr io.Writer) string {
 	res := runPhase(ctx, self, in, deadlines[selftest.PhaseCUDA], stderr)
 	switch {
 	case res.stalled:
@@ -186,8 +201,9 @@ func soakAllReduce(ctx context.Context, self string, in *phaseInput, round int, 
 	return ""
 }
 
-// soakNVML samples NVML after the round (the bar1 phase: NVML's per-GPU answers).
-func soakNVML(ctx context.Context, self string, in *phaseInput, round int, deadlines map[string]time.Duration, r *selftest.Report, rd *selftest.SoakRound, tr *soakTracker) {
+// soakNVML samples NVML during the round (the bar1 phase: NVML's per-GPU answers).
+// It only reads r.GPUs, so it may run beside the round's other children.
+func soakNVML(ctx context.Context, self string, in *phaseInput, round int, deadlines map[string]time.Duration, r *selftest.Report, rd *selftest.SoakRound) {
 	nin := *in
 	nin.Phase = selftest.PhaseBAR1
 	nin.SoakRound = round
@@ -210,7 +226,8 @@ func soakNVML(ctx context.Context, self string, in *phaseInput, round int, deadl
 		if !ok {
 			i = k
 		}
-		rd.GPUs = append(rd.GPUs, selftest.SoakGPU{GPU: i, LinkGen: g.LinkGen, LinkWidth: g.LinkWidth, ReplayCounter: g.ReplayCounter, BAR1Used: g.BAR1Used})
+		rd.GPUs = append(rd.GPUs, selftest.SoakGPU{GPU: i, LinkGen: g.LinkGen, LinkWidth: g.LinkWidth, ReplayCounter: g.ReplayCounter, BAR1Used: g.BAR1Used,
+			TemperatureC: g.TemperatureC, SMClockMHz: g.SMClockMHz, MemClockMHz: g.MemClockMHz, PowerMW: g.PowerMW, ThrottleReasons: g.ThrottleReasons})
 	}
 	slices.SortFunc(rd.GPUs, func(a, b selftest.SoakGPU) int { return cmp.Compare(a.GPU, b.GPU) })
 }

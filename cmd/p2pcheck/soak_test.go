@@ -170,6 +170,38 @@ func soakCases() []faultCase {
 			},
 		},
 		{
+			// GPU3 heats up: 62 °C and no reason, then from round 5 at 91 °C with HW and SW
+			// thermal slowdown (and its SM clock down): a warning naming round 5. GPU0
+			// sits at its power cap throughout: information only.
+			name: "soak-thermal-throttle", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", pass: true,
+			args: soakArgs("8", "--no-nccl"),
+			mutate: func(t *testing.T, s *gpufake.Scenario, _ *pcie.Result) {
+				u32 := func(v uint32) *uint32 { return &v }
+				u64 := func(v uint64) *uint64 { return &v }
+				for i := range s.NVML.GPUs {
+					g := &s.NVML.GPUs[i]
+					g.TempC, g.SMClockMHz, g.MemClockMHz, g.PowerMW, g.ThrottleReasons = u32(62), u32(2520), u32(10501), u32(300000), u64(0)
+				}
+				s.NVML.GPUs[0].ThrottleReasons = u64(0x4)
+				hot := s.NVML.GPUs[3]
+				hot.TempC, hot.SMClockMHz, hot.ThrottleReasons = u32(91), u32(1410), u64(0x20|0x40)
+				s.Soak = []gpufake.SoakStep{{Round: 5, NVMLGPUs: []gpufake.FakeNVMLGPU{hot}}}
+			},
+			want: []string{"warn soak.throttle", "info soak.power_cap"},
+			msg:  []string{"GPU3's clocks were held down (SW thermal slowdown, HW thermal slowdown) in 4 samples, first in round 5", "at 91 °C (hottest sample 91 °C)", "GPU0 ran at its power cap in 8 samples, first in round 1"},
+			check: func(t *testing.T, r *selftest.Report) {
+				g := r.Soak.Series[len(r.Soak.Series)-1].GPUs[3]
+				if g.TemperatureC == nil || *g.TemperatureC != 91 || g.SMClockMHz == nil || *g.SMClockMHz != 1410 || g.PowerMW == nil || *g.PowerMW != 300000 {
+					t.Errorf("FAKE: last sample of GPU3 %+v, want 91 °C, 1410 MHz, 300 W", g)
+				}
+				for _, f := range r.Findings {
+					if f.ID == "soak.throttle" && f.Subject != "GPU3" {
+						t.Errorf("FAKE: throttling on %s, only GPU3 ran hot", f.Subject)
+					}
+				}
+			},
+		},
+		{
 			// An Xid in round 3: the kernel finding fails it, the soak finding says when.
 			name: "soak-xid", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
 			args: soakArgs("8", "--no-nccl"),

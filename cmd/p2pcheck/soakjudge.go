@@ -34,9 +34,13 @@ type soakTracker struct {
 	first    map[int]selftest.SoakGPU // GPU -> its first sample
 	firstAt  map[int]int64
 	// The first time each thing was seen, for the findings.
-	replay  map[int]*soakEvent
-	events  []soakEventAt
-	corrupt *soakCorrupt
+	replay map[int]*soakEvent
+	// throttle and powerCap: the first sample with a heat / power-cap reason, the
+	// reasons seen over all samples in from (as a mask), rounds with them in to.
+	throttle, powerCap map[int]*soakEvent
+	maxTemp            map[int]int
+	events             []soakEventAt
+	corrupt            *soakCorrupt
 }
 
 type soakEvent struct {
@@ -44,6 +48,7 @@ type soakEvent struct {
 	atMS  int64
 	from  int64
 	to    int64
+	temp  int // °C at the first sample, 0: unknown
 }
 
 type soakEventAt struct {
@@ -60,7 +65,8 @@ type soakCorrupt struct {
 }
 
 func newSoakTracker() *soakTracker {
-	return &soakTracker{points: map[soakKey][]soakPoint{}, verified: map[soakKey]int{}, first: map[int]selftest.SoakGPU{}, firstAt: map[int]int64{}, replay: map[int]*soakEvent{}}
+	return &soakTracker{points: map[soakKey][]soakPoint{}, verified: map[soakKey]int{}, first: map[int]selftest.SoakGPU{}, firstAt: map[int]int64{}, replay: map[int]*soakEvent{},
+		throttle: map[int]*soakEvent{}, powerCap: map[int]*soakEvent{}, maxTemp: map[int]int{}}
 }
 
 // round records a finished round.
@@ -75,6 +81,32 @@ func (t *soakTracker) round(rd *selftest.SoakRound) {
 		}
 		if c.Mismatch != nil && t.corrupt == nil {
 			t.corrupt = &soakCorrupt{rd.Round, rd.AtMS, rd.Bytes, c}
+		}
+	}
+	for _, g := range rd.GPUs {
+		if g.TemperatureC != nil {
+			t.maxTemp[g.GPU] = max(t.maxTemp[g.GPU], *g.TemperatureC)
+		}
+		if g.ThrottleReasons != nil {
+			for _, x := range []struct {
+				m    map[int]*soakEvent
+				bits uint64
+			}{{t.throttle, selftest.ThrottleHeat}, {t.powerCap, selftest.ThrottlePowerCap}} {
+				got := *g.ThrottleReasons & x.bits
+				if got == 0 {
+					continue
+				}
+				e := x.m[g.GPU]
+				if e == nil {
+					e = &soakEvent{round: rd.Round, atMS: rd.AtMS}
+					if g.TemperatureC != nil {
+						e.temp = *g.TemperatureC
+					}
+					x.m[g.GPU] = e
+				}
+				e.from |= int64(got)
+				e.to++
+			}
 		}
 	}
 	for _, g := range rd.GPUs {
@@ -196,6 +228,25 @@ func judgeSoak(r *selftest.Report, s *selftest.Soak, t *soakTracker, so soakOpti
 				"link-level retries: the data still arrived, but the link is marginal (signal integrity of the riser/retimer); watch whether it keeps rising")
 		}
 	nextGPU:
+	}
+	for _, g := range gpus {
+		temp := func(e *soakEvent) string {
+			if e.temp == 0 {
+				return ""
+			}
+			return fmt.Sprintf(" at %d °C (hottest sample %d °C)", e.temp, t.maxTemp[g])
+		}
+		if e := t.throttle[g]; e != nil {
+			add(selftest.SevWarn, "soak.throttle", fmt.Sprintf("GPU%d", g),
+				fmt.Sprintf("GPU%d's clocks were held down (%s) in %d samples, first in round %d (%s)%s", g, selftest.ThrottleNames(uint64(e.from)), e.to, e.round, soakAt(e.atMS), temp(e)),
+				fmt.Sprintf("nvmlDeviceGetCurrentClocksThrottleReasons mask %#x", e.from),
+				"heat or a hardware slowdown signal under sustained load: check the card's airflow, fans and the chassis; bandwidth figures taken while throttled are not the card's")
+		}
+		if e := t.powerCap[g]; e != nil {
+			add(selftest.SevInfo, "soak.power_cap", fmt.Sprintf("GPU%d", g),
+				fmt.Sprintf("GPU%d ran at its power cap in %d samples, first in round %d (%s)%s", g, e.to, e.round, soakAt(e.atMS), temp(e)),
+				"nvmlDeviceGetCurrentClocksThrottleReasons: SW power cap", "normal for a card at full load; a lower cap than the card's default is set with nvidia-smi -pl")
+		}
 	}
 	if so.driftPct > 0 {
 		// One finding per copy (pair, method, direction): the size that fell most.

@@ -39,6 +39,13 @@ type FakeNVMLGPU struct {
 	Replay        int     `json:"replay"`       // -1: NVML_ERROR_NOT_SUPPORTED
 	DisplayMode   int     `json:"display_mode"` // nvmlEnableState_t
 	Display       int     `json:"display_active"`
+	// Sensors; nil answers NVML_ERROR_NOT_SUPPORTED. ThrottleReasons is the
+	// nvmlClocksThrottleReason* bit mask.
+	TempC           *uint32 `json:"temp_c,omitempty"`
+	SMClockMHz      *uint32 `json:"sm_clock_mhz,omitempty"`
+	MemClockMHz     *uint32 `json:"mem_clock_mhz,omitempty"`
+	PowerMW         *uint32 `json:"power_mw,omitempty"`
+	ThrottleReasons *uint64 `json:"throttle_reasons,omitempty"`
 }
 
 // After is the NVML a query answers after the copy phases: each GPU's BAR1 used is its
@@ -101,11 +108,28 @@ func NewNVML(cfg FakeNVML) *FakeLibrary {
 		"nvmlDeviceGetCurrPcieLinkWidth":      f.u32(func(g FakeNVMLGPU) (uint32, bool) { return g.LinkWidth, true }),
 		"nvmlDeviceGetMaxPcieLinkGeneration":  f.u32(func(g FakeNVMLGPU) (uint32, bool) { return g.MaxGen, true }),
 		"nvmlDeviceGetMaxPcieLinkWidth":       f.u32(func(g FakeNVMLGPU) (uint32, bool) { return g.MaxWidth, true }),
-		"nvmlDeviceGetPcieReplayCounter":      f.u32(func(g FakeNVMLGPU) (uint32, bool) { return uint32(g.Replay), g.Replay >= 0 }),
-		"nvmlDeviceGetDisplayMode":            f.u32(func(g FakeNVMLGPU) (uint32, bool) { return uint32(g.DisplayMode), true }),
-		"nvmlDeviceGetDisplayActive":          f.u32(func(g FakeNVMLGPU) (uint32, bool) { return uint32(g.Display), true }),
-		"nvmlDeviceGetP2PStatus":              f.p2pStatus,
-		"nvmlDeviceGetTopologyCommonAncestor": f.topology,
+		"nvmlDeviceGetTemperature":            f.sensor(func(g FakeNVMLGPU, kind int32) *uint32 { return g.TempC }),
+		"nvmlDeviceGetClockInfo": f.sensor(func(g FakeNVMLGPU, kind int32) *uint32 {
+			switch kind {
+			case 1:
+				return g.SMClockMHz
+			case 2:
+				return g.MemClockMHz
+			}
+			return nil
+		}),
+		"nvmlDeviceGetPowerUsage": f.u32(func(g FakeNVMLGPU) (uint32, bool) {
+			if g.PowerMW == nil {
+				return 0, false
+			}
+			return *g.PowerMW, true
+		}),
+		"nvmlDeviceGetCurrentClocksThrottleReasons": f.throttle,
+		"nvmlDeviceGetPcieReplayCounter":            f.u32(func(g FakeNVMLGPU) (uint32, bool) { return uint32(g.Replay), g.Replay >= 0 }),
+		"nvmlDeviceGetDisplayMode":                  f.u32(func(g FakeNVMLGPU) (uint32, bool) { return uint32(g.DisplayMode), true }),
+		"nvmlDeviceGetDisplayActive":                f.u32(func(g FakeNVMLGPU) (uint32, bool) { return uint32(g.Display), true }),
+		"nvmlDeviceGetP2PStatus":                    f.p2pStatus,
+		"nvmlDeviceGetTopologyCommonAncestor":       f.topology,
 	}}
 }
 
@@ -232,6 +256,35 @@ func (f *fakeNVML) memory(dev uintptr, m *nvml.Memory) int32 {
 		return nvmlInvalidArgument
 	}
 	*m = nvml.Memory{Total: g.FBTotal, Used: 431 << 20, Free: g.FBTotal - 431<<20}
+	return nvmlSuccess
+}
+
+// sensor answers a call with a sensor or clock argument (nvmlDeviceGetTemperature,
+// nvmlDeviceGetClockInfo): NOT_SUPPORTED where get gives nil.
+func (f *fakeNVML) sensor(get func(FakeNVMLGPU, int32) *uint32) func(dev uintptr, kind int32, v *uint32) int32 {
+	return func(dev uintptr, kind int32, v *uint32) int32 {
+		g, ok := f.dev(dev)
+		if !ok {
+			return nvmlInvalidArgument
+		}
+		x := get(g, kind)
+		if x == nil {
+			return nvmlNotSupported
+		}
+		*v = *x
+		return nvmlSuccess
+	}
+}
+
+func (f *fakeNVML) throttle(dev uintptr, v *uint64) int32 {
+	g, ok := f.dev(dev)
+	if !ok {
+		return nvmlInvalidArgument
+	}
+	if g.ThrottleReasons == nil {
+		return nvmlNotSupported
+	}
+	*v = *g.ThrottleReasons
 	return nvmlSuccess
 }
 

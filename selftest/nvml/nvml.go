@@ -153,6 +153,10 @@ type api struct {
 	replay                 func(dev uintptr, v *uint32) int32
 	displayMode            func(dev uintptr, v *uint32) int32 // nvmlEnableState_t
 	displayActive          func(dev uintptr, v *uint32) int32
+	temperature            func(dev uintptr, sensor int32, v *uint32) int32
+	clockInfo              func(dev uintptr, clock int32, v *uint32) int32
+	powerUsage             func(dev uintptr, v *uint32) int32
+	throttleReasons        func(dev uintptr, v *uint64) int32
 	p2pStatus              func(a, b uintptr, caps int32, status *int32) int32
 	topologyCommonAncestor func(a, b uintptr, level *int32) int32
 }
@@ -352,6 +356,12 @@ func (p *probe) bindAll() {
 	p.bind("nvmlDeviceGetDisplayMode", &p.displayMode)
 	p.bind("nvmlDeviceGetDisplayActive", &p.displayActive)
 	p.bind("nvmlDeviceGetP2PStatus", &p.p2pStatus)
+	// The sensors are bound quietly: a library without one is no problem of the
+	// self-test's, and the soak's samples simply lack that figure.
+	_ = p.src.Bind("nvmlDeviceGetTemperature", &p.temperature)
+	_ = p.src.Bind("nvmlDeviceGetClockInfo", &p.clockInfo)
+	_ = p.src.Bind("nvmlDeviceGetPowerUsage", &p.powerUsage)
+	_ = p.src.Bind("nvmlDeviceGetCurrentClocksThrottleReasons", &p.throttleReasons)
 	p.bind("nvmlDeviceGetTopologyCommonAncestor", &p.topologyCommonAncestor)
 }
 
@@ -386,6 +396,13 @@ func (p *probe) device(i uint32) (string, uintptr, bool) {
 	}
 	return bdf, dev, true
 }
+
+// nvml.h's enum values for the sensor calls.
+const (
+	nvmlTemperatureGPU = 0 // nvmlTemperatureSensors_t NVML_TEMPERATURE_GPU
+	nvmlClockSM        = 1 // nvmlClockType_t NVML_CLOCK_SM
+	nvmlClockMem       = 2 // NVML_CLOCK_MEM
+)
 
 // gpu reads one GPU's fields. NOT_SUPPORTED leaves a field at its zero value (or -1
 // for the replay counter) without a note: consumer cards lack some counters.
@@ -432,6 +449,30 @@ func (p *probe) gpu(bdf string, dev uintptr) *selftest.NVMLGPU {
 	// static BAR1 mapping does not get.
 	u32("nvmlDeviceGetDisplayMode", p.displayMode, func(v uint32) { x := int(v); g.DisplayMode = &x })
 	u32("nvmlDeviceGetDisplayActive", p.displayActive, func(v uint32) { x := int(v); g.DisplayActive = &x })
+	// Sensors: any failure leaves the figure out, without a note (the self-test does
+	// not judge them; the soak samples them).
+	quiet := func(rc int32) bool { return rc == nvmlSuccess }
+	var v uint32
+	if p.temperature != nil && quiet(p.temperature(dev, nvmlTemperatureGPU, &v)) {
+		x := int(v)
+		g.TemperatureC = &x
+	}
+	if p.clockInfo != nil && quiet(p.clockInfo(dev, nvmlClockSM, &v)) {
+		x := int(v)
+		g.SMClockMHz = &x
+	}
+	if p.clockInfo != nil && quiet(p.clockInfo(dev, nvmlClockMem, &v)) {
+		x := int(v)
+		g.MemClockMHz = &x
+	}
+	if p.powerUsage != nil && quiet(p.powerUsage(dev, &v)) {
+		x := int(v)
+		g.PowerMW = &x
+	}
+	var mask uint64
+	if p.throttleReasons != nil && quiet(p.throttleReasons(dev, &mask)) {
+		g.ThrottleReasons = &mask
+	}
 	return g
 }
 

@@ -182,6 +182,7 @@ func TestExitCodeClasses(t *testing.T) {
 		{"no QEMU: run", []string{"run", outDir}, 7, "^peerboot: run needs QEMU x86_64 \\(qemu-system-x86\\), which is missing: apt-get install qemu-system-x86", noTools},
 		{"no QEMU: doctor --for run", []string{"doctor", "--for", "run"}, 7, `^peerboot: \d+ host tools missing for run: apt-get install .*qemu-system-x86`, noTools},
 		{"stage fails", []string{"build", junkRecipe, "--stage", "kernel", "--cache", junkCache}, 8, `(?m)^peerboot: stage kernel: `, nil},
+		{"no report: report show", []string{"report", "show"}, 2, `^peerboot: report show: want a report file, got 0 argument\(s\) \(example:fail shows a shipped one\)`, nil},
 		{"self-test FAIL: report show", []string{"report", "show", "example:fail"}, 9, `^peerboot: example:fail: self-test verdict: fail`, nil},
 		{"not a device: flash", []string{"flash", junk, junk, "--yes"}, 10, `not a block device`, nil},
 

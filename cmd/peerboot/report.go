@@ -55,7 +55,12 @@ with several faults at once, each finding with its hint (or the same box healthy
 
 --json prints the decoded report as JSON instead. Exit 0 for a pass verdict, 9 for a
 fail (as run, reports and p2pcheck); 2 when FILE holds no valid report.`,
-		Args: argsExactly(1),
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("report show: want a report file, got %d argument(s) (example:fail shows a shipped one)", len(args)))
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := readReport(args[0])
 			if err != nil {

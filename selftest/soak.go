@@ -17,7 +17,8 @@ type Soak struct {
 	ElapsedMS   int64 `json:"elapsed_ms"`
 	Rounds      int   `json:"rounds"` // rounds run (started), the failing one included
 	// Stopped says why the soak ended: "duration", "rounds" (the --soak-rounds
-	// bound), "failure" (the first hard failure; StoppedAt names it) or "deadline".
+	// bound), "failure" (the first hard failure; StoppedAt names it), "deadline" or
+	// "interrupted" (SIGINT or SIGTERM: Ctrl-C on the console).
 	Stopped   string `json:"stopped"`
 	StoppedAt string `json:"stopped_at,omitempty"`
 	// Stride is how many rounds one entry of Series stands for: the series keeps at

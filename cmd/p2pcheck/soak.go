@@ -5,9 +5,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/peerboot/peerboot/selftest"
@@ -62,6 +65,12 @@ func soak(ctx context.Context, o *options, so soakOptions, r *selftest.Report, s
 	end := start.Add(so.duration)
 	tr := newSoakTracker()
 	lastRound := time.Duration(0)
+	// Ctrl-C on the console (SIGINT) or a SIGTERM ends the soak after the round in
+	// flight, and the report of every round so far is written as for any other end.
+	// (The phase children are in process groups of their own: the terminal's SIGINT
+	// does not reach them, so the round finishes within its phase deadlines.)
+	intr, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
 	defer func() {
 		s.ElapsedMS = time.Since(start).Milliseconds()
 		s.Pairs = tr.pairs()
@@ -77,6 +86,9 @@ func soak(ctx context.Context, o *options, so soakOptions, r *selftest.Report, s
 			return
 		case ctx.Err() != nil:
 			s.Stopped = "deadline"
+			return
+		case intr.Err() != nil:
+			s.Stopped = "interrupted"
 			return
 		}
 		s.Rounds = round
@@ -124,6 +136,9 @@ func soak(ctx context.Context, o *options, so soakOptions, r *selftest.Report, s
 		}
 		s.AddRound(rd)
 		fmt.Fprintf(stderr, "p2pcheck: soak round %d at %s: %s\n", round, time.Duration(rd.AtMS)*time.Millisecond, roundLine(&rd))
+		if intr.Err() != nil && hard == "" {
+			fmt.Fprintf(stderr, "p2pcheck: interrupted: soak ends after round %d; writing the report\n", round)
+		}
 		if hard != "" {
 			s.Stopped, s.StoppedAt = "failure", fmt.Sprintf("round %d at %s: %s", round, soakAt(rd.AtMS), hard)
 			return

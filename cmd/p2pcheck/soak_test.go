@@ -1,6 +1,11 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -259,5 +264,65 @@ func TestSoakSizes(t *testing.T) {
 		if got := soakSizes(tc.full); !slices.Equal(got, tc.want) {
 			t.Errorf("soakSizes(%d) = %v, want %v", tc.full, got, tc.want)
 		}
+	}
+}
+
+// TestSoakInterrupt: Ctrl-C (SIGINT) during an unbounded soak ends it after the round
+// in flight with a whole report of the rounds so far, judged as usual.
+func TestSoakInterrupt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a FAKE soak runs phase processes; run without -short")
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	if err := pcietest.Build(root, pcietest.EPYC4GPU()); err != nil {
+		t.Fatal(err)
+	}
+	pre, err := pcie.Scan(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kmsgPath := filepath.Join(t.TempDir(), "kmsg")
+	if err := os.WriteFile(kmsgPath, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "--json", "--fake", writeScenario(t, healthyScenario(t, pre, vram48G)), "--root", root, "--kmsg", kmsgPath,
+		"--modules-json", modulesFile(t, selftest.ModLoaded, 0), "--copy-size", "16KiB", "--no-nccl", "--soak", "1h")
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(errPipe)
+	var said []string
+	signalled := false
+	for sc.Scan() {
+		said = append(said, sc.Text())
+		if !signalled && strings.Contains(sc.Text(), "soak round 2 at") {
+			if err := cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			signalled = true
+		}
+	}
+	werr := cmd.Wait()
+	if !signalled {
+		t.Fatalf("FAKE: the soak never reached round 2: %v\n%s", werr, strings.Join(said, "\n"))
+	}
+	if werr != nil {
+		t.Fatalf("FAKE: exit %v after Ctrl-C on a healthy box, want 0\n%s", werr, strings.Join(said, "\n"))
+	}
+	r, err := selftest.Decode(stdout.Bytes())
+	if err != nil {
+		t.Fatalf("FAKE: no report after Ctrl-C: %v", err)
+	}
+	if r.Soak == nil || r.Soak.Stopped != "interrupted" || r.Soak.Rounds < 2 || r.Soak.Rounds > 3 || len(r.Soak.Series) != r.Soak.Rounds {
+		t.Fatalf("FAKE: soak after Ctrl-C in round 2: %+v", r.Soak)
+	}
+	if !slices.ContainsFunc(said, func(l string) bool { return strings.Contains(l, "interrupted: soak ends after round") }) {
+		t.Errorf("FAKE: the console was not told: %s", strings.Join(said, "\n"))
 	}
 }

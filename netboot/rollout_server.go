@@ -66,7 +66,7 @@ func (s *Server) syncRollouts(ctx context.Context) {
 }
 
 func (s *Server) logEvent(ev rollout.Event) {
-	s.log.Info("rollout: "+ev.Kind, "recipe", ev.Recipe, "build", ev.Build, "from", ev.From, "to", ev.To, "node", ev.Node, "reason", ev.Reason)
+	s.log.Info("rollout: "+string(ev.Kind), "recipe", ev.Recipe, "build", ev.Build, "from", ev.From, "to", ev.To, "node", ev.Node, "reason", ev.Reason)
 }
 
 // chooseBuild is the build a node gets: without a rollout its recipe's newest; with

@@ -67,12 +67,6 @@ CREATE TABLE rollout_holds (
 	since BIGINT NOT NULL
 )`
 
-// Event kinds the store records beside the rules' own.
-const (
-	EventHold  = "hold"  // a node is held back
-	EventClear = "clear" // a node's hold ends
-)
-
 // ErrRolloutState is a manual action the rollout's state refuses (halting a halted
 // rollout, promoting a build that cannot move): the API answers 409.
 var ErrRolloutState = errors.New("rollout state")
@@ -237,7 +231,7 @@ func loadRolloutState(ctx context.Context, q querier, recipe string) (rollout.St
 // record stores an event and what it changes.
 func record(ctx context.Context, tx *sql.Tx, ev rollout.Event) error {
 	if _, err := tx.ExecContext(ctx, `INSERT INTO rollout_events (recipe, at, kind, build, from_channel, to_channel, node_id, reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		ev.Recipe, micros(ev.At), ev.Kind, ev.Build, ev.From, ev.To, ev.Node, ev.Reason); err != nil {
+		ev.Recipe, micros(ev.At), string(ev.Kind), ev.Build, ev.From, ev.To, ev.Node, ev.Reason); err != nil {
 		return err
 	}
 	var err error
@@ -373,7 +367,7 @@ ON CONFLICT (recipe, build, node_id) DO UPDATE SET channel = excluded.channel, v
 			if _, err := tx.ExecContext(ctx, `DELETE FROM rollout_holds WHERE node_id = $1`, v.Node); err != nil {
 				return err
 			}
-			out.Events = append(out.Events, rollout.Event{Kind: EventClear, Recipe: p.Recipe, Build: v.Build, Node: v.Node,
+			out.Events = append(out.Events, rollout.Event{Kind: rollout.Cleared, Recipe: p.Recipe, Build: v.Build, Node: v.Node,
 				Reason: fmt.Sprintf("build %s, newer than %s, passed", v.Build, cur.Failed), At: v.At})
 		default:
 			if _, err := tx.ExecContext(ctx, `INSERT INTO rollout_holds (node_id, recipe, failed_build, serve_build, since) VALUES ($1, $2, $3, $4, $5)
@@ -385,7 +379,7 @@ ON CONFLICT (node_id) DO UPDATE SET recipe = excluded.recipe, failed_build = exc
 			if next.Serve == "" {
 				reason = fmt.Sprintf("FAIL on build %s: no build passed on it before, served its channel's", next.Failed)
 			}
-			out.Events = append(out.Events, rollout.Event{Kind: EventHold, Recipe: p.Recipe, Build: next.Serve, Node: v.Node, Reason: reason, At: v.At})
+			out.Events = append(out.Events, rollout.Event{Kind: rollout.Held, Recipe: p.Recipe, Build: next.Serve, Node: v.Node, Reason: reason, At: v.At})
 		}
 		for _, ev := range out.Events {
 			if err := record(ctx, tx, ev); err != nil {
@@ -533,7 +527,7 @@ func (s *sqlStore) ClearHold(ctx context.Context, node string, at time.Time) (ro
 		} else if n == 0 {
 			return fmt.Errorf("node %s is not held back: %w", node, ErrNotFound)
 		}
-		ev = rollout.Event{Kind: EventClear, Recipe: h.Recipe, Build: h.Failed, Node: node, Reason: "manual", At: at}
+		ev = rollout.Event{Kind: rollout.Cleared, Recipe: h.Recipe, Build: h.Failed, Node: node, Reason: "manual", At: at}
 		return record(ctx, tx, ev)
 	})
 	if err != nil {

@@ -49,7 +49,7 @@ func rv(node, ch, build, v string, at time.Time) RolloutVerdict {
 func kinds(evs []rollout.Event) string {
 	s := ""
 	for _, e := range evs {
-		s += e.Kind + ":" + e.From + ">" + e.To + " "
+		s += string(e.Kind) + ":" + e.From + ">" + e.To + " "
 	}
 	return s
 }
@@ -250,7 +250,7 @@ func testRolloutConcurrent(t *testing.T, open func() (Store, error)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	count := map[string]int{}
+	count := map[rollout.EventKind]int{}
 	for _, e := range s.Events {
 		count[e.Kind]++
 	}

@@ -111,17 +111,23 @@ type State struct {
 	Halted   bool
 }
 
-// Event kinds.
+// EventKind is what an Event records.
+type EventKind string
+
+// Event kinds: the rules' own (Apply acts on them), then the holds the store
+// records beside them (Apply ignores those).
 const (
-	Enter   = "enter"   // a build goes onto a channel (a new build, or bootstrap)
-	Promote = "promote" // a build moves from one channel to the next
-	Halt    = "halt"    // automatic promotion stops (a FAIL, or an operator)
-	Resume  = "resume"  // automatic promotion starts again
+	Enter   EventKind = "enter"   // a build goes onto a channel (a new build, or bootstrap)
+	Promote EventKind = "promote" // a build moves from one channel to the next
+	Halt    EventKind = "halt"    // automatic promotion stops (a FAIL, or an operator)
+	Resume  EventKind = "resume"  // automatic promotion starts again
+	Held    EventKind = "hold"    // a node is held back on the build it last passed
+	Cleared EventKind = "clear"   // a node's hold ends
 )
 
 // Event is one decision, recorded as it is made.
 type Event struct {
-	Kind   string    `json:"kind"`
+	Kind   EventKind `json:"kind"`
 	Recipe string    `json:"recipe"`
 	Build  string    `json:"build,omitempty"`
 	From   string    `json:"from,omitempty"`

@@ -21,7 +21,13 @@ const (
 	// ArgOnPass and ArgOnFail override the recipe's boot.on_pass and boot.on_fail.
 	ArgOnPass = "peerboot.on_pass"
 	ArgOnFail = "peerboot.on_fail"
+	// ArgSoak turns the boot into a burn-in: after the self-test, p2pcheck --soak for
+	// this long (a Go duration, e.g. 8h; docs/burn-in.md).
+	ArgSoak = "peerboot.soak"
 )
+
+// MaxSoakHours bounds peerboot.soak=: a typo such as 800h should not hold a box for a month.
+const MaxSoakHours = 7 * 24
 
 // Arg is the command-line word key=value.
 func Arg(key, value string) string { return key + "=" + value }

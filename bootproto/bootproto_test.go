@@ -16,7 +16,7 @@ import (
 // miss. A literal counts when it is the value, or key= for a kernel argument.
 func TestOneHome(t *testing.T) {
 	values := []string{
-		ArgReportURL, ArgToken, ArgNonce, ArgOnPass, ArgOnFail,
+		ArgReportURL, ArgToken, ArgNonce, ArgOnPass, ArgOnFail, ArgSoak,
 		RecipePath, InImage(RecipePath), P2PCheckPath, InImage(P2PCheckPath),
 		ReportsMount, InitRecord, ReportsLabel,
 	}

@@ -221,9 +221,18 @@ func (m *machine) selftest(st *bootState, env map[string]string, total time.Dura
 	if err := writeJSON(recPath, &st.record); err != nil {
 		st.finding(selftest.SevWarn, "init.record", err.Error(), "")
 	}
+	limit := total
+	if st.plan.soak > 0 {
+		// A burn-in (peerboot.soak=): p2pcheck runs its rounds after the self-test and
+		// extends its own bound by the soak's length; ours grows by the same. Each
+		// round's progress line goes to the console.
+		args = append(args, "--soak", st.plan.soak.String())
+		limit += st.plan.soak
+		m.say("burn-in: soaking for %s after the self-test (%s)", st.plan.soak, bootproto.ArgSoak)
+	}
 	m.say("self-test: %s %s", p2pcheckPath, strings.Join(args, " "))
-	run := runP2PCheck(m.path(p2pcheckPath), args, checkEnv(env), total, m.console)
-	return reportFrom(run, m.baseReport(st), total)
+	run := runP2PCheck(m.path(p2pcheckPath), args, checkEnv(env), limit, m.console)
+	return reportFrom(run, m.baseReport(st), limit)
 }
 
 // baseReport is the report the init can make without p2pcheck: for a crash, a

@@ -213,6 +213,21 @@ func TestBootBadRecipe(t *testing.T) {
 	}
 }
 
+// peerboot.soak= reaches p2pcheck as --soak, with the console told; on this GPU-less
+// box the soak cannot start, which the report says (soak.start) instead of passing.
+func TestBootSoak(t *testing.T) {
+	b := newFakeBox(t, "console=ttyS0 peerboot.soak=2s", &kmodtest.Loader{Errs: map[string]error{"nvidia": unix.ENODEV}})
+	b.m.run(&bootState{})
+	r := b.onlyReport(t)
+	args, _ := os.ReadFile(b.p("/args"))
+	if !strings.Contains(string(args), "--soak 2s") || !strings.Contains(b.console.String(), "burn-in: soaking for 2s after the self-test (peerboot.soak)") {
+		t.Errorf("p2pcheck args %q; console:\n%s", args, b.console.String())
+	}
+	if f := findingWith(r, "soak.start"); f == nil || f.Status != selftest.SevFail || r.Verdict != selftest.Fail {
+		t.Errorf("verdict %s, soak.start %+v", r.Verdict, f)
+	}
+}
+
 // No lease: a warning finding that says why, and the boot goes on to its report.
 func TestBootNoNetwork(t *testing.T) {
 	b := newFakeBox(t, "peerboot.report_url=http://10.0.2.2:9/r", &kmodtest.Loader{Errs: map[string]error{"nvidia": unix.ENODEV}})

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"strings"
+	"time"
 
 	"github.com/peerboot/peerboot/bootproto"
 )
@@ -52,9 +54,10 @@ func parseCmdline(s string) map[string]string {
 type bootPlan struct {
 	onPass, onFail string
 	reportURL      string
-	nonce          string   // peerboot.nonce=: the collector's attestation nonce for this boot
-	reportToken    string   // peerboot.token=: sent as Authorization: Bearer, opaque (peerboot serve issues one per node and build)
-	warnings       []string // overrides that were ignored, for the console
+	nonce          string        // peerboot.nonce=: the collector's attestation nonce for this boot
+	reportToken    string        // peerboot.token=: sent as Authorization: Bearer, opaque (peerboot serve issues one per node and build)
+	soak           time.Duration // peerboot.soak=: burn-in after the self-test; 0: none
+	warnings       []string      // overrides that were ignored, for the console
 }
 
 // planBoot merges the recipe's [boot] with peerboot.on_pass=, peerboot.on_fail= and
@@ -86,5 +89,16 @@ func planBoot(onPass, onFail, reportURL string, cmdline map[string]string) bootP
 	}
 	p.reportToken = cmdline[bootproto.ArgToken]
 	p.nonce = cmdline[bootproto.ArgNonce]
+	if v, ok := cmdline[bootproto.ArgSoak]; ok {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err != nil || d <= 0:
+			p.warnings = append(p.warnings, bootproto.ArgSoak+"="+v+" ignored: want a duration such as 30m or 8h")
+		case d > bootproto.MaxSoakHours*time.Hour:
+			p.warnings = append(p.warnings, fmt.Sprintf("%s=%s ignored: at most %dh", bootproto.ArgSoak, v, bootproto.MaxSoakHours))
+		default:
+			p.soak = d
+		}
+	}
 	return p
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestParseCmdline(t *testing.T) {
@@ -44,5 +45,29 @@ func TestPlanBoot(t *testing.T) {
 				t.Errorf("got %+v", p)
 			}
 		})
+	}
+}
+
+// peerboot.soak= turns the boot into a burn-in; a value that is no positive duration,
+// or longer than a week, is ignored with a console warning (the boot still self-tests).
+func TestPlanSoak(t *testing.T) {
+	for _, tt := range []struct {
+		cmd      string
+		want     time.Duration
+		warnings int
+	}{
+		{"", 0, 0},
+		{"peerboot.soak=8h", 8 * time.Hour, 0},
+		{"peerboot.soak=90m peerboot.on_pass=poweroff", 90 * time.Minute, 0},
+		{"peerboot.soak=8", 0, 1},
+		{"peerboot.soak=-1h", 0, 1},
+		{"peerboot.soak=0s", 0, 1},
+		{"peerboot.soak=800h", 0, 1},
+		{"peerboot.soak=", 0, 1},
+	} {
+		p := planBoot("shell", "shell", "", parseCmdline(tt.cmd))
+		if p.soak != tt.want || len(p.warnings) != tt.warnings {
+			t.Errorf("%q: soak %s, warnings %q; want %s and %d warnings", tt.cmd, p.soak, p.warnings, tt.want, tt.warnings)
+		}
 	}
 }

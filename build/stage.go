@@ -76,7 +76,7 @@ const (
 	StageImage     StageName = "image"
 )
 
-// Pipeline is every stage in order. Keep it the one list: plan, build, the key
+// pipeline is every stage in order. Keep it the one list: plan, build, the key
 // test and `plan -v` all read it.
 func pipeline() []*stage {
 	return []*stage{kernelStage(), driverStage(), userspaceStage(), modulesStage(), configStage(), initramfsStage(), imageStage()}

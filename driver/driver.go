@@ -240,7 +240,6 @@ func readRelease(kout string) (string, error) {
 	return rel, nil
 }
 
-// runner runs the build's commands, logging everything and keeping the tail for errors.
 // isStep counts kbuild's lines and NVIDIA's conftest lines (" CONFTEST: ioremap_wc"):
 // the conftests are a good part of the build's time.
 func isStep(line string) bool {

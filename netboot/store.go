@@ -16,7 +16,8 @@ var ErrDuplicate = errors.New("report already received")
 var ErrNotFound = errors.New("not found")
 
 // Store keeps nodes, their boots and their self-test reports. SQLite (the default) and
-// PostgreSQL implement it with the same schema and migrations; both pass storetest.
+// PostgreSQL implement it with the same schema and migrations; both pass the same
+// tests (testStore in store_test.go).
 type Store interface {
 	// AddReport stores one report atomically: it is durable when AddReport returns nil.
 	// A report whose SHA256 is already stored gives ErrDuplicate and changes nothing;

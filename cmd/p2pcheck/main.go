@@ -242,7 +242,7 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 	}
 	if o.soak.duration > 0 {
 		if r.DeadlineExceeded == "" && r.CUDA.CuInit != nil && r.CUDA.CuInit.Code == selftest.CUDASuccess && len(r.CUDA.Devices) > 0 {
-			soak(ctx, o, o.soak, r, self, in, deadlines, watch, stderr)
+			soak(ctx, rc, o.soak, r, self, in, deadlines, watch, stderr)
 		} else {
 			r.Add(selftest.SevFail, "soak.start", "the soak did not start: the self-test's copy phase did not reach the GPUs", "the findings above say why; a burn-in needs the self-test to reach the GPUs first")
 		}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/cuda"
 	"github.com/peerboot/peerboot/selftest/kmsg"
@@ -56,7 +57,7 @@ func soakSeed(round int) uint32 { return uint32(round)*0x01000193 | 1 }
 
 // soak runs the rounds and writes r.Soak and its findings. in is the one-shot's
 // input (the cuda phase's settings); deadlines the per-phase limits.
-func soak(ctx context.Context, o *options, so soakOptions, r *selftest.Report, self string, in *phaseInput, deadlines map[string]time.Duration, watch *kmsg.Watch, stderr io.Writer) {
+func soak(ctx context.Context, rc *recipe.Recipe, so soakOptions, r *selftest.Report, self string, in *phaseInput, deadlines map[string]time.Duration, watch *kmsg.Watch, stderr io.Writer) {
 	start := time.Now()
 	s := &selftest.Soak{RequestedMS: so.duration.Milliseconds(), Stride: 1, Series: []selftest.SoakRound{}, Pairs: []selftest.SoakPair{}}
 	r.Soak = s
@@ -75,6 +76,7 @@ func soak(ctx context.Context, o *options, so soakOptions, r *selftest.Report, s
 		s.ElapsedMS = time.Since(start).Milliseconds()
 		s.Pairs = tr.pairs()
 		judgeSoak(r, s, tr, so)
+		soakFloors(r, s, rc, in.CopyBytes)
 	}()
 	for round := 1; ; round++ {
 		switch {

@@ -103,8 +103,9 @@ func soakCases() []faultCase {
 		},
 		{
 			// GPU0->GPU1 at half its rate from round 13 of 24: every size's last three
-			// rounds are slow, its first three are not.
-			name: "soak-drift", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", pass: true,
+			// rounds are slow, its first three are not. Without a recipe there is no
+			// floor: a warning.
+			name: "soak-drift", layout: pcietest.EPYC4GPU, pass: true,
 			args: soakArgs("24", "--no-nccl"),
 			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
 				slow := clonePairs(s.Box.PairGBps)
@@ -123,6 +124,31 @@ func soakCases() []faultCase {
 					// GPU1->GPU0 bidir carries GPU0->GPU1 too.
 					if f.ID == "soak.drift" && !strings.HasPrefix(f.Subject, "GPU0->GPU1") && f.Subject != "GPU1->GPU0 ce bidir" {
 						t.Errorf("FAKE: drift on %s, only GPU0->GPU1 slowed", f.Subject)
+					}
+				}
+			},
+		},
+		{
+			// The same under the recipe: 11.8 GB/s at the end is below its 18 GB/s
+			// floor, a failure naming the pair (and the drift warning beside it).
+			name: "soak-drift-below-floor", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			args: soakArgs("24", "--no-nccl"),
+			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
+				slow := clonePairs(s.Box.PairGBps)
+				for i := range slow {
+					for j := range slow[i] {
+						slow[i][j] = 0
+					}
+				}
+				slow[0][1] = s.Box.PairGBps[0][1] / 2
+				s.Soak = []gpufake.SoakStep{{Round: 13, PairGBps: slow}}
+			},
+			want: []string{"fail soak.floor", "warn soak.drift"},
+			msg:  []string{"GPU0->GPU1 ce write ran 11.8 GB/s at the end of the soak, below the"},
+			check: func(t *testing.T, r *selftest.Report) {
+				for _, f := range r.Findings {
+					if f.ID == "soak.floor" && !strings.HasPrefix(f.Subject, "GPU0->GPU1") && f.Subject != "GPU1->GPU0 ce bidir" {
+						t.Errorf("FAKE: floor on %s, only GPU0->GPU1 slowed", f.Subject)
 					}
 				}
 			},

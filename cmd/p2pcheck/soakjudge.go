@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/cuda"
 )
@@ -297,4 +298,40 @@ func soakSubject(src, dst int, method, dir string) string {
 		return fmt.Sprintf("GPU%d %s local", src, method)
 	}
 	return fmt.Sprintf("GPU%d->GPU%d %s %s", src, dst, method, dir)
+}
+
+// soakFloors fails a peer copy whose sustained figure at the recipe's copy size (the
+// size its floors are written for) is below its topology class's floor
+// (selftest.thresholds): the median of its last three rounds, or of its first three
+// when it ran fewer than six.
+func soakFloors(r *selftest.Report, s *selftest.Soak, rc *recipe.Recipe, full int64) {
+	if rc == nil || len(rc.Selftest.Thresholds) == 0 {
+		return
+	}
+	for _, p := range s.Pairs {
+		if p.Src == p.Dst || p.Bytes != full {
+			continue
+		}
+		topo := r.PairTopology(r.GPUIndex(p.Src), r.GPUIndex(p.Dst))
+		th, ok := rc.Selftest.Thresholds[topo]
+		if !ok {
+			continue
+		}
+		floor, key := th.UnidirGBps, "min_unidir_gbps"
+		if p.Direction == selftest.DirBidir {
+			floor, key = th.BidirGBps, "min_bidir_gbps"
+		}
+		fig, which := p.EndGBps, "at the end"
+		if fig <= 0 {
+			fig, which = p.StartGBps, "over its rounds"
+		}
+		if floor <= 0 || fig >= floor {
+			continue
+		}
+		r.Findings = append(r.Findings, selftest.Finding{ID: "soak.floor", Status: selftest.SevFail, Subject: soakSubject(p.Src, p.Dst, p.Method, p.Direction),
+			Message: fmt.Sprintf("%s ran %.1f GB/s %s of the soak, below the %s floor of %.1f GB/s (%.1f at the start; lowest %.1f in round %d)",
+				soakCopyName(p.Src, p.Dst, p.Method, p.Direction), fig, which, topo, floor, p.StartGBps, p.MinGBps, p.MinRound),
+			Evidence: fmt.Sprintf("selftest.thresholds.%s.%s=%g, %d rounds at %s", topo, key, floor, p.Rounds, cuda.Size(p.Bytes)),
+			Hint:     "the pair cannot hold its bandwidth under sustained load: see soak.drift, soak.throttle and soak.link for why, and the series for when"})
+	}
 }

@@ -123,8 +123,8 @@ type SoakPair struct {
 	Bytes     int64   `json:"bytes"`
 	Rounds    int     `json:"rounds"`     // rounds that copied it with a figure
 	Verified  int     `json:"verified"`   // of which verified intact
-	StartGBps float64 `json:"start_gbps"` // median of its first minute (or first three rounds)
-	EndGBps   float64 `json:"end_gbps"`   // median of its last three rounds
+	StartGBps float64 `json:"start_gbps"` // median of its first three rounds
+	EndGBps   float64 `json:"end_gbps"`   // median of its last three rounds; 0: fewer than six rounds
 	MinGBps   float64 `json:"min_gbps"`
 	MinRound  int     `json:"min_round"`
 }

@@ -10,10 +10,6 @@ import (
 	"github.com/peerboot/peerboot/selftest/cuda"
 )
 
-// soakBaseline is how long from the start of the soak a pair's figures make its
-// "start": drift is measured against the median of that first minute.
-const soakBaselineMS = 60_000
-
 // soakKey is one copy as the soak tracks it: bandwidth is only comparable at one size.
 type soakKey struct {
 	src, dst          int

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/progress"
 )
@@ -154,7 +155,7 @@ func Flash(ctx context.Context, image, device string, opt Options) (*Result, err
 	imgSum := make(chan error, 1)
 	go func() {
 		var err error
-		res.SHA256, err = hashFile(image)
+		res.SHA256, err = fsutil.HashFile(image)
 		imgSum <- err
 	}()
 	got, err := readBack(ctx, dev, direct, d, size, bs, log, opt.readBack)
@@ -465,19 +466,6 @@ func rereadPartitions(f *os.File, path string) error {
 		return fmt.Errorf("re-reading the partition table of %s: %w", path, e)
 	}
 	return nil
-}
-
-func hashFile(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", fmt.Errorf("image: %w", err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hashing %s: %w", p, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // listedSum returns the image's sha256 from a SHA256SUMS beside it (a build

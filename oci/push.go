@@ -18,6 +18,7 @@ import (
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/registry/remote"
 
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/progress"
 	"github.com/peerboot/peerboot/sign"
@@ -89,7 +90,7 @@ func Push(ctx context.Context, dir, ref string, opt PushOptions) (*PushResult, e
 		if err != nil {
 			return err
 		}
-		got, err := sign.HashFile(p)
+		got, err := fsutil.HashFile(p)
 		if err != nil {
 			return err
 		}
@@ -123,7 +124,7 @@ func Push(ctx context.Context, dir, ref string, opt PushOptions) (*PushResult, e
 		} else if err != nil {
 			return nil, err
 		}
-		h, err := sign.HashFile(p)
+		h, err := fsutil.HashFile(p)
 		if err != nil {
 			return nil, err
 		}

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/output"
 )
 
@@ -74,7 +75,7 @@ func SignOutput(ctx context.Context, dir string, opt Options) error {
 	}
 	// Sign only what is whole: every listed file must match SHA256SUMS.
 	for _, s := range sums {
-		h, err := HashFile(filepath.Join(dir, s.Path))
+		h, err := fsutil.HashFile(filepath.Join(dir, s.Path))
 		if err != nil {
 			return fmt.Errorf("%s: %w", filepath.Join(dir, s.Path), err)
 		}
@@ -87,7 +88,7 @@ func SignOutput(ctx context.Context, dir string, opt Options) error {
 			return err
 		}
 		for i := range sums {
-			if sums[i].SHA256, err = HashFile(filepath.Join(dir, sums[i].Path)); err != nil {
+			if sums[i].SHA256, err = fsutil.HashFile(filepath.Join(dir, sums[i].Path)); err != nil {
 				return err
 			}
 		}
@@ -151,7 +152,7 @@ func signUKIs(ctx context.Context, dir string, m *output.Manifest, sums []output
 		err = write(check, unsigned)
 		h := ""
 		if err == nil {
-			h, err = HashFile(check)
+			h, err = fsutil.HashFile(check)
 		}
 		os.Remove(check)
 		if err != nil {
@@ -317,7 +318,7 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) error {
 	listed := map[string]string{}
 	for _, s := range sums {
 		listed[s.Path] = s.SHA256
-		h, err := HashFile(filepath.Join(dir, s.Path))
+		h, err := fsutil.HashFile(filepath.Join(dir, s.Path))
 		if err != nil {
 			fail(s.Path, "listed in %s but cannot be read: %v", output.SumsFile, err)
 			continue

@@ -21,6 +21,7 @@ import (
 	"testing"
 
 	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/output"
 )
 
@@ -505,7 +506,7 @@ func TestSignRebuildsDisk(t *testing.T) {
 	needTool(t, "sbsign")
 	ctx := context.Background()
 	dir := writeSynthetic(t, true)
-	before, _ := HashFile(filepath.Join(dir, output.DiskFile))
+	before, _ := fsutil.HashFile(filepath.Join(dir, output.DiskFile))
 	if err := SignOutput(ctx, dir, signOpts(ArtifactKeyFile)); err != nil {
 		t.Fatal(err)
 	}
@@ -517,7 +518,7 @@ func TestSignRebuildsDisk(t *testing.T) {
 	if !bytes.Contains(disk, uki) {
 		t.Error("disk.img does not hold the signed UKI")
 	}
-	if h, _ := HashFile(filepath.Join(dir, output.DiskFile)); h == before {
+	if h, _ := fsutil.HashFile(filepath.Join(dir, output.DiskFile)); h == before {
 		t.Error("disk.img unchanged")
 	}
 	isoPath := filepath.Join(dir, output.ISOFile)
@@ -535,7 +536,7 @@ func TestSignRebuildsDisk(t *testing.T) {
 	want := filepath.Join(t.TempDir(), "d")
 	m, _ := readManifest(dir)
 	WriteDisk(want, 72<<20, m.RecipeDigest, m.SourceDateEpoch, uki)
-	if a, _ := HashFile(want); a != mustHash(t, filepath.Join(dir, output.DiskFile)) {
+	if a, _ := fsutil.HashFile(want); a != mustHash(t, filepath.Join(dir, output.DiskFile)) {
 		t.Error("rewritten disk.img differs from a fresh WriteDisk")
 	}
 	// A disk whose layout does not match is not replaced.
@@ -570,7 +571,7 @@ func TestSignRefusesChangedOutput(t *testing.T) {
 }
 
 func mustHash(t *testing.T, p string) string {
-	h, err := HashFile(p)
+	h, err := fsutil.HashFile(p)
 	if err != nil {
 		t.Fatal(err)
 	}

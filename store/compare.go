@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/peerboot/peerboot/internal/fsutil"
 )
 
 // CompareOutput checks that dir holds exactly the files of key's committed
@@ -27,7 +29,7 @@ func (s *Store) CompareOutput(key, dir string) error {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, path)
-		sum, err := HashFile(path)
+		sum, err := fsutil.HashFile(path)
 		got[rel] = sum
 		return err
 	})

@@ -17,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/peerboot/peerboot/internal/fsutil"
 )
 
 var sumRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -118,7 +120,7 @@ func (s *Store) CheckBlob(sum string) error {
 	if err := checkSum(sum); err != nil {
 		return err
 	}
-	got, err := HashFile(s.BlobPath(sum))
+	got, err := fsutil.HashFile(s.BlobPath(sum))
 	if err != nil {
 		return err
 	}
@@ -309,20 +311,6 @@ func (s *Store) Lock(name string) (func(), error) {
 		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}, nil
-}
-
-// HashFile returns the hex sha256 of a file.
-func HashFile(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 type hashWriter struct {

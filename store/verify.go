@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/peerboot/peerboot/internal/fsutil"
 )
 
 // Problem is one bad store entry found by Verify.
@@ -92,7 +94,7 @@ func (s *Store) Verify(ctx context.Context, progress func(done, total int64)) ([
 		if err := ctx.Err(); err != nil {
 			return problems, err
 		}
-		got, err := HashFile(it.path)
+		got, err := fsutil.HashFile(it.path)
 		if err != nil {
 			problems = append(problems, Problem{it.path, err.Error()})
 		} else if got != it.want {

@@ -10,8 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/peerboot/peerboot/exitcode"
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/progress"
-	"github.com/peerboot/peerboot/store"
 )
 
 // The store commands' --json shapes (docs/commands.md, "Machine-readable output").
@@ -153,7 +153,7 @@ too). --json prints what was imported as JSON.`,
 				}
 			}
 			for _, f := range args {
-				sum, err := store.HashFile(f)
+				sum, err := fsutil.HashFile(f)
 				if err != nil {
 					return err
 				}

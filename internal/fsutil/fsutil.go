@@ -3,6 +3,8 @@
 package fsutil
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -97,4 +99,19 @@ func SyncTree(dir string) error {
 		}
 		return nil
 	})
+}
+
+// HashFile returns the hex sha256 of the file at path: the one file hasher of the
+// module (the store's blobs and outputs, sign's and oci's output files, flash's image).
+func HashFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hashing %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -1,6 +1,7 @@
 package fsutil
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,5 +46,19 @@ func TestCopyTree(t *testing.T) {
 	}
 	if info, _ := os.Lstat(filepath.Join(dst, "through")); info.Mode().Perm() != 0o600 || !info.Mode().IsRegular() {
 		t.Errorf("got %v", info.Mode())
+	}
+}
+
+func TestHashFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(p, []byte("abc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// sha256("abc"), FIPS 180-2 appendix B.1.
+	if h, err := HashFile(p); err != nil || h != "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" {
+		t.Errorf("HashFile = %s, %v", h, err)
+	}
+	if _, err := HashFile(p + ".missing"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a missing file: %v, want ErrNotExist", err)
 	}
 }

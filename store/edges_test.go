@@ -251,3 +251,72 @@ func TestGCKeepsHeldStaleLock(t *testing.T) {
 		t.Fatalf("GC removed a held lock file: %v", err)
 	}
 }
+
+// Open reads a well-formed entry's bytes.
+func TestOpenEntry(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	data := []byte("entry")
+	st.Put(context.Background(), strings.NewReader(string(data)), sumOf(data))
+	r, err := st.Open(sumOf(data))
+	if err != nil || r == nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer r.Close()
+	b := make([]byte, 16)
+	n, _ := r.Read(b)
+	if string(b[:n]) != "entry" {
+		t.Fatalf("read %q", b[:n])
+	}
+}
+
+func TestIsSum(t *testing.T) {
+	ok := strings.Repeat("0123456789abcdef", 4)
+	for s, want := range map[string]bool{
+		ok: true, strings.Repeat("f", 64): true, strings.Repeat("0", 64): true,
+		ok[:63]: false, ok + "0": false, "A" + ok[1:]: false, "g" + ok[1:]: false,
+		"/" + ok[1:]: false, ":" + ok[1:]: false, ok[:63] + "`": false,
+	} {
+		if got := isSum(s); got != want {
+			t.Errorf("isSum(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
+// store verify names a stray file (not a sha256 name, or a blob under the
+// wrong prefix directory) and a malformed MANIFEST line, and lists its
+// problems by path.
+func TestVerifyStrayAndOrder(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	data := []byte("kept")
+	st.Put(context.Background(), strings.NewReader(string(data)), sumOf(data))
+	blobs := filepath.Join(st.Root, "blobs", "sha256")
+	os.MkdirAll(filepath.Join(blobs, "ju"), 0o755)
+	os.WriteFile(filepath.Join(blobs, "ju", "junk"), []byte("x"), 0o644)
+	wrong := sumOf([]byte("moved"))
+	os.MkdirAll(filepath.Join(blobs, "00"), 0o755)
+	os.WriteFile(filepath.Join(blobs, "00", wrong), []byte("moved"), 0o644)
+	key := "kernel-" + strings.Repeat("9a", 32)
+	commitTestOutput(t, st, key, map[string]string{"f": "F"})
+	os.WriteFile(filepath.Join(st.OutputDir(key), "MANIFEST"), []byte("zz  f\n"), 0o644)
+	key2 := "driver-" + strings.Repeat("9b", 32)
+	commitTestOutput(t, st, key2, map[string]string{"f": "F"})
+	os.WriteFile(filepath.Join(st.OutputDir(key2), "MANIFEST"), []byte(sumOf([]byte("F"))+" f\n"), 0o644)
+	ps, err := st.Verify(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range ps {
+		rel, _ := filepath.Rel(st.Root, p.Path)
+		got = append(got, rel+": "+strings.SplitN(p.Msg, " \"", 2)[0])
+	}
+	want := []string{
+		"blobs/sha256/00/" + wrong + ": stray file: not a store entry",
+		"blobs/sha256/ju/junk: stray file: not a store entry",
+		"out/" + key2 + ": MANIFEST: malformed line",
+		"out/" + key + ": MANIFEST: malformed line",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

@@ -3,8 +3,11 @@ package nvrun
 import (
 	"bytes"
 	"errors"
+	"io"
 	"strings"
 	"testing"
+
+	"github.com/klauspost/compress/zstd"
 )
 
 // xzHeader is a stream header then a block header of flags, the given
@@ -116,5 +119,29 @@ func TestAdmitBounds(t *testing.T) {
 	b = &budget{lim: Limits{Payload: 50}, bound: 50}
 	if !strings.Contains(b.why(), "the cap of 50") {
 		t.Errorf("why at the cap: %s", b.why())
+	}
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+
+// The budget reader reports a decoder's window or memory bound as ErrTooLarge,
+// and passes any other error through as it is.
+func TestBudgetErrors(t *testing.T) {
+	for _, c := range []struct {
+		err   error
+		large bool
+	}{
+		{zstd.ErrWindowSizeExceeded, true},
+		{zstd.ErrDecoderSizeExceeded, true},
+		{io.ErrUnexpectedEOF, false},
+		{errors.New("corrupt block"), false},
+	} {
+		b := &budget{r: errReader{c.err}, lim: Limits{Window: 1 << 20}, bound: 100}
+		_, err := b.Read(make([]byte, 10))
+		if errors.Is(err, ErrTooLarge) != c.large || !errors.Is(err, c.err) && !c.large {
+			t.Errorf("%v: got %v, ErrTooLarge %v", c.err, err, c.large)
+		}
 	}
 }

@@ -162,8 +162,8 @@ func recheckAll(p Package, ms []Mutant, out string, coef int, lived bool) ([]Mut
 			continue
 		}
 		st, ok := cache[m.Key()]
-		if m.Status == "LIVED" {
-			ok = false // run again: tests may have been added since
+		if m.Status == "LIVED" && st == "LIVED" {
+			ok = false // run again: tests may have been added since (a kill stays a kill)
 		}
 		if !ok {
 			if timeout == 0 {

@@ -150,3 +150,12 @@ func TestSplitLines(t *testing.T) {
 		}
 	}
 }
+
+// A rename out of a path that leaves the tree is refused, though its new name is inside.
+func TestRenameFromOutside(t *testing.T) {
+	dir := tree(t, base)
+	p := "diff --git a/../outside.txt b/inside.txt\nsimilarity index 100%\nrename from ../outside.txt\nrename to inside.txt\n"
+	if _, err := Apply(dir, "p.patch", []byte(p)); err == nil || !strings.Contains(err.Error(), "path leaves the source tree") {
+		t.Fatalf("got %v", err)
+	}
+}

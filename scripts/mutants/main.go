@@ -162,7 +162,7 @@ func recheckAll(p Package, ms []Mutant, out string, coef int, lived bool) ([]Mut
 			continue
 		}
 		st, ok := cache[m.Key()]
-		if m.Status == "LIVED" && st == "LIVED" {
+		if lived && st == "LIVED" {
 			ok = false // run again: tests may have been added since (a kill stays a kill)
 		}
 		if !ok {

@@ -145,3 +145,32 @@ func TestBudgetErrors(t *testing.T) {
 		}
 	}
 }
+
+// More edges: a read that starts part-way through the budget is cut to what
+// is left; a zero-size entry is admitted; a size field of ten bytes (past
+// xz's nine) or one that runs to the end of the header is no header.
+func TestBudgetEdges(t *testing.T) {
+	b := &budget{r: bytes.NewReader(make([]byte, 100)), lim: Limits{Payload: 1000, Ratio: 2}, bound: 50, payload: 20}
+	if n, err := b.Read(make([]byte, 30)); n != 30 || err != nil {
+		t.Fatalf("first read: %d %v", n, err)
+	}
+	if n, err := b.Read(make([]byte, 64)); n != 20 || err != nil {
+		t.Fatalf("second read: %d %v, want the 20 bytes left", n, err)
+	}
+	b = &budget{lim: Limits{Taken: 10}, bound: 100}
+	if err := b.admit("empty", 0, 100, true); err != nil {
+		t.Fatalf("a zero-size entry: %v", err)
+	}
+	ten := append(bytes.Repeat([]byte{0x80}, 9), 0x01)
+	if _, ok := xzDict(xzHeader(0x40, ten, []byte{0x21, 22})); ok {
+		t.Error("a 10-byte size field was read")
+	}
+	nine := append(bytes.Repeat([]byte{0x80}, 8), 0x01)
+	if d, ok := xzDict(xzHeader(0x40, nine, []byte{0x21, 22})); !ok || d != 8<<20 {
+		t.Errorf("a 9-byte size field: %d %v", d, ok)
+	}
+	runaway := []byte{0xFD, '7', 'z', 'X', 'Z', 0, 0, 0, 0, 0, 0, 0, 1, 0x40, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80}
+	if _, ok := xzDict(runaway); ok {
+		t.Error("a size field that runs to the header's end was read")
+	}
+}

@@ -139,11 +139,3 @@ func readInt(path string) (int64, error) {
 	}
 	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
 }
-
-func readRelease(kernelOut string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(kernelOut, kernel.ReleaseFile))
-	if err != nil {
-		return "", fmt.Errorf("kernel stage output: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}

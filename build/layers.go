@@ -72,7 +72,7 @@ func modulesStage() *stage {
 		},
 		Run: func(ctx context.Context, sr *stageRun) error {
 			kout := sr.Dep(StageKernel)
-			rel, err := readRelease(kout)
+			rel, err := kernel.ReadRelease(kout)
 			if err != nil {
 				return err
 			}

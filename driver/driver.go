@@ -111,7 +111,7 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 			return nil, fmt.Errorf("driver module %q is not in the driver source (no %s/%s.Kbuild)", m, m, m)
 		}
 	}
-	release, err := readRelease(kout)
+	release, err := kernel.ReadRelease(kout)
 	if err != nil {
 		return nil, err
 	}
@@ -225,19 +225,6 @@ func IsFullTree(src string) bool {
 		}
 	}
 	return true
-}
-
-// readRelease reads the kernel release the kernel stage recorded.
-func readRelease(kout string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(kout, kernel.ReleaseFile))
-	if err != nil {
-		return "", fmt.Errorf("reading the kernel release from the kernel stage output: %w", err)
-	}
-	rel := strings.TrimSpace(string(b))
-	if rel == "" || strings.ContainsAny(rel, " /\n") {
-		return "", fmt.Errorf("the kernel stage output's %s holds %q, not a kernel release", kernel.ReleaseFile, rel)
-	}
-	return rel, nil
 }
 
 // isStep counts kbuild's lines and NVIDIA's conftest lines (" CONFTEST: ioremap_wc"):

@@ -171,3 +171,17 @@ func Build(ctx context.Context, opt Options, out string) (*Result, error) {
 	}
 	return &Result{Release: rel, Steps: steps}, nil
 }
+
+// ReadRelease reads the kernel release the kernel stage recorded in out (its
+// ReleaseFile): the one reader, for the driver and modules stages.
+func ReadRelease(out string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(out, ReleaseFile))
+	if err != nil {
+		return "", fmt.Errorf("reading the kernel release from the kernel stage output: %w", err)
+	}
+	rel := strings.TrimSpace(string(b))
+	if rel == "" || strings.ContainsAny(rel, " /\n") {
+		return "", fmt.Errorf("the kernel stage output's %s holds %q, not a kernel release", ReleaseFile, rel)
+	}
+	return rel, nil
+}

@@ -3,12 +3,14 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/gpufake"
@@ -311,8 +313,13 @@ func TestSoakInterrupt(t *testing.T) {
 	if err := os.WriteFile(kmsgPath, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(binary, "--json", "--fake", writeScenario(t, healthyScenario(t, pre, vram48G)), "--root", root, "--kmsg", kmsgPath,
-		"--modules-json", modulesFile(t, selftest.ModLoaded, 0), "--copy-size", "16KiB", "--no-nccl", "--soak", "1h")
+	// Bounded both ways, so a lost signal or a reworded progress line fails the test in
+	// minutes instead of running the suite into its timeout: a round cap (the soak then
+	// stops "rounds", not "interrupted") and a deadline on the process.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "--json", "--fake", writeScenario(t, healthyScenario(t, pre, vram48G)), "--root", root, "--kmsg", kmsgPath,
+		"--modules-json", modulesFile(t, selftest.ModLoaded, 0), "--copy-size", "16KiB", "--no-nccl", "--soak", "1h", "--soak-rounds", "200")
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	errPipe, err := cmd.StderrPipe()

@@ -659,18 +659,6 @@ func (m *memRun) exercise(pm *selftest.PeerMem, owner, peer int, reg region) (st
 	if err != nil {
 		return selftest.StepSetup, err
 	}
-	found := func(step string, g int, p Ptr, v Verification, seed uint32) error {
-		if v.Wrong == 0 {
-			return nil
-		}
-		got, err := d.ReadWords(g, p+Ptr(4*v.FirstBad), 1)
-		if err != nil {
-			return err
-		}
-		pm.Step = step
-		pm.Mismatch = &selftest.Mismatch{Offset: 4 * v.FirstBad, Want: Pattern(uint64(v.FirstBad), seed), Got: got[0], Words: v.Wrong}
-		return nil
-	}
 
 	// 1. The owner's kernel writes; the peer's kernel checks in place.
 	if err := d.Fill(owner, so, reg.ptr, words, seedMemOwner); err != nil {
@@ -708,7 +696,7 @@ func (m *memRun) exercise(pm *selftest.PeerMem, owner, peer int, reg region) (st
 	if err != nil {
 		return selftest.StepPeerRead, err
 	}
-	if err := found(selftest.StepPeerRead, peer, reg.ptr, v, seedMemOwner); err != nil || pm.Mismatch != nil {
+	if err := m.found(pm, selftest.StepPeerRead, peer, reg.ptr, v, seedMemOwner); err != nil || pm.Mismatch != nil {
 		return selftest.StepPeerRead, err
 	}
 
@@ -722,23 +710,26 @@ func (m *memRun) exercise(pm *selftest.PeerMem, owner, peer int, reg region) (st
 	return m.afterPeerWrite(pm, owner, peer, reg, so, sp)
 }
 
+// found records a verification's first wrong word (read back from GPU g) as pm's
+// mismatch at step; a clean verification records nothing.
+func (m *memRun) found(pm *selftest.PeerMem, step string, g int, p Ptr, v Verification, seed uint32) error {
+	if v.Wrong == 0 {
+		return nil
+	}
+	got, err := m.d.ReadWords(g, p+Ptr(4*v.FirstBad), 1)
+	if err != nil {
+		return err
+	}
+	pm.Step = step
+	pm.Mismatch = &selftest.Mismatch{Offset: 4 * v.FirstBad, Want: Pattern(uint64(v.FirstBad), seed), Got: got[0], Words: v.Wrong}
+	return nil
+}
+
 // afterPeerWrite is the rest of a check once the peer has written: the owner checks
 // the peer's write, and the peer's copy engine copies the memory out.
 func (m *memRun) afterPeerWrite(pm *selftest.PeerMem, owner, peer int, reg region, so, sp Stream) (step string, err error) {
 	d := m.d
 	words := reg.bytes / 4
-	found := func(step string, g int, p Ptr, v Verification, seed uint32) error {
-		if v.Wrong == 0 {
-			return nil
-		}
-		got, err := d.ReadWords(g, p+Ptr(4*v.FirstBad), 1)
-		if err != nil {
-			return err
-		}
-		pm.Step = step
-		pm.Mismatch = &selftest.Mismatch{Offset: 4 * v.FirstBad, Want: Pattern(uint64(v.FirstBad), seed), Got: got[0], Words: v.Wrong}
-		return nil
-	}
 	if m.o.Corrupt == pm.Kind && !m.injected {
 		idx := words/2 + 5
 		p := reg.ptr + Ptr(4*idx)
@@ -757,7 +748,7 @@ func (m *memRun) afterPeerWrite(pm *selftest.PeerMem, owner, peer int, reg regio
 	if err != nil {
 		return selftest.StepPeerWrite, err
 	}
-	if err := found(selftest.StepPeerWrite, owner, reg.ptr, v, seedMemPeer); err != nil || pm.Mismatch != nil {
+	if err := m.found(pm, selftest.StepPeerWrite, owner, reg.ptr, v, seedMemPeer); err != nil || pm.Mismatch != nil {
 		return selftest.StepPeerWrite, err
 	}
 
@@ -785,7 +776,7 @@ func (m *memRun) afterPeerWrite(pm *selftest.PeerMem, owner, peer int, reg regio
 	if err != nil {
 		return selftest.StepPeerCopy, err
 	}
-	if err := found(selftest.StepPeerCopy, peer, dst, v, seedMemPeer); err != nil {
+	if err := m.found(pm, selftest.StepPeerCopy, peer, dst, v, seedMemPeer); err != nil {
 		return selftest.StepPeerCopy, err
 	}
 	return "", nil

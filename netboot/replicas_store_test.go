@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
 func t0() time.Time { return time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC) }
@@ -20,9 +22,7 @@ func t0() time.Time { return time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC) }
 // migrations run once (none fails on a table another is creating), and all four get
 // the same token secret, the one stored.
 func TestReplicasPGStartTogether(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL")
-	}
+	testguard.Short(t, "starts PostgreSQL")
 	for round := 0; round < 3; round++ {
 		dsn := postgresDSN(t)
 		const n = 4

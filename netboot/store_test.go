@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
 // Both stores pass the same tests: open returns a store on a fresh database, and
@@ -22,9 +24,7 @@ func TestStoreSQLite(t *testing.T) {
 }
 
 func TestStorePostgres(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL")
-	}
+	testguard.Short(t, "starts PostgreSQL")
 	dsn := postgresDSN(t)
 	testStore(t, func() (Store, error) { return OpenStore(context.Background(), dsn) })
 }

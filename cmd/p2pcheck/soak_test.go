@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/gpufake"
 	"github.com/peerboot/peerboot/selftest/pcie"
@@ -24,9 +25,7 @@ import (
 // pair, the round and the time. Rounds are bounded with --soak-rounds so the tests do
 // not depend on how fast this machine runs them; the duration is long.
 func TestSoakFAKE(t *testing.T) {
-	if testing.Short() {
-		t.Skip("FAKE soaks run dozens of phase processes; run without -short")
-	}
+	testguard.Short(t, "FAKE soaks run dozens of phase processes")
 	for _, tc := range soakCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			r, code := runFault(t, tc)
@@ -298,9 +297,7 @@ func TestSoakSizes(t *testing.T) {
 // TestSoakInterrupt: Ctrl-C (SIGINT) during an unbounded soak ends it after the round
 // in flight with a whole report of the rounds so far, judged as usual.
 func TestSoakInterrupt(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a FAKE soak runs phase processes; run without -short")
-	}
+	testguard.Short(t, "a FAKE soak runs phase processes")
 	root := filepath.Join(t.TempDir(), "root")
 	if err := pcietest.Build(root, pcietest.EPYC4GPU()); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"unicode/utf16"
@@ -140,29 +139,8 @@ func WriteDisk(f *os.File, d Disk) error {
 		}
 	}
 
-	if _, err := f.WriteAt(protectiveMBR(totalLBA), 0); err != nil {
-		return fmt.Errorf("disk: write MBR: %w", err)
-	}
-	entriesCRC := crc32.ChecksumIEEE(entries)
-	lastLBA := totalLBA - 1
-	backupEntries := lastLBA - gptEntryLBAs
-	hdr := func(my, alt, entriesLBA uint64) []byte {
-		return gptHeader(d.DiskGUID, totalLBA, my, alt, entriesLBA, entriesCRC)
-	}
-	writes := []struct {
-		what string
-		data []byte
-		lba  uint64
-	}{
-		{"primary GPT header", hdr(1, lastLBA, 2), 1},
-		{"primary GPT entries", entries, 2},
-		{"backup GPT entries", entries, backupEntries},
-		{"backup GPT header", hdr(lastLBA, 1, backupEntries), lastLBA},
-	}
-	for _, w := range writes {
-		if _, err := f.WriteAt(w.data, int64(w.lba)*lbaSize); err != nil {
-			return fmt.Errorf("disk: write %s: %w", w.what, err)
-		}
+	if err := writeTable(f, d.DiskGUID, entries, totalLBA); err != nil {
+		return fmt.Errorf("disk: %w", err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package image
 import (
 	"bytes"
 	"crypto/sha256"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,5 +193,27 @@ func TestWriteDiskRejects(t *testing.T) {
 			t.Logf("%s: %v", name, err)
 		}
 		f.Close()
+	}
+}
+
+// TestWriteDiskGolden pins the bytes of testDisk: a refactor of the GPT, FAT or
+// disk writers that changes one byte fails here (run with -update after a
+// deliberate layout change, and say why in the commit).
+func TestWriteDiskGolden(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "d.raw")
+	writeDisk(t, p, testDisk())
+	got := fmt.Sprintf("%x\n", fileHash(t, p))
+	golden := filepath.Join("testdata", "disk.sha256.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./image -run TestWriteDiskGolden -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("disk sha256 %s, golden %s", strings.TrimSpace(got), strings.TrimSpace(string(want)))
 	}
 }

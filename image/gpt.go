@@ -183,23 +183,33 @@ func (g *GPT) Write(w io.WriterAt, sizeLBA uint64) error {
 			return fmt.Errorf("partition %d (%s) ends at LBA %d, past the last usable LBA %d", p.Index+1, p.Name, p.LastLBA, last)
 		}
 	}
-	entriesCRC := crc32.ChecksumIEEE(g.entries)
+	if err := writeTable(w, g.DiskGUID, g.entries, sizeLBA); err != nil {
+		return err
+	}
+	g.SizeLBA = sizeLBA
+	return nil
+}
+
+// writeTable writes the protective MBR and both GPT copies of a disk of sizeLBA
+// sectors: the one GPT writer, for a new disk (WriteDisk) and for a grown one
+// (GPT.Write). Backup first: if the primary write is cut short, the old
+// primary still describes partitions that are all there.
+func writeTable(w io.WriterAt, diskGUID [16]byte, entries []byte, sizeLBA uint64) error {
+	entriesCRC := crc32.ChecksumIEEE(entries)
 	lastLBA := sizeLBA - 1
 	backupEntries := lastLBA - gptEntryLBAs
 	hdr := func(my, alt, entriesLBA uint64) []byte {
-		return gptHeader(g.DiskGUID, sizeLBA, my, alt, entriesLBA, entriesCRC)
+		return gptHeader(diskGUID, sizeLBA, my, alt, entriesLBA, entriesCRC)
 	}
-	// Backup first: if the primary write is cut short, the old primary still
-	// describes partitions that are all there.
 	writes := []struct {
 		what string
 		data []byte
 		lba  uint64
 	}{
-		{"backup GPT entries", g.entries, backupEntries},
+		{"backup GPT entries", entries, backupEntries},
 		{"backup GPT header", hdr(lastLBA, 1, backupEntries), lastLBA},
 		{"protective MBR", protectiveMBR(sizeLBA), 0},
-		{"primary GPT entries", g.entries, 2},
+		{"primary GPT entries", entries, 2},
 		{"primary GPT header", hdr(1, lastLBA, 2), 1},
 	}
 	for _, wr := range writes {
@@ -207,6 +217,5 @@ func (g *GPT) Write(w io.WriterAt, sizeLBA uint64) error {
 			return fmt.Errorf("writing the %s: %w", wr.what, err)
 		}
 	}
-	g.SizeLBA = sizeLBA
 	return nil
 }

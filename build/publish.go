@@ -14,16 +14,20 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/measure"
 	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/store"
 )
 
-// Publish copies the image stage's output to outRoot/<recipe>/ with manifest.json
-// and SHA256SUMS. The directory is replaced atomically (renameat2 RENAME_EXCHANGE),
-// so a failed or killed build leaves the previous good output whole.
+// Publish puts the image stage's output at outRoot/<recipe>/ with manifest.json
+// and SHA256SUMS. The output files are hard links to the store's (read-only:
+// the store's outputs are immutable and out/ shares their inodes), a copy only
+// where out/ lies on another filesystem; only what publish writes (the two
+// lists, any copy, the directories) is fsynced: a linked file is already on
+// disk, the store synced it at commit. The directory is replaced atomically
+// (renameat2 RENAME_EXCHANGE), so a failed or killed build leaves the previous
+// good output whole.
 func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, epoch int64, outRoot string) (string, error) {
 	img := p.Stage(StageImage)
 	if img == nil || !st.HasOutput(img.Key) {
@@ -50,14 +54,14 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 	for _, s := range p.Stages { // every stage the image came from, by key
 		m.Stages = append(m.Stages, output.ManifestStage{Name: string(s.Name), Key: s.Key})
 	}
+	if upToDate(final, src, m) {
+		return final, nil // a no-op rebuild touches nothing (and reads no UKI)
+	}
 	if m.PCR11, err = predictPCR11(filepath.Join(src, ukiFile)); err != nil {
 		return "", fmt.Errorf("publish: %w", err)
 	}
 	mj, _ := json.MarshalIndent(m, "", "  ")
 	mj = append(mj, '\n')
-	if upToDate(final, mj, outputs) {
-		return final, nil // a no-op rebuild touches nothing
-	}
 	tmp, err := os.MkdirTemp(outRoot, "."+p.Recipe.Name+".new-")
 	if err != nil {
 		return "", err
@@ -66,11 +70,14 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return "", err
 	}
+	dirs := map[string]bool{tmp: true}
 	for _, o := range outputs {
 		if err := ctx.Err(); err != nil {
 			return "", err
 		}
-		if _, err := copySparse(filepath.Join(src, o.Path), filepath.Join(tmp, o.Path)); err != nil {
+		dst := filepath.Join(tmp, o.Path)
+		dirs[filepath.Dir(dst)] = true
+		if err := linkOrCopy(filepath.Join(src, o.Path), dst); err != nil {
 			return "", fmt.Errorf("publish: %w", err)
 		}
 	}
@@ -85,8 +92,14 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 	if err := os.WriteFile(filepath.Join(tmp, output.SumsFile), output.FormatSums(sums), 0o644); err != nil {
 		return "", err
 	}
-	if err := fsutil.SyncTree(tmp); err != nil {
-		return "", err
+	written := []string{filepath.Join(tmp, output.ManifestFile), filepath.Join(tmp, output.SumsFile)}
+	for d := range dirs {
+		written = append(written, d)
+	}
+	for _, f := range written {
+		if err := syncPath(f); err != nil {
+			return "", fmt.Errorf("publish: %w", err)
+		}
 	}
 	if _, err := os.Stat(final); err == nil {
 		if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final, unix.RENAME_EXCHANGE); err != nil {
@@ -96,7 +109,39 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 	} else if err := os.Rename(tmp, final); err != nil {
 		return "", err
 	}
+	if err := syncPath(outRoot); err != nil {
+		return "", fmt.Errorf("publish: %w", err)
+	}
 	return final, nil
+}
+
+// linkOrCopy hard-links the store's file src at dst, made read-only first so
+// that a tool pointed at out/ cannot write through into the store (the store's
+// files are never written after commit; `store verify` catches one that was);
+// where no link can be made (another filesystem) it copies, sparse and synced.
+func linkOrCopy(src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if err := os.Chmod(src, 0o444); err == nil {
+		if err := os.Link(src, dst); err == nil {
+			return nil
+		}
+	}
+	_, err := copySparse(src, dst)
+	return err
+}
+
+func syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("syncing %s: %w", path, err)
+	}
+	return nil
 }
 
 // predictPCR11 predicts PCR 11 for the UKI at path; nil when there is none
@@ -123,15 +168,33 @@ func predictPCR11(path string) (*output.ManifestPCR11, error) {
 	return out, nil
 }
 
-// upToDate says whether dir already holds this manifest and files of the listed sizes.
-func upToDate(dir string, manifest []byte, outputs []output.ManifestOutput) bool {
-	old, err := os.ReadFile(filepath.Join(dir, output.ManifestFile))
-	if err != nil || !bytes.Equal(old, manifest) {
+// upToDate says whether dir already holds manifest m (its PCR 11, a function of
+// the UKI's bytes, aside) and the image output's files, as the store's own
+// inodes (or, for copies, at the listed sizes), and SHA256SUMS.
+func upToDate(dir, src string, m output.Manifest) bool {
+	b, err := os.ReadFile(filepath.Join(dir, output.ManifestFile))
+	if err != nil {
 		return false
 	}
-	for _, o := range outputs {
-		info, err := os.Stat(filepath.Join(dir, o.Path))
-		if err != nil || info.Size() != o.Size {
+	var old output.Manifest
+	if json.Unmarshal(b, &old) != nil {
+		return false
+	}
+	old.PCR11 = nil
+	a, _ := json.Marshal(old)
+	n, _ := json.Marshal(m)
+	if !bytes.Equal(a, n) {
+		return false
+	}
+	for _, o := range m.Outputs {
+		pub, err := os.Stat(filepath.Join(dir, o.Path))
+		if err != nil {
+			return false
+		}
+		if s, err := os.Stat(filepath.Join(src, o.Path)); err == nil && os.SameFile(pub, s) {
+			continue
+		}
+		if pub.Size() != o.Size {
 			return false
 		}
 	}

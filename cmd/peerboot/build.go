@@ -25,7 +25,7 @@ image) from the lock file's pins; it reads no network (run ` + "`peerboot fetch`
 whose action key the store already holds is skipped. --stage stops after the named stage.
 --check STAGE,... builds those stages again although the store holds them and fails
 (exit 6) naming the files that differ: proof that the key covers what the stage reads.`,
-		Args: exactArgs(1),
+		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
 			if err != nil {

@@ -8,8 +8,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/peerboot/peerboot/apt"
 	"github.com/peerboot/peerboot/build"
 	"github.com/peerboot/peerboot/exitcode"
@@ -210,15 +208,6 @@ func needsLock(r *recipe.Resolved) bool {
 
 func aptClient(st *store.Store) *apt.Client {
 	return &apt.Client{HTTP: httpClient(), Cache: st}
-}
-
-func exactArgs(max int) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) > max {
-			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: want at most %d argument(s), got %d", commandName(cmd), max, len(args)))
-		}
-		return nil
-	}
 }
 
 // imageTools locates peerboot-init and p2pcheck beside this binary

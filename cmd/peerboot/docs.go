@@ -47,7 +47,7 @@ cli/*.md and man/*.1 from the command tree (every command's help and flags), and
 recipe-reference.md from the recipe schema (recipe/types.go's field comments and
 recipe/defaults.toml). Generated files that no command produces any more are removed.
 A test fails while the committed files differ from what this writes: run ` + "`" + regenerateDocs + "`" + `.`,
-		Args: cobra.NoArgs,
+		Args: maxArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			files, err := generatedDocs()
 			if err != nil {

@@ -157,7 +157,7 @@ use not asked for are listed as "absent" and never fail it.
 --packages prints the Debian packages of those uses on one line instead (building's
 by default: what ` + "`make image`" + ` installs; --all: what ` + "`make test`" + ` installs).
 --json prints the check, or with --packages the list, as JSON.`,
-		Args: exactArgs(0),
+		Args: maxArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
 			uses := []use{}

@@ -20,7 +20,7 @@ func exitCodesCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "exit-codes",
 		Short: "List peerboot's exit codes",
-		Args:  exactArgs(0),
+		Args:  maxArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if asJSON {
 				list := []exitCodeJSON{}

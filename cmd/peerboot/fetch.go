@@ -28,7 +28,7 @@ re-hashed; a corrupt entry is fetched again. Git inputs honour PEERBOOT_GIT_MIRR
 ("url=path,..."), verified by commit id. --only ROLE,... fetches the inputs of those
 roles alone (kernel-source, driver-source, efi-stub, userspace, installer): ` + "`make test-trees`" + `
 fetches the NVIDIA trees the driver tests read with --only driver-source.`,
-		Args: exactArgs(1),
+		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
 			if err != nil {

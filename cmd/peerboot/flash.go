@@ -51,7 +51,7 @@ held copied over.
 
 Exit codes: 0 written and verified; 10 (device) refused, not confirmed, or an I/O
 error; 6 (integrity) the read-back differs from the image; 2 bad command line.`,
-		Args: nArgs(2),
+		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opt.BlockSize <= 0 || opt.BlockSize%4096 != 0 {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--block-size: want a positive multiple of 4096, got %d", opt.BlockSize))
@@ -108,16 +108,6 @@ error; 6 (integrity) the read-back differs from the image; 2 bad command line.`,
 	cmd.Flags().BoolVar(&opt.GrowReports, "grow-reports", false, "grow the PEERBOOT report partition to fill the device")
 	cmd.Flags().IntVar(&opt.BlockSize, "block-size", flash.DefaultBlockSize, "bytes per write, a multiple of 4096")
 	return cmd
-}
-
-// nArgs wants exactly n arguments, as a usage error otherwise.
-func nArgs(n int) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: want %d argument(s), got %d (usage: %s)", commandName(cmd), n, len(args), cmd.UseLine()))
-		}
-		return nil
-	}
 }
 
 // flashJSON is `peerboot flash --json`: what was written and verified.

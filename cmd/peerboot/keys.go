@@ -27,7 +27,7 @@ files are never overwritten):
   pcr.key, pcr.pub                  RSA 2048 PCR 11 policy key (sign.pcr_key: the UKI's .pcrsig/.pcrpkey)
 
 Keys are PKCS#8 PEM, certificates and public keys PEM. They are for testing only.`,
-		Args: cobra.ExactArgs(1),
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			files, err := sign.InitTestKeys(args[0])
 			if err != nil {

@@ -48,7 +48,7 @@ every package the recipe needs (sources, EFI stub, and the userspace closure) in
 lock file beside the recipe. With --check it writes nothing and, if the lock file
 differs from a fresh resolve, prints the difference and fails (exit 4). --json prints
 the result and every pin as JSON (docs/commands.md, "Machine-readable output").`,
-		Args: exactArgs(1),
+		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := validRecipe(recipeArg(args))
 			if err != nil {

@@ -70,7 +70,7 @@ A lock file that is missing or out of date with the recipe is named and plan exi
 (stale) after printing what it can: the stages whose inputs the lock must pin are
 blocked. Pinned inputs the store does not hold yet are listed ("peerboot fetch").
 --json prints the plan as JSON (docs/commands.md, "Machine-readable output").`,
-		Args: exactArgs(1),
+		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, ins, un, st, err := g.recipeInputs(recipeArg(args), false)
 			if err != nil {

@@ -87,7 +87,7 @@ else the fallback tag sha256-<digest>.
 Credentials: $PEERBOOT_REGISTRY_USERNAME / $PEERBOOT_REGISTRY_PASSWORD, else the docker
 credential store (docker login). Exit 6 for a changed output, 5 when the registry
 fails, 2 for a bad command line.`,
-		Args: nArgs(2),
+		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := oci.ParseRef(args[1]); err != nil {
 				return exitcode.Tag(exitcode.Usage, err)
@@ -167,7 +167,7 @@ an output (holds SHA256SUMS).
 
 Exit 6 when a digest or signature does not match (DIR untouched), 5 when the
 registry fails, 2 for a bad command line.`,
-		Args: nArgs(2),
+		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := oci.ParseRef(args[0]); err != nil {
 				return exitcode.Tag(exitcode.Usage, err)

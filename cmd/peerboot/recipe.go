@@ -25,7 +25,7 @@ func recipeCmd() *cobra.Command {
 sorted, with its digest and the files merged (lowest first). Keys left empty are
 left out (--all prints them too, as the digest's input has them). --json prints
 {path, name, digest, files, recipe} with the recipe as a JSON object.`,
-		Args: exactArgs(1),
+		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := loadRecipe(recipeArg(args))
 			if err != nil {

@@ -94,7 +94,7 @@ a platform recipe that includes a driver flavour (DIR/drivers/FLAVOUR.toml) and,
 RTX 4090s, the shared PCIe Gen4 thresholds, with the platform's facts from the flags and
 comments saying what to measure. The file is checked as ` + "`recipe validate`" + ` checks it before
 it is written; an existing file is kept unless --force. Next: ` + "`peerboot lock DIR/NAME.toml`" + `.`,
-		Args: exactArgs(0),
+		Args: maxArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			usage := func(format string, a ...any) error { return exitcode.Tag(exitcode.Usage, fmt.Errorf(format, a...)) }
 			if p.Name == "" {

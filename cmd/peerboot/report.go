@@ -105,7 +105,7 @@ whole comparison, every copy included.
 Exit 0 when the verdicts are equal and B adds no fail finding; 1 when the verdict
 changed (either way) or a fail finding was added; 2 when a file holds no report.
 A or B may be a shipped example: ` + "`peerboot report diff example:pass example:fail`" + `.`,
-		Args: argsExactly(2),
+		Args: exactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			a, err := readReport(args[0])
 			if err != nil {
@@ -203,15 +203,4 @@ func readReport(path string) (*selftest.Report, error) {
 		return nil, exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: %w", path, err))
 	}
 	return r, nil
-}
-
-// argsExactly is cobra.ExactArgs tagged as a usage error (exit 2), so that `report diff`
-// exits 1 only when the reports differ.
-func argsExactly(n int) cobra.PositionalArgs {
-	return func(cmd *cobra.Command, args []string) error {
-		if len(args) != n {
-			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: want %d argument(s), got %d", commandName(cmd), n, len(args)))
-		}
-		return nil
-	}
 }

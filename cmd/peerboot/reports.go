@@ -59,7 +59,7 @@ JSON files out. It only reads the device, so a mounted stick is fine.
 Exit codes: 0 when the newest report's verdict is pass; 9 (selftest) when it is
 not, or no report is there; 10 (device) when the device holds no readable
 PEERBOOT partition; 2 bad command line. --json prints the list as JSON.`,
-		Args: nArgs(1),
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src := args[0]
 			if st, err := os.Stat(src); err != nil {

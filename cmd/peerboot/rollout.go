@@ -77,7 +77,7 @@ a state the action does not apply to, wrong credentials).`,
 	status := &cobra.Command{
 		Use:   "status [RECIPE]",
 		Short: "Show the rollouts (or one recipe's)",
-		Args:  exactArgs(1),
+		Args:  maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var out rolloutStatusJSON
 			if len(args) == 1 {
@@ -110,7 +110,7 @@ a state the action does not apply to, wrong credentials).`,
 	promote := &cobra.Command{
 		Use:   "promote RECIPE [--build ID]",
 		Short: "Move a build to the next channel",
-		Args:  nArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.action(cmd, "/api/rollouts/"+url.PathEscape(args[0])+"/promote", map[string]string{"build": build})
 		},
@@ -119,7 +119,7 @@ a state the action does not apply to, wrong credentials).`,
 	halt := &cobra.Command{
 		Use:   "halt RECIPE [--reason TEXT]",
 		Short: "Stop automatic promotion",
-		Args:  nArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.action(cmd, "/api/rollouts/"+url.PathEscape(args[0])+"/halt", map[string]string{"reason": reason})
 		},
@@ -128,7 +128,7 @@ a state the action does not apply to, wrong credentials).`,
 	resume := &cobra.Command{
 		Use:   "resume RECIPE",
 		Short: "Start automatic promotion again",
-		Args:  nArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.action(cmd, "/api/rollouts/"+url.PathEscape(args[0])+"/resume", nil)
 		},
@@ -136,7 +136,7 @@ a state the action does not apply to, wrong credentials).`,
 	clear := &cobra.Command{
 		Use:   "clear NODE",
 		Short: "End a node's hold (MAC, hostname, serial or node id)",
-		Args:  nArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return f.action(cmd, "/api/nodes/"+url.PathEscape(args[0])+"/clear", nil)
 		},
@@ -167,7 +167,7 @@ a state the action does not apply to, wrong credentials).`,
 	akReset := &cobra.Command{
 		Use:   "ak-reset NODE",
 		Short: "Forget a node's TPM AK (MAC or node id)",
-		Args:  nArgs(1),
+		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var out struct {
 				Node   string `json:"node"`

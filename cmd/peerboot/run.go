@@ -52,7 +52,7 @@ its report. --tpm-state DIR keeps the TPM's state there, so the node keeps its
 EK and AK from boot to boot (default: a fresh TPM per run). --tpm-ek-cert has
 swtpm_setup manufacture a new state with EK certificates in NV (signed by
 swtpm_localca's CA in /var/lib/swtpm-localca), so the node sends one.`,
-		Args: cobra.RangeArgs(0, 1),
+		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if n := btoi(uefi) + btoi(pxe) + btoi(iso) + btoi(uefiPXE); n > 1 {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("choose one of --uefi, --iso, --pxe and --uefi-pxe"))

@@ -31,7 +31,7 @@ provenance in a DSSE envelope signed with the same key.
 Key references: a path, file:PATH or env:VAR (the variable holds PEM text), as verify
 takes them. Encrypted PKCS#8 keys take their passphrase from $PEERBOOT_KEY_PASSPHRASE.
 A key that cannot be read or parsed, or an OUTDIR that is not a directory, exits 2.`,
-		Args: cobra.ExactArgs(1),
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opt.Version = version
 			opt.Log = cmd.OutOrStdout()

@@ -50,7 +50,7 @@ func storeCmd(g *globals) *cobra.Command {
 	ver := &cobra.Command{
 		Use:   "verify",
 		Short: "Re-hash every store entry and name the corrupt ones",
-		Args:  exactArgs(0),
+		Args:  maxArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := g.openStore()
 			if err != nil {
@@ -99,7 +99,7 @@ func storeCmd(g *globals) *cobra.Command {
 	gc := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove scratch directories and partial downloads left by interrupted work",
-		Args:  exactArgs(0),
+		Args:  maxArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			st, err := g.openStore()
 			if err != nil {
@@ -127,6 +127,7 @@ func storeCmd(g *globals) *cobra.Command {
 matches a pin of the recipe. RECIPE comes first, as for every other command: a first
 argument ending in .toml is the recipe (default recipes/default.toml; -r RECIPE works
 too). --json prints what was imported as JSON.`,
+		Args: minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("recipe") && len(args) > 0 && strings.HasSuffix(args[0], ".toml") {
 				recipePath, args = args[0], args[1:]

@@ -51,7 +51,7 @@ Every problem is printed as "FILE: what was wrong". Exit 0 when all checks pass,
 is not a directory. An output
 never signed is one problem: "not signed: run ` + "`peerboot sign`" + `". --json prints the
 checks and problems as JSON (docs/commands.md, "Machine-readable output").`,
-		Args: nArgs(1),
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if opt.Key == "" {
 				return exitcode.Tag(exitcode.Usage, errors.New("--key is required"))

@@ -21,7 +21,7 @@ func versionCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print peerboot's version",
-		Args:  exactArgs(0),
+		Args:  maxArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return printVersion(cmd.OutOrStdout(), asJSON)
 		},

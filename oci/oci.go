@@ -202,3 +202,7 @@ func safeRel(title string) error {
 	}
 	return nil
 }
+
+// Repository is the registry repository ref names, reached as o says: the
+// stage cache shares publish's transport, credentials and loopback rule.
+func (o Remote) Repository(ref Ref) (*remote.Repository, error) { return o.repository(ref) }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -100,12 +101,11 @@ func (s *Store) CommitOutput(key, dir string) error {
 			return fmt.Errorf("syncing output %s: %w", dir, err)
 		}
 	}
-	sort.Strings(lines)
-	sort.Slice(sizes, func(i, j int) bool { return pathOf(sizes[i]) < pathOf(sizes[j]) })
-	if err := writeFileSync(filepath.Join(dir, sizesName), []byte(joinLines(sizes))); err != nil {
+	manifest, sizesText := formatRecords(lines, sizes)
+	if err := writeFileSync(filepath.Join(dir, sizesName), sizesText); err != nil {
 		return err
 	}
-	if err := writeFileSync(filepath.Join(dir, manifestName), []byte(joinLines(lines))); err != nil {
+	if err := writeFileSync(filepath.Join(dir, manifestName), manifest); err != nil {
 		return err
 	}
 	if err := syncPath(dir); err != nil {
@@ -152,6 +152,31 @@ func (s *Store) OutputFiles(key string) ([]OutputFile, error) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
+}
+
+// The names of an output's two records, beside its files.
+const (
+	ManifestName = manifestName // "<sha256>  <path>" per regular file
+	SizesName    = sizesName    // "<bytes>  <path>" per regular file
+)
+
+// Records returns the MANIFEST and SIZES bytes CommitOutput writes for these
+// files: a remote stage cache compares what it fetched with what was pushed
+// in exactly the store's own form.
+func Records(files []OutputFile) (manifest, sizes []byte) {
+	var lines, sz []string
+	for _, f := range files {
+		lines = append(lines, f.SHA256+"  "+f.Path)
+		sz = append(sz, strconv.FormatInt(f.Size, 10)+"  "+f.Path)
+	}
+	return formatRecords(lines, sz)
+}
+
+func formatRecords(lines, sizes []string) (manifest, sizesText []byte) {
+	lines, sizes = slices.Clone(lines), slices.Clone(sizes)
+	sort.Strings(lines)
+	sort.Slice(sizes, func(i, j int) bool { return pathOf(sizes[i]) < pathOf(sizes[j]) })
+	return []byte(joinLines(lines)), []byte(joinLines(sizes))
 }
 
 func joinLines(lines []string) string {

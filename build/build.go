@@ -33,6 +33,8 @@ type Options struct {
 	// comparing what they write with it file by file: proof that a warm
 	// rebuild gives what a build from empty gives.
 	Check map[StageName]bool
+	// Remote shares stage outputs through registries (docs/remote-cache.md).
+	Remote Remote
 }
 
 // Outcome reports one stage of a run.
@@ -44,6 +46,15 @@ type Outcome struct {
 	Unneeded bool // not asked of the store: every stage that reads it was there
 	Duration time.Duration
 	Dir      string // the stage output in the store (for "publish": the output directory)
+	// The remote cache: Pulled is a stage fetched from Remote.From (its tree's
+	// bytes in PulledBytes), PushedBytes what was sent to Remote.To (0: nothing,
+	// or the cache had it), Refused why a fetched stage was refused.
+	Pulled      bool
+	PulledBytes int64
+	Pushed      bool
+	PushedBytes int64
+	Refused     string
+	PushError   string // a push that failed (a warning: the stage itself is good)
 }
 
 // stageRun is everything a stage's run may read, and where it writes.
@@ -117,16 +128,26 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 	// Which stages run: walking back from the last one, a needed stage runs
 	// when the store lacks its output (or --check asks), and then the stages it
 	// reads are needed too. A no-op rebuild asks the store about one stage.
+	// A stage the store lacks is asked of the remote cache first, and once
+	// fetched (verified) it is in the store like any other: a refused one runs.
 	need, run := map[StageName]bool{until: true}, map[StageName]bool{}
 	for name := range opt.Check {
 		need[name] = slices.Index(names, name) <= last
 	}
+	rr := newRemoteRun()
 	for i := last; i >= 0; i-- {
 		s := p.Stages[i]
 		if !need[s.Name] {
 			continue
 		}
-		if opt.Check[s.Name] || !(s.Cached || opt.Store.HasOutput(s.Key)) {
+		have := s.Cached || opt.Store.HasOutput(s.Key)
+		if !have {
+			var err error
+			if have, err = rr.pull(ctx, opt, s, clock); err != nil {
+				return nil, err
+			}
+		}
+		if opt.Check[s.Name] || !have {
 			run[s.Name] = true
 			for _, d := range s.def.Deps {
 				need[d] = true
@@ -153,11 +174,14 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 	var outs []Outcome
 	for _, s := range p.Stages[:last+1] {
 		start := time.Now()
-		o := Outcome{Stage: string(s.Name), Key: s.Key, Dir: opt.Store.OutputDir(s.Key)}
+		o := Outcome{Stage: string(s.Name), Key: s.Key, Dir: opt.Store.OutputDir(s.Key), Refused: rr.refused[s.Name]}
+		o.PulledBytes, o.Pulled = rr.pulled[s.Name]
 		switch {
 		case !need[s.Name]:
 			o.Unneeded = true
 			fmt.Fprintf(opt.Log, "%s: not needed (what reads it is in the store) (%s)\n", s.Name, s.Key)
+		case !run[s.Name] && o.Pulled:
+			o.Cached = true
 		case !run[s.Name]:
 			o.Cached = true
 			fmt.Fprintf(opt.Log, "%s: cached (%s)\n", s.Name, s.Key)
@@ -173,6 +197,9 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 				return outs, err
 			}
 		}
+		rr.push(ctx, opt, s, clock)
+		o.PushedBytes, o.Pushed = rr.pushed[s.Name]
+		o.PushError = rr.pushErrors[s.Name]
 		o.Duration = time.Since(start)
 		outs = append(outs, o)
 	}
@@ -274,13 +301,9 @@ func (c *buildClock) newest(ctx context.Context, ins []lock.Input) (int64, error
 	}
 	var newest int64
 	for _, in := range ins {
-		t, ok := c.dates[in.Digest()]
-		if !ok {
-			var err error
-			if t, err = c.date(ctx, in); err != nil {
-				return 0, err
-			}
-			c.dates[in.Digest()] = t
+		t, err := c.dateOf(ctx, in)
+		if err != nil {
+			return 0, err
 		}
 		newest = max(newest, t)
 	}
@@ -288,6 +311,20 @@ func (c *buildClock) newest(ctx context.Context, ins []lock.Input) (int64, error
 		return 0, fmt.Errorf("cannot derive the build clock from the inputs: set source_date_epoch in the recipe")
 	}
 	return newest, nil
+}
+
+// dateOf is in's own date, read once per build (or known from a fetched
+// stage that signed it).
+func (c *buildClock) dateOf(ctx context.Context, in lock.Input) (int64, error) {
+	if t, ok := c.dates[in.Digest()]; ok {
+		return t, nil
+	}
+	t, err := c.date(ctx, in)
+	if err != nil {
+		return 0, err
+	}
+	c.dates[in.Digest()] = t
+	return t, nil
 }
 
 func (c *buildClock) date(ctx context.Context, in lock.Input) (int64, error) {

@@ -23,6 +23,11 @@ import (
 // and the digest are in its key.
 const wholeRecipe = "*"
 
+// sharingTable is the recipe's [cache] table: where stage outputs are fetched
+// from and pushed to, never what they are. recipe.Canonical leaves it out, so
+// it is in no key, and no stage sees it.
+const sharingTable = "cache"
+
 // LockFields reach the build only through the lock: they choose the pinned
 // inputs, whose digests the stages that read them key. No stage's run sees them.
 var LockFields = []string{"include", "repo", "kernel.source", "driver.source", "userspace", "outputs.efi_stub"}
@@ -33,6 +38,7 @@ var LockFields = []string{"include", "repo", "kernel.source", "driver.source", "
 func project(r *recipe.Resolved, fields []string) (*recipe.Resolved, error) {
 	if len(fields) == 1 && fields[0] == wholeRecipe {
 		c := *r
+		c.Cache = recipe.Cache{} // how outputs are shared: no stage reads it
 		return &c, nil
 	}
 	out := &recipe.Resolved{}
@@ -100,6 +106,9 @@ func RecipeLeaves() []string {
 		for i := 0; i < t.NumField(); i++ {
 			f := t.Field(i)
 			p := prefix + tomlName(f)
+			if p == sharingTable {
+				continue
+			}
 			if f.Type.Kind() == reflect.Struct && f.Type.NumField() > 0 {
 				walk(f.Type, p+".")
 				continue

@@ -4,7 +4,7 @@ package build
 type StageJSON struct {
 	Name       string     `json:"name"`
 	Version    int        `json:"version"`
-	Status     string     `json:"status"` // "cached", "run" or "blocked"
+	Status     string     `json:"status"` // "cached", "remote" (in the remote cache), "run" or "blocked"
 	Key        string     `json:"key"`    // "" when blocked
 	Fields     []string   `json:"fields"` // recipe fields the key covers; "*" the whole recipe
 	Items      []ItemJSON `json:"items"`
@@ -21,13 +21,15 @@ type ItemJSON struct {
 	Display string `json:"display,omitempty"`
 }
 
-// Status is the stage's state as plan prints it: cached, run or blocked.
+// Status is the stage's state as plan prints it: cached, remote, run or blocked.
 func (s *Stage) Status() string {
 	switch {
 	case s.Key == "":
 		return "blocked"
 	case s.Cached:
 		return "cached"
+	case s.Remote:
+		return "remote"
 	}
 	return "run"
 }

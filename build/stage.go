@@ -106,6 +106,7 @@ type Stage struct {
 	Items      []Item
 	Key        string   // "<name>-<sha256>"; "" when an input is unresolved
 	Cached     bool     // the store holds the output
+	Remote     bool     // the remote cache holds it (Plan.AskRemote), the store does not
 	Unresolved []string // why Key is unknown
 
 	def    *stage
@@ -264,6 +265,8 @@ func (p *Plan) Print(w io.Writer, verbose bool) {
 			status = "blocked: unresolved inputs"
 		case s.Cached:
 			status = "cached"
+		case s.Remote:
+			status = "remote: in the cache"
 		}
 		key := s.Key
 		if key == "" {

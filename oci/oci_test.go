@@ -9,94 +9,28 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
-	"time"
 
 	godigest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2"
 
-	"github.com/peerboot/peerboot/internal/testguard"
+	"github.com/peerboot/peerboot/internal/registrytest"
 	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/sign"
 )
 
-// registryServer is Debian's docker-registry (the CNCF distribution registry)
-// on 127.0.0.1, with its storage in a temporary directory the tests can tamper with.
-type registryServer struct {
-	host    string
-	storage string
-}
+// registryServer is the test's registry (internal/registrytest).
+type registryServer struct{ *registrytest.Server }
 
-func startRegistry(t *testing.T) *registryServer {
-	t.Helper()
-	bin, err := exec.LookPath("docker-registry")
-	if err != nil {
-		testguard.Skip(t, "docker-registry not installed (apt-get install docker-registry; scripts/deps.sh does)")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := l.Addr().String()
-	l.Close()
-	dir := t.TempDir()
-	storage := filepath.Join(dir, "storage")
-	cfg := fmt.Sprintf(`version: 0.1
-log:
-  level: error
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: %s
-http:
-  addr: %s
-`, storage, host)
-	cfgPath := filepath.Join(dir, "config.yml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var logs bytes.Buffer
-	cmd := exec.Command(bin, "serve", cfgPath)
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("docker-registry log:\n%s", logs.String())
-		}
-	})
-	for i := 0; ; i++ {
-		resp, err := http.Get("http://" + host + "/v2/")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if i > 100 {
-			t.Fatalf("docker-registry did not come up on %s: %v\n%s", host, err, logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return &registryServer{host: host, storage: storage}
-}
+func startRegistry(t *testing.T) registryServer { return registryServer{registrytest.Start(t)} }
 
-// blobPath is where the filesystem driver keeps a blob's bytes.
-func (r *registryServer) blobPath(sha string) string {
-	return filepath.Join(r.storage, "docker/registry/v2/blobs/sha256", sha[:2], sha, "data")
-}
+func (r registryServer) blobPath(sha string) string { return r.BlobPath(sha) }
 
 // fakeBzImage has the setup header fields KernelRelease reads.
 func fakeBzImage(release string) []byte {
@@ -187,7 +121,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 	reg := startRegistry(t)
 	ctx := context.Background()
 	out, pub := writeOutput(t, true)
-	ref := "oci://" + reg.host + "/peerboot/images:default-535.261.03-0123abcd"
+	ref := "oci://" + reg.Host + "/peerboot/images:default-535.261.03-0123abcd"
 	var log bytes.Buffer
 	res, err := Push(ctx, out, ref, PushOptions{Tags: []string{"default-535.261.03"}, Log: &log})
 	if err != nil {
@@ -213,7 +147,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 
 	// Pull by the moving tag, verified with the key, and compare every file.
 	dst := filepath.Join(t.TempDir(), "pulled")
-	got, err := Pull(ctx, "oci://"+reg.host+"/peerboot/images:default-535.261.03", dst, PullOptions{Key: pub})
+	got, err := Pull(ctx, "oci://"+reg.Host+"/peerboot/images:default-535.261.03", dst, PullOptions{Key: pub})
 	if err != nil {
 		t.Fatalf("Pull: %v", err)
 	}
@@ -243,7 +177,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 	}
 	// By digest, without a key.
 	byDigest := filepath.Join(t.TempDir(), "by-digest")
-	if _, err := Pull(ctx, "oci://"+reg.host+"/peerboot/images@"+res.Image.Digest.String(), byDigest, PullOptions{}); err != nil {
+	if _, err := Pull(ctx, "oci://"+reg.Host+"/peerboot/images@"+res.Image.Digest.String(), byDigest, PullOptions{}); err != nil {
 		t.Errorf("pull by digest: %v", err)
 	}
 	// Pulling again replaces the earlier pull in place.
@@ -280,9 +214,9 @@ func TestPushPullRoundTrip(t *testing.T) {
 	}
 }
 
-func registryTags(t *testing.T, reg *registryServer, repo string) string {
+func registryTags(t *testing.T, reg registryServer, repo string) string {
 	t.Helper()
-	resp, err := http.Get("http://" + reg.host + "/v2/" + repo + "/tags/list")
+	resp, err := http.Get("http://" + reg.Host + "/v2/" + repo + "/tags/list")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +245,7 @@ func TestUnsignedPullWithKey(t *testing.T) {
 	reg := startRegistry(t)
 	ctx := context.Background()
 	out, _ := writeOutput(t, false)
-	ref := "oci://" + reg.host + "/peerboot/unsigned:v1"
+	ref := "oci://" + reg.Host + "/peerboot/unsigned:v1"
 	res, err := Push(ctx, out, ref, PushOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -423,7 +357,7 @@ func TestLoopbackRegistry(t *testing.T) {
 func TestHostileRegistryPull(t *testing.T) {
 	reg := startRegistry(t)
 	ctx := context.Background()
-	r, err := ParseRef("oci://" + reg.host + "/peerboot/hostile:x")
+	r, err := ParseRef("oci://" + reg.Host + "/peerboot/hostile:x")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,7 +404,7 @@ func TestHostileRegistryPull(t *testing.T) {
 			}
 			parent := t.TempDir()
 			dst := filepath.Join(parent, "out", "default")
-			_, err = Pull(ctx, "oci://"+reg.host+"/peerboot/hostile@"+img.Digest.String(), dst, PullOptions{})
+			_, err = Pull(ctx, "oci://"+reg.Host+"/peerboot/hostile@"+img.Digest.String(), dst, PullOptions{})
 			checkRefused(t, err, dst, c.mentions)
 			for _, p := range []string{filepath.Join(parent, "escape"), filepath.Join(parent, "out", "escape"), "/tmp/escape"} {
 				if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
@@ -489,11 +423,11 @@ func TestSignedPullChecksSumsBeforeLayers(t *testing.T) {
 	reg := startRegistry(t)
 	ctx := context.Background()
 	out, pub := writeOutput(t, true)
-	res, err := Push(ctx, out, "oci://"+reg.host+"/peerboot/forged:v1", PushOptions{})
+	res, err := Push(ctx, out, "oci://"+reg.Host+"/peerboot/forged:v1", PushOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, _ := ParseRef("oci://" + reg.host + "/peerboot/forged:v1")
+	r, _ := ParseRef("oci://" + reg.Host + "/peerboot/forged:v1")
 	repo, err := Remote{}.repository(r)
 	if err != nil {
 		t.Fatal(err)
@@ -546,7 +480,7 @@ func TestSignedPullChecksSumsBeforeLayers(t *testing.T) {
 	}
 	dst := filepath.Join(t.TempDir(), "pulled")
 	var log bytes.Buffer
-	_, err = Pull(ctx, "oci://"+reg.host+"/peerboot/forged@"+forged.Digest.String(), dst, PullOptions{Key: pub, Log: &log})
+	_, err = Pull(ctx, "oci://"+reg.Host+"/peerboot/forged@"+forged.Digest.String(), dst, PullOptions{Key: pub, Log: &log})
 	for _, name := range []string{"disk.img", "peerboot.efi", "pxe/initrd.img"} {
 		if strings.Contains(log.String(), "pull "+name+":") {
 			t.Errorf("%s was fetched before the signature over SHA256SUMS was checked:\n%s", name, log.String())

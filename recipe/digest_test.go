@@ -150,3 +150,22 @@ func TestCanonicalReloads(t *testing.T) {
 		}
 	}
 }
+
+// The [cache] table says where stage outputs are shared, not what they are:
+// the digest (and so every whole-recipe key) and the recipe copied into the
+// image are the same with it or without it.
+func TestCacheTableOutsideDigest(t *testing.T) {
+	a := loadText(t, "digest.toml", digestBase)
+	b := loadText(t, "digest.toml", digestBase+`
+[cache]
+from = "oci://127.0.0.1:5000/peerboot/cache"
+to = "ghcr.io/org/peerboot-cache"
+keys = ["file:cosign.pub", "env:PEERBOOT_ARTIFACT_PUB"]
+`)
+	if b.Cache.From != "oci://127.0.0.1:5000/peerboot/cache" || len(b.Cache.Keys) != 2 {
+		t.Fatalf("the [cache] table was not read: %+v", b.Cache)
+	}
+	if a.Digest != b.Digest || string(a.Canonical()) != string(b.Canonical()) {
+		t.Errorf("[cache] changed the digest or the canonical recipe:\n%s\n%s", a.Canonical(), b.Canonical())
+	}
+}

@@ -688,6 +688,7 @@ func sortErrors(errs Errors) {
 func (r *Resolved) Canonical() []byte {
 	c := r.Recipe
 	c.Include = nil
+	c.Cache = Cache{} // where outputs are shared, not what they are
 	var buf bytes.Buffer
 	if err := toml.NewEncoder(&buf).Encode(c); err != nil {
 		// Encoding a decoded struct of plain types cannot fail; a panic here is a bug.

@@ -22,6 +22,10 @@ type Recipe struct {
 	Env       map[string]string `toml:"env"` // environment written into the image, e.g. NCCL_P2P_LEVEL; one-line values
 	Outputs   Outputs           `toml:"outputs"`
 	Sign      Sign              `toml:"sign"`
+	// Cache is how a build shares stage outputs through a registry; it is left
+	// out of the recipe's digest and of the image (Canonical), so setting it
+	// changes no key and no byte.
+	Cache Cache `toml:"cache,omitempty"`
 }
 
 // Platform states the hardware the image is for; the self-test checks the box against it.
@@ -194,4 +198,13 @@ type Sign struct {
 	// PCRKey signs the UKI's predicted PCR 11 policies (.pcrsig, .pcrpkey): RSA
 	// (2048 bits or more), as systemd 252 accepts.
 	PCRKey string `toml:"pcr_key,omitempty"`
+}
+
+// Cache names a remote stage cache: an OCI registry repository holding stage outputs,
+// each tagged by its action key and signed with the artifact key (docs/remote-cache.md).
+// It says where a build looks for stage outputs and sends them, never what it makes.
+type Cache struct {
+	From string   `toml:"from,omitempty"` // repository a stage missing from the store is fetched from before it is built, "oci://REGISTRY/REPO" (no tag: the stage key is the tag); $PEERBOOT_CACHE_FROM and --cache-from win
+	To   string   `toml:"to,omitempty"`   // repository every stage the store holds after the build is pushed to, signed with sign.artifact_key; $PEERBOOT_CACHE_TO and --cache-to win
+	Keys []string `toml:"keys,omitempty"` // public keys a fetched stage may be signed with, "file:PATH" (relative to the recipe) or "env:VAR" (PEM), besides sign.artifact_key's own
 }

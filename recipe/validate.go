@@ -165,6 +165,13 @@ func validate(r *Recipe) Errors {
 			c.add(k.key, `want "file:PATH" or "env:VARIABLE", got %q`, k.v)
 		}
 	}
+	c.ociRepo("cache.from", r.Cache.From)
+	c.ociRepo("cache.to", r.Cache.To)
+	for i, k := range r.Cache.Keys {
+		if !keyRefRe.MatchString(k) {
+			c.add(fmt.Sprintf("cache.keys[%d]", i), `want "file:PATH" or "env:VARIABLE", got %q`, k)
+		}
+	}
 	if r.Sign.ModuleKey != "" && r.Sign.ModuleCert == "" {
 		c.add("sign.module_key", "needs sign.module_cert too: the kernel is built to trust that certificate, and it names the signer")
 	}
@@ -331,6 +338,17 @@ func (c *checker) httpURL(key, raw string) {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
 		c.add(key, "want an http:// or https:// URL, got %q", raw)
+	}
+}
+
+// ociRepoRe is a registry repository as the distribution spec names one: a
+// host (with a port) and lower-case path components, no tag or digest.
+var ociRepoRe = regexp.MustCompile(`^(oci://)?[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9]+(([._]|__|-+)[a-z0-9]+)*)+$`)
+
+// ociRepo checks a remote stage cache's repository ("" is none).
+func (c *checker) ociRepo(key, v string) {
+	if v != "" && !ociRepoRe.MatchString(v) {
+		c.add(key, `want a registry repository "oci://REGISTRY/REPO" (lower case, no tag or digest: the stage key is the tag), got %q`, v)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/peerboot/peerboot/build"
+	"github.com/peerboot/peerboot/progress"
 )
 
 func buildCmd(g *globals) *cobra.Command {
@@ -17,6 +18,7 @@ func buildCmd(g *globals) *cobra.Command {
 	var outDir string
 	var check []string
 	var asJSON bool
+	var cf cacheFlags
 	cmd := &cobra.Command{
 		Use:   "build [RECIPE]",
 		Short: "Build the recipe's stages in order, reusing every stage output the store has",
@@ -24,7 +26,14 @@ func buildCmd(g *globals) *cobra.Command {
 image) from the lock file's pins; it reads no network (run ` + "`peerboot fetch`" + ` first). A stage
 whose action key the store already holds is skipped. --stage stops after the named stage.
 --check STAGE,... builds those stages again although the store holds them and fails
-(exit 6) naming the files that differ: proof that the key covers what the stage reads.`,
+(exit 6) naming the files that differ: proof that the key covers what the stage reads.
+
+--cache-from REPO asks a registry for every stage the store lacks before building it;
+a stage there must be signed by a trusted key (--cache-key, the recipe's cache.keys, or
+the artifact key's own) and match every digest, else it is refused and built here
+(--cache-strict: exit 6). --cache-to REPO pushes every stage the store holds after the
+build, signed with the artifact key. --check on a fetched stage builds it again and
+compares (docs/remote-cache.md).`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
@@ -38,14 +47,21 @@ whose action key the store already holds is skipped. --stage stops after the nam
 			if err != nil {
 				return err
 			}
+			rem, err := cf.open(r, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
 			start := time.Now()
 			checks := map[build.StageName]bool{}
 			for _, c := range check {
 				checks[build.StageName(c)] = true
 			}
-			outs, err := build.Run(cmd.Context(), p, build.Options{Store: st, Inputs: ins, Until: build.StageName(until), Jobs: jobs, Log: cmd.ErrOrStderr(), Keep: keep, OutDir: outDir, Check: checks})
+			outs, err := build.Run(cmd.Context(), p, build.Options{Store: st, Inputs: ins, Until: build.StageName(until), Jobs: jobs, Log: cmd.ErrOrStderr(), Keep: keep, OutDir: outDir, Check: checks, Remote: rem})
 			if asJSON {
 				j := buildJSON{Recipe: r.Path, Digest: r.Digest, OK: err == nil, Stages: []buildStageJSON{}, Seconds: time.Since(start).Seconds()}
+				if rem.From != nil || rem.To != nil {
+					j.Cache = newCacheJSON(rem, outs)
+				}
 				for _, o := range outs {
 					j.Stages = append(j.Stages, buildStageJSON{Stage: o.Stage, State: outcomeState(o), Key: o.Key, Seconds: o.Duration.Seconds(), Dir: o.Dir})
 				}
@@ -60,6 +76,11 @@ whose action key the store already holds is skipped. --stage stops after the nam
 			if err != nil {
 				return err
 			}
+			if rem.From != nil || rem.To != nil {
+				c := newCacheJSON(rem, outs)
+				fmt.Fprintf(cmd.OutOrStdout(), "remote cache: %d fetched (%s), %d refused, %d built, %d pushed (%s)\n",
+					c.RemoteHits, progress.Bytes(c.PulledBytes), len(c.Refused), c.Built, c.Pushed, progress.Bytes(c.PushedBytes))
+			}
 			for _, w := range ncclWarnings(r, st, p) {
 				fmt.Fprintln(cmd.ErrOrStderr(), w)
 			}
@@ -72,6 +93,8 @@ whose action key the store already holds is skipped. --stage stops after the nam
 	cmd.Flags().StringVarP(&outDir, "out", "o", "out", "publish the images to OUT/<recipe>/")
 	cmd.Flags().StringSliceVar(&check, "check", nil, "build these stages again and compare with the store (e.g. config,initramfs,image)")
 	cmd.Flags().BoolVar(&keep, "keep-scratch", false, "keep the scratch directory of each built stage")
+	cf.addFrom(cmd, true)
+	cf.addTo(cmd)
 	addJSONFlag(cmd, &asJSON)
 	return cmd
 }
@@ -84,11 +107,12 @@ type buildJSON struct {
 	OK      bool             `json:"ok"`
 	Stages  []buildStageJSON `json:"stages"`
 	Seconds float64          `json:"seconds"`
+	Cache   *cacheJSON       `json:"cache,omitempty"` // with a remote cache
 }
 
 type buildStageJSON struct {
 	Stage   string  `json:"stage"` // a stage, or "publish"
-	State   string  `json:"state"` // built, cached, same (--check), unused
+	State   string  `json:"state"` // built, cached, fetched (from the remote cache), same (--check), unused
 	Key     string  `json:"key"`
 	Seconds float64 `json:"seconds"`
 	Dir     string  `json:"dir"`
@@ -101,6 +125,8 @@ func outcomeState(o build.Outcome) string {
 		return "unused"
 	case o.Checked:
 		return "same"
+	case o.Pulled:
+		return "fetched"
 	case o.Cached:
 		return "cached"
 	}

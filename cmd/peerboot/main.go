@@ -85,7 +85,7 @@ func rootCmd() *cobra.Command {
 	root.AddCommand(versionCmd(), lockCmd(g), buildCmd(g), runCmd(g), fetchCmd(g), planCmd(g), storeCmd(g), doctorCmd(), recipeCmd(), exitCodesCmd(), keysCmd(), signCmd(), verifyCmd(), flashCmd(), reportsCmd(), publishCmd(), pullCmd(), reportCmd(), serveCmd(), rolloutCmd(), docsCmd())
 	// --apt-dir only where a recipe's repositories are read: a flag on every
 	// command suggests every command reads apt's configuration.
-	for _, path := range [][]string{{"lock"}, {"plan"}, {"fetch"}, {"build"}, {"store", "import"}} {
+	for _, path := range [][]string{{"lock"}, {"plan"}, {"fetch"}, {"build"}, {"store", "import"}, {"store", "push"}} {
 		if c, _, err := root.Find(path); err == nil {
 			c.Flags().StringVar(&g.aptDir, "apt-dir", "/etc/apt", "apt configuration whose sources give mirror = \"system\"")
 		}

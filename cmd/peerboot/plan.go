@@ -11,6 +11,7 @@ import (
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/progress"
 	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/stagecache"
 )
 
 // planJSON is `peerboot plan --json`.
@@ -55,6 +56,7 @@ func newInputJSON(in lock.Input) inputJSON {
 
 func planCmd(g *globals) *cobra.Command {
 	var verbose, why, asJSON bool
+	var cf cacheFlags
 	cmd := &cobra.Command{
 		Use:   "plan [RECIPE]",
 		Short: "Show the build's stages, their inputs and action keys, and what the store has",
@@ -69,7 +71,12 @@ it. It reads no network.
 A lock file that is missing or out of date with the recipe is named and plan exits 4
 (stale) after printing what it can: the stages whose inputs the lock must pin are
 blocked. Pinned inputs the store does not hold yet are listed ("peerboot fetch").
---json prints the plan as JSON (docs/commands.md, "Machine-readable output").`,
+--json prints the plan as JSON (docs/commands.md, "Machine-readable output").
+
+With a remote stage cache (--cache-from, $PEERBOOT_CACHE_FROM or the recipe's
+cache.from) each stage the store lacks is looked up there: "remote: in the cache" is a
+remote hit that build fetches (and checks) instead of building; this asks the registry
+for tags only.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, ins, un, st, err := g.recipeInputs(recipeArg(args), false)
@@ -83,6 +90,15 @@ blocked. Pinned inputs the store does not hold yet are listed ("peerboot fetch")
 			p, err := build.MakePlan(r, ins, un, st, imageTools())
 			if err != nil {
 				return err
+			}
+			if from, _ := cf.refs(r); from != "" && !why {
+				c, err := stagecache.Open(from, stagecache.Options{})
+				if err != nil {
+					return exitcode.Tag(exitcode.Usage, fmt.Errorf("--cache-from: %w", err))
+				}
+				if err := p.AskRemote(cmd.Context(), c); err != nil {
+					return err
+				}
 			}
 			w := cmd.OutOrStdout()
 			if why {
@@ -133,6 +149,7 @@ blocked. Pinned inputs the store does not hold yet are listed ("peerboot fetch")
 	}
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "also list the recipe fields in each key, with their values")
 	cmd.Flags().BoolVar(&why, "why", false, "name what changed each key since the recipe's last build")
+	cf.addFrom(cmd, false)
 	addJSONFlag(cmd, &asJSON)
 	return cmd
 }

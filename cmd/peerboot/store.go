@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/peerboot/peerboot/build"
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/progress"
@@ -179,5 +180,67 @@ too). --json prints what was imported as JSON.`,
 	addJSONFlag(imp, &importJSON)
 	imp.Flags().StringVarP(&recipePath, "recipe", "r", defaultRecipe, "recipe whose pins the files must match")
 	cmd.AddCommand(imp)
+	cmd.AddCommand(storePushCmd(g))
+	return cmd
+}
+
+func storePushCmd(g *globals) *cobra.Command {
+	var asJSON bool
+	var cf cacheFlags
+	cmd := &cobra.Command{
+		Use:   "push [RECIPE]",
+		Short: "Push every stage of the recipe the store holds to a remote stage cache",
+		Long: `push sends each stage of the recipe's plan whose output the store holds to the
+remote stage cache (--cache-to, $PEERBOOT_CACHE_TO or the recipe's cache.to), signed with
+the artifact key (--artifact-key or the recipe's sign.artifact_key); a stage the cache
+already has is left as it is. It builds nothing and only reads the store, so a warm store
+seeds a cache for other machines (docs/remote-cache.md). A stage that cannot be pushed
+is named and push exits 5.`,
+		Args: maxArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			r, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
+			if err != nil {
+				return err
+			}
+			rem, err := cf.open(r, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if rem.To == nil {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("store push: no cache to push to: --cache-to, $%s or the recipe's cache.to", envCacheTo))
+			}
+			p, err := build.MakePlan(r, ins, un, st, imageTools())
+			if err != nil {
+				return err
+			}
+			outs, err := build.Push(cmd.Context(), p, build.Options{Store: st, Inputs: ins, Log: cmd.ErrOrStderr(), Remote: rem})
+			if err != nil {
+				return err
+			}
+			c := newCacheJSON(rem, outs)
+			if asJSON {
+				if err := writeJSON(cmd.OutOrStdout(), c); err != nil {
+					return err
+				}
+			} else {
+				for _, o := range outs {
+					state := "present"
+					switch {
+					case o.PushError != "":
+						state = "failed"
+					case o.Pushed:
+						state = "pushed"
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "%-9s %-7s %8s  %s\n", o.Stage, state, o.Duration.Round(100*time.Millisecond), o.Key)
+				}
+			}
+			if len(c.PushErrors) > 0 {
+				return exitcode.Tag(exitcode.Network, fmt.Errorf("store push: %d stages not pushed to %s", len(c.PushErrors), c.To))
+			}
+			return nil
+		},
+	}
+	cf.addTo(cmd)
+	addJSONFlag(cmd, &asJSON)
 	return cmd
 }

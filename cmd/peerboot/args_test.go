@@ -29,6 +29,7 @@ var argContract = map[string][2]int{
 	"store verify":     {0, 0},
 	"store gc":         {0, 0},
 	"store import":     {1, -1},
+	"store push":       {0, 1},
 	"recipe show":      {0, 1},
 	"recipe matrix":    {0, -1},
 	"recipe init":      {0, 0},

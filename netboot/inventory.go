@@ -2,19 +2,18 @@ package netboot
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/peerboot/peerboot/bootproto"
+	"github.com/peerboot/peerboot/internal/located"
 )
 
 // Inventory maps nodes to recipes. A file looks like
@@ -78,38 +77,6 @@ type Match struct {
 	Channel string // the rule's channel; "": its rollout's default (the last)
 }
 
-// InventoryError is one problem at file:line.
-type InventoryError struct {
-	File string
-	Line int
-	Key  string
-	Msg  string
-}
-
-func (e *InventoryError) Error() string {
-	loc := e.File
-	if e.Line > 0 {
-		loc = fmt.Sprintf("%s:%d", e.File, e.Line)
-	}
-	if e.Key != "" {
-		return loc + ": " + e.Key + ": " + e.Msg
-	}
-	return loc + ": " + e.Msg
-}
-
-// InventoryErrors is every problem found, in line order.
-type InventoryErrors []*InventoryError
-
-func (es InventoryErrors) Error() string {
-	s := make([]string, len(es))
-	for i, e := range es {
-		s[i] = e.Error()
-	}
-	return strings.Join(s, "\n")
-}
-
-var tomlLine = regexp.MustCompile(`line (\d+)(?: \(last key "[^"]*"\))?: `)
-
 var recipeName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*$`)
 
 // tpmName is a TPM Name in hex: the name algorithm (sha256, sha384, sha512), then
@@ -129,22 +96,18 @@ func LoadInventory(file string) (*Inventory, error) {
 // reports all problems at once as file:line: key: message.
 func ParseInventory(file string, data []byte) (*Inventory, error) {
 	inv := &Inventory{}
+	lines := inventoryLines(data)
 	md, err := toml.NewDecoder(bytes.NewReader(data)).Decode(inv)
 	if err != nil {
-		var pe toml.ParseError
-		if errors.As(err, &pe) {
-			return nil, InventoryErrors{{File: file, Line: pe.Position.Line, Msg: pe.Message}}
+		e := located.TOML(file, data, err)
+		if e.Line == 0 && e.Key != "" {
+			e.Line = lines.find(strings.Split(e.Key, "."))
 		}
-		line := 0
-		if m := tomlLine.FindStringSubmatch(err.Error()); m != nil {
-			line, _ = strconv.Atoi(m[1])
-		}
-		return nil, InventoryErrors{{File: file, Line: line, Msg: strings.TrimPrefix(tomlLine.ReplaceAllString(err.Error(), ""), "toml: ")}}
+		return nil, located.Errors{e}
 	}
-	lines := inventoryLines(data)
-	var errs InventoryErrors
+	var errs located.Errors
 	add := func(key string, line int, format string, args ...any) {
-		errs = append(errs, &InventoryError{File: file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)})
+		errs = append(errs, &located.Error{File: file, Line: line, Key: key, Msg: fmt.Sprintf(format, args...)})
 	}
 	for _, k := range md.Undecoded() {
 		key := strings.Join(k, ".")
@@ -231,13 +194,13 @@ func (inv *Inventory) CheckRecipes(file string, served []string) error {
 	for _, r := range served {
 		have[r] = true
 	}
-	var errs InventoryErrors
+	var errs located.Errors
 	if inv.Default != "" && !have[inv.Default] {
-		errs = append(errs, &InventoryError{File: file, Key: "default", Msg: fmt.Sprintf("recipe %q is not served (serving %s)", inv.Default, strings.Join(served, ", "))})
+		errs = append(errs, &located.Error{File: file, Key: "default", Msg: fmt.Sprintf("recipe %q is not served (serving %s)", inv.Default, strings.Join(served, ", "))})
 	}
 	for i, r := range inv.Nodes {
 		if r.Recipe != "" && !have[r.Recipe] {
-			errs = append(errs, &InventoryError{File: file, Line: r.recipeLine, Key: fmt.Sprintf("node[%d].recipe", i), Msg: fmt.Sprintf("recipe %q is not served (serving %s)", r.Recipe, strings.Join(served, ", "))})
+			errs = append(errs, &located.Error{File: file, Line: r.recipeLine, Key: fmt.Sprintf("node[%d].recipe", i), Msg: fmt.Sprintf("recipe %q is not served (serving %s)", r.Recipe, strings.Join(served, ", "))})
 		}
 	}
 	if len(errs) > 0 {

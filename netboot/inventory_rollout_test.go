@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/peerboot/peerboot/internal/located"
 )
 
 // rolloutPolicy is the default recipe's rollout the rollout tests share:
@@ -139,7 +141,7 @@ ak_name = "000bzz"
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := parseFails(t, tt.src, tt.want)
-			if n := len(err.(InventoryErrors)); n != len(tt.want) {
+			if n := len(err.(located.Errors)); n != len(tt.want) {
 				t.Errorf("%d errors, want %d:\n%v", n, len(tt.want), err)
 			}
 		})

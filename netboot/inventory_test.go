@@ -37,7 +37,7 @@ func TestInventoryErrors(t *testing.T) {
 		name, src string
 		want      []string
 	}{
-		{"syntax", "default = \"x\"\n[[node]\n", []string{"inv.toml:3: expected end of table array name"}},
+		{"syntax", "default = \"x\"\n[[node]\n", []string{"inv.toml:2: expected end of table array name"}},
 		{"unknown keys", "defualt = \"x\"\n\n[[node]]\nmac = \"52:54:00:12:34:56\"\nrecipe = \"a\"\ncolour = \"red\"\n", []string{
 			`inv.toml:1: defualt: unknown key`, `inv.toml:6: node.colour: unknown key`}},
 		{"every field", `default = "Bad Name"
@@ -80,7 +80,7 @@ args = "peerboot.token=stolen"
 			`inv.toml:28: node[5].args: peerboot.token is set by the server`,
 		}},
 		{"no recipe and no default", "[[node]]\nhost = \"a\"\n", []string{`inv.toml:1: node[0].recipe: want a recipe name (there is no default)`}},
-		{"wrong type", "default = 3\n", []string{`inv.toml:1: incompatible types: TOML value has type int64; destination has type string`}},
+		{"wrong type", "default = 3\n", []string{`inv.toml:1: default: wrong type: want a string, got an integer`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { parseFails(t, tt.src, tt.want) })

@@ -332,15 +332,3 @@ func stripIndexes(path string) string {
 	}
 	return b.String()
 }
-
-// lineText is line n (from 1) of data, or "".
-func lineText(data []byte, n int) string {
-	for i := 1; len(data) > 0; i++ {
-		line, rest, _ := bytes.Cut(data, []byte("\n"))
-		if i == n {
-			return string(line)
-		}
-		data = rest
-	}
-	return ""
-}

@@ -10,13 +10,13 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/peerboot/peerboot/internal/located"
 )
 
 //go:embed defaults.toml
@@ -48,37 +48,12 @@ type Resolved struct {
 	lines  map[string]lineIndex // file -> its key lines
 }
 
-// Error is one problem in a recipe, located at file:line and a key path.
-type Error struct {
-	File string
-	Line int
-	Key  string
-	Msg  string
-
-	meant string // for an unknown key, the known key it is likely a typo of
-}
-
-func (e *Error) Error() string {
-	loc := e.File
-	if e.Line > 0 {
-		loc = fmt.Sprintf("%s:%d", e.File, e.Line)
-	}
-	if e.Key == "" {
-		return loc + ": " + e.Msg
-	}
-	return loc + ": " + e.Key + ": " + e.Msg
-}
+// Error is one problem in a recipe, located at file:line and a key path: the
+// module's one located-error type, which the serve inventory reports too.
+type Error = located.Error
 
 // Errors is every problem found, sorted by file and line.
-type Errors []*Error
-
-func (es Errors) Error() string {
-	lines := make([]string, len(es))
-	for i, e := range es {
-		lines[i] = e.Error()
-	}
-	return strings.Join(lines, "\n")
-}
+type Errors = located.Errors
 
 type layer struct {
 	file  string
@@ -137,7 +112,7 @@ func LoadAll(path string) (*Resolved, error) {
 		return nil, err
 	}
 	if len(layers) == 1 { // the recipe itself could not be parsed
-		sortErrors(errs)
+		located.Sort(errs)
 		return nil, errs
 	}
 	r := &Resolved{Path: path, origin: map[string]string{}, lines: map[string]lineIndex{}}
@@ -186,7 +161,7 @@ func LoadAll(path string) (*Resolved, error) {
 		}
 	}
 	if len(errs) > 0 {
-		sortErrors(errs)
+		located.Sort(errs)
 		return r, errs
 	}
 	sum := sha256.Sum256(r.Canonical())
@@ -277,7 +252,7 @@ func reportedUnder(errs Errors, key string) bool {
 		if e.Key == "" {
 			continue
 		}
-		if e.meant == key {
+		if e.Meant == key {
 			return true
 		}
 		if e.Key == key || strings.HasPrefix(key, e.Key+".") || strings.HasPrefix(key, e.Key+"[") ||
@@ -329,13 +304,13 @@ func parseLayer(file string, data []byte) (layer, error) {
 		var buf bytes.Buffer
 		if err := toml.NewEncoder(&buf).Encode(raw); err != nil {
 			l.data = raw
-			sortErrors(errs)
+			located.Sort(errs)
 			return l, errs
 		}
 		typed = Recipe{}
 		if md, err = toml.Decode(buf.String(), &typed); err != nil {
 			l.data = raw
-			sortErrors(errs)
+			located.Sort(errs)
 			return l, errs
 		}
 	}
@@ -346,7 +321,7 @@ func parseLayer(file string, data []byte) (layer, error) {
 		seen[path]++
 		e := &Error{File: file, Line: line, Key: at, Msg: "unknown key" + suggestion(path)}
 		if near := nearestKey(path); near != "" {
-			e.meant = join(parent(at), near[strings.LastIndexByte(near, '.')+1:])
+			e.Meant = join(parent(at), near[strings.LastIndexByte(near, '.')+1:])
 		}
 		errs = append(errs, e)
 	}
@@ -355,7 +330,7 @@ func parseLayer(file string, data []byte) (layer, error) {
 	}
 	l.data = raw
 	if len(errs) > 0 {
-		sortErrors(errs)
+		located.Sort(errs)
 		return l, errs
 	}
 	return l, nil
@@ -422,7 +397,7 @@ func typeErrors(file string, raw map[string]any, lines lineIndex) Errors {
 		}
 	}
 	walk(raw, nil)
-	sortErrors(errs)
+	located.Sort(errs)
 	return errs
 }
 
@@ -430,59 +405,14 @@ func typeErrors(file string, raw map[string]any, lines lineIndex) Errors {
 // toml.Key, so such paths point at the array; lines fall back to it.
 func keyPath(k toml.Key) string { return strings.Join(k, ".") }
 
-var (
-	libErrRe  = regexp.MustCompile(`^toml: (?:line (\d+) )?\(last key "([^"]*)"\): (.*)$`)
-	badTypeRe = regexp.MustCompile(`incompatible types: TOML value has type (\S+); destination has type (\S+)`)
-)
-
+// tomlError locates a TOML decoder error in file; a type error the decoder
+// gave no line for is placed at its key's line.
 func tomlError(file string, data []byte, lines lineIndex, err error) error {
-	var pe toml.ParseError
-	if errors.As(err, &pe) {
-		// The library counts a newline that ends a bad line as part of the next line;
-		// the byte offset is exact.
-		line := pe.Position.Line
-		if s := pe.Position.Start; s >= 0 && s <= len(data) {
-			line = 1 + bytes.Count(data[:s], []byte("\n"))
-		}
-		// LastKey is the key parsed before the error. When the error is in a table
-		// header that key belongs to another table and would mislead.
-		key := pe.LastKey
-		if text := lineText(data, line); strings.HasPrefix(strings.TrimSpace(text), "[") {
-			key = ""
-		}
-		return &Error{File: file, Line: line, Key: key, Msg: pe.Message}
+	e := located.TOML(file, data, err)
+	if e.Line == 0 && e.Key != "" {
+		e.Line = lines.line(e.Key)
 	}
-	if m := libErrRe.FindStringSubmatch(err.Error()); m != nil {
-		line, _ := strconv.Atoi(m[1])
-		if line == 0 {
-			line = lines.line(m[2])
-		}
-		msg := m[3]
-		// The library words type errors in Go terms; say what the recipe wants instead.
-		if t := badTypeRe.FindStringSubmatch(msg); t != nil {
-			msg = fmt.Sprintf("wrong type: want %s, got %s", tomlTypeName(t[2]), tomlTypeName(t[1]))
-		}
-		return &Error{File: file, Line: line, Key: m[2], Msg: msg}
-	}
-	return &Error{File: file, Msg: err.Error()}
-}
-
-func tomlTypeName(t string) string {
-	switch t {
-	case "slice", "Array":
-		return "an array"
-	case "map", "struct", "Hash":
-		return "a table"
-	case "String", "string":
-		return "a string"
-	case "Integer", "integer", "int", "int64":
-		return "an integer"
-	case "Float", "float", "float64":
-		return "a number"
-	case "Boolean", "bool", "boolean":
-		return "true or false"
-	}
-	return t
+	return e
 }
 
 // mergeInto lays src over dst: tables merge key by key, everything else (scalars,
@@ -542,7 +472,7 @@ func (r *Resolved) droppedItems(merged map[string]any, replaced []setting) Error
 			Msg: fmt.Sprintf("warning: replaces the value %s set, dropping %s: a list is replaced whole, not appended to; repeat what should stay",
 				r.location(s.file, s.key), strings.Join(gone, " "))})
 	}
-	sortErrors(warns)
+	located.Sort(warns)
 	return warns
 }
 
@@ -642,7 +572,7 @@ func (r *Resolved) locate(errs Errors) Errors {
 			e.Line = 1
 		}
 	}
-	sortErrors(errs)
+	located.Sort(errs)
 	return errs
 }
 
@@ -667,20 +597,8 @@ func Merge(lists ...Errors) Errors {
 	for _, l := range lists {
 		all = append(all, l...)
 	}
-	sortErrors(all)
+	located.Sort(all)
 	return all
-}
-
-func sortErrors(errs Errors) {
-	sort.SliceStable(errs, func(i, j int) bool {
-		if errs[i].File != errs[j].File {
-			return errs[i].File < errs[j].File
-		}
-		if errs[i].Line != errs[j].Line {
-			return errs[i].Line < errs[j].Line
-		}
-		return errs[i].Key < errs[j].Key
-	})
 }
 
 // Canonical is the resolved recipe as TOML with sorted keys: the input of its digest

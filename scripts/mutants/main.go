@@ -37,14 +37,26 @@ import (
 const Gremlins = "github.com/go-gremlins/gremlins/cmd/gremlins@v0.6.0"
 
 // Package is one unit of the run: a directory (gremlins mutates it and the
-// packages under it) and, when only some of its files hold the checks in
-// question, those files.
+// packages under it, less those that are units of their own) and, when only
+// some of its files hold the checks in question, those files.
 type Package struct {
+	Name  string // in MUTANTS, the baseline and the workflow; "": Path
 	Path  string
 	Files []string // "": every file
 }
 
-// Packages are the packages whose checks users rely on (issue 35).
+// Unit is the package's name in MUTANTS, the baseline and the workflow.
+func (p Package) Unit() string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return p.Path
+}
+
+// Packages are the packages whose checks users rely on (issue 35). A
+// subdirectory listed on its own is left out of its parent's unit, so each
+// unit is one package's mutants run against that package's tests (gremlins
+// runs the tests of the mutated file's package only) and can be run alone.
 var Packages = []Package{
 	{Path: "rollout"},
 	{Path: "store"},
@@ -52,11 +64,22 @@ var Packages = []Package{
 	{Path: "patch"},
 	{Path: "attest"},
 	{Path: "sign"},
+	{Path: "sign/keyref"},
+	{Path: "sign/modsign"},
 	{Path: "selftest"},
+	{Path: "selftest/verdict"},
+	{Path: "selftest/pcie"},
+	{Path: "selftest/kmsg"},
+	{Path: "selftest/cuda"},
+	{Path: "selftest/nccl"},
+	{Path: "selftest/nvml"},
+	{Path: "selftest/dl"},
 	// The stage keys: which recipe fields and inputs each stage's key covers.
 	{Path: "build", Files: []string{"fields.go", "stage.go"}},
-	// Serve's operator auth, attestation and rollouts.
-	{Path: "netboot", Files: []string{"operator.go", "attest.go", "attest_store.go", "rollout_server.go", "rollout_store.go", "inventory_rollout.go"}},
+	// Serve's operator auth and attestation.
+	{Path: "netboot", Files: []string{"operator.go", "attest.go", "attest_store.go"}},
+	// Serve's rollouts: a unit of its own, a run of its own.
+	{Name: "netboot-rollout", Path: "netboot", Files: []string{"rollout_server.go", "rollout_store.go", "inventory_rollout.go"}},
 }
 
 // Mutant is one mutation gremlins made and what the tests did about it.
@@ -149,32 +172,37 @@ func ParseReport(pkg string, r io.Reader, src func(file string) []string) ([]Mut
 // With lived set (-recheck-lived), the mutants that lived are run again too:
 // after adding tests, that measures them without a whole gremlins run (tests
 // only added can kill more mutants, never fewer; it holds while the package's
-// code is the code the report was made of).
+// code is the code the report was made of). So are those that timed out: on a
+// loaded machine a mutant's run can pass the timeout without hanging, and a
+// timeout counts as a kill; run again with the timeout measured now, a real
+// hang times out again, and one that was only slow says what its tests did.
 func recheckAll(p Package, ms []Mutant, out string, coef int, lived bool) ([]Mutant, error) {
-	cacheFile := filepath.Join(out, strings.ReplaceAll(p.Path, "/", "_")+".recheck.json")
+	cacheFile := filepath.Join(out, p.file()+".recheck.json")
 	cache := map[string]string{}
 	if b, err := os.ReadFile(cacheFile); err == nil {
 		json.Unmarshal(b, &cache)
 	}
-	var timeout time.Duration
+	timeouts := map[string]time.Duration{} // by the mutated file's directory
 	for i, m := range ms {
-		if m.Status != "NOT COVERED" && !(lived && m.Status == "LIVED") {
+		again := lived && (m.Status == "LIVED" || m.Status == "TIMED OUT")
+		if m.Status != "NOT COVERED" && !again {
 			continue
 		}
 		st, ok := cache[m.Key()]
-		if lived && st == "LIVED" {
+		if lived && (st == "LIVED" || st == "TIMED OUT") {
 			ok = false // run again: tests may have been added since (a kill stays a kill)
 		}
 		if !ok {
-			if timeout == 0 {
-				t, err := baseTime(p)
+			dir := filepath.Dir(filepath.Join(p.Path, m.File))
+			if timeouts[dir] == 0 {
+				t, err := baseTime(dir)
 				if err != nil {
 					return nil, err
 				}
-				timeout = time.Duration(coef)*t + 10*time.Second
+				timeouts[dir] = time.Duration(coef)*t + 10*time.Second
 			}
 			var err error
-			if st, err = recheck(p, m, timeout); err != nil {
+			if st, err = recheck(p, m, timeouts[dir]); err != nil {
 				return nil, err
 			}
 			cache[m.Key()] = st
@@ -254,18 +282,23 @@ func ParseBaseline(r io.Reader) (*Baseline, error) {
 	return b, sc.Err()
 }
 
-// pkgOfFile finds the configured package a "PKG/FILE" path belongs to.
+// pkgOfFile finds the configured unit a "PKG/FILE" path belongs to: the one
+// of the longest path that holds it (a unit narrowed to files holds those).
 func pkgOfFile(p string) string {
-	best := ""
+	best, unit := "", ""
 	for _, pk := range Packages {
-		if strings.HasPrefix(p, pk.Path+"/") && len(pk.Path) > len(best) {
-			best = pk.Path
+		if !strings.HasPrefix(p, pk.Path+"/") || len(pk.Path) <= len(best) {
+			continue
 		}
+		if len(pk.Files) > 0 && (filepath.Dir(p) != pk.Path || !slices.Contains(pk.Files, filepath.Base(p))) {
+			continue
+		}
+		best, unit = pk.Path, pk.Unit()
 	}
-	if best == "" {
+	if unit == "" {
 		return filepath.Dir(p)
 	}
-	return best
+	return unit
 }
 
 // FormatBaseline writes the baseline for stats.
@@ -325,11 +358,18 @@ func ParseEquivalent(r io.Reader) (map[string]string, error) {
 	return eq, sc.Err()
 }
 
-// exclusions are gremlins -E patterns leaving out the files of p's directory
-// that p does not name.
+// exclusions are gremlins -E patterns (matched against paths relative to
+// p.Path) leaving out the files of p's directory that p does not name, and
+// the subdirectories that are units of their own.
 func exclusions(p Package) ([]string, error) {
 	if len(p.Files) == 0 {
-		return nil, nil
+		var out []string
+		for _, q := range Packages {
+			if rel, ok := strings.CutPrefix(q.Path, p.Path+"/"); ok {
+				out = append(out, "^"+regexp.QuoteMeta(rel)+"/")
+			}
+		}
+		return out, nil
 	}
 	all, err := filepath.Glob(filepath.Join(p.Path, "*.go"))
 	if err != nil {
@@ -353,12 +393,15 @@ func exclusions(p Package) ([]string, error) {
 	return out, nil
 }
 
+// file is the unit's name in mutants.out's file names.
+func (p Package) file() string { return strings.ReplaceAll(p.Unit(), "/", "_") }
+
 func run(p Package, dir string, workers, coef int, reuse bool, log io.Writer) ([]Mutant, time.Duration, error) {
 	ex, err := exclusions(p)
 	if err != nil {
 		return nil, 0, err
 	}
-	out := filepath.Join(dir, strings.ReplaceAll(p.Path, "/", "_")+".json")
+	out := filepath.Join(dir, p.file()+".json")
 	if reuse {
 		if _, err := os.Stat(out); err != nil {
 			// An interrupted run wrote no JSON; its log has a line per mutant done.
@@ -378,7 +421,7 @@ func run(p Package, dir string, workers, coef int, reuse bool, log io.Writer) ([
 	cmd.Stdout, cmd.Stderr = log, log
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
-		return nil, 0, fmt.Errorf("gremlins on %s: %w (its output: %s)", p.Path, err, dir)
+		return nil, 0, fmt.Errorf("gremlins on %s: %w (its output: %s)", p.Unit(), err, dir)
 	}
 	return readReport(p, out, time.Since(start))
 }
@@ -482,12 +525,12 @@ func mainErr(update bool, workers, coef int, reuse, recheckLived bool, out strin
 	}
 	var stats []Stats
 	for _, p := range Packages {
-		if len(only) > 0 && !slices.Contains(only, p.Path) {
+		if len(only) > 0 && !slices.Contains(only, p.Unit()) {
 			continue
 		}
 		logf := io.Discard
 		if !reuse {
-			f, err := os.Create(filepath.Join(out, strings.ReplaceAll(p.Path, "/", "_")+".log"))
+			f, err := os.Create(filepath.Join(out, p.file()+".log"))
 			if err != nil {
 				return err
 			}
@@ -501,7 +544,7 @@ func mainErr(update bool, workers, coef int, reuse, recheckLived bool, out strin
 		if ms, err = recheckAll(p, ms, out, coef, recheckLived); err != nil {
 			return err
 		}
-		s := Tally(p.Path, ms, eq)
+		s := Tally(p.Unit(), ms, eq)
 		fmt.Printf("%s  (%s)\n", s, took.Round(time.Second))
 		for _, m := range s.Survivors {
 			fmt.Printf("    %-11s %-22s %s/%s:%d:%d  %s\n", m.Status, m.Type, m.Pkg, m.File, m.Line, m.Col, m.Source)
@@ -512,10 +555,10 @@ func mainErr(update bool, workers, coef int, reuse, recheckLived bool, out strin
 		// Keep the baseline's packages this run did not cover.
 		var all []Stats
 		for _, p := range Packages {
-			if i := slices.IndexFunc(stats, func(s Stats) bool { return s.Pkg == p.Path }); i >= 0 {
+			if i := slices.IndexFunc(stats, func(s Stats) bool { return s.Pkg == p.Unit() }); i >= 0 {
 				all = append(all, stats[i])
-			} else if r, ok := base.Rates[p.Path]; ok {
-				all = append(all, baselineStats(p.Path, r, base.Survivors[p.Path]))
+			} else if r, ok := base.Rates[p.Unit()]; ok {
+				all = append(all, baselineStats(p, r, base.Survivors[p.Unit()]))
 			}
 		}
 		f, err := os.Create("mutants/baseline.txt")
@@ -533,8 +576,8 @@ func mainErr(update bool, workers, coef int, reuse, recheckLived bool, out strin
 
 // baselineStats stands in for a package this run skipped, so -update keeps it.
 // Only its rate and survivors matter to FormatBaseline.
-func baselineStats(pkg string, rate float64, survivors map[string]bool) Stats {
-	s := Stats{Pkg: pkg}
+func baselineStats(p Package, rate float64, survivors map[string]bool) Stats {
+	s := Stats{Pkg: p.Unit()}
 	// Reproduce the rate over 1000 mutants: FormatBaseline prints one decimal.
 	s.Killed = int(rate*10 + 0.5)
 	s.Lived = 1000 - s.Killed
@@ -542,7 +585,7 @@ func baselineStats(pkg string, rate float64, survivors map[string]bool) Stats {
 		f := strings.SplitN(k, "\t", 4)
 		pf := f[0]
 		col, _ := strconv.Atoi(f[2])
-		s.Survivors = append(s.Survivors, Mutant{Pkg: pkg, File: strings.TrimPrefix(pf, pkg+"/"), Type: f[1], Col: col, Source: f[3]})
+		s.Survivors = append(s.Survivors, Mutant{Pkg: p.Path, File: strings.TrimPrefix(pf, p.Path+"/"), Type: f[1], Col: col, Source: f[3]})
 	}
 	return s
 }

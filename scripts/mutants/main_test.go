@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -123,9 +124,9 @@ func TestCommittedFiles(t *testing.T) {
 		if ex, err := exclusions(p); err != nil {
 			t.Error(err)
 		} else if len(p.Files) > 0 && len(ex) == 0 {
-			t.Errorf("%s: narrowed to %v but nothing excluded", p.Path, p.Files)
+			t.Errorf("%s: narrowed to %v but nothing excluded", p.Unit(), p.Files)
 		}
-		_ = b.Rates[p.Path] // a package not measured yet has no rate; make mutants reports it as new
+		_ = b.Rates[p.Unit()] // a package not measured yet has no rate; make mutants reports it as new
 	}
 }
 
@@ -137,11 +138,43 @@ func TestWorkflowMatrix(t *testing.T) {
 	}
 	var want []string
 	for _, p := range Packages {
-		want = append(want, p.Path)
+		want = append(want, p.Unit())
 	}
 	line := "package: [" + strings.Join(want, ", ") + "]"
 	if !strings.Contains(string(b), line) || !strings.Contains(string(b), "make mutants MUTANTS=${{ matrix.package }}") {
 		t.Fatalf("mutants.yml must have %q and run make mutants per package", line)
+	}
+}
+
+// Each file belongs to one unit: a listed subdirectory is its own unit and
+// out of its parent's run, and a directory split by files is split.
+func TestUnits(t *testing.T) {
+	for file, want := range map[string]string{
+		"sign/output.go":               "sign",
+		"sign/modsign/modsign.go":      "sign/modsign",
+		"selftest/verdict/pcie.go":     "selftest/verdict",
+		"selftest/render.go":           "selftest",
+		"nvrun/nvruntest/build.go":     "nvrun",
+		"netboot/attest.go":            "netboot",
+		"netboot/rollout_server.go":    "netboot-rollout",
+		"netboot/inventory_rollout.go": "netboot-rollout",
+	} {
+		if got := pkgOfFile(file); got != want {
+			t.Errorf("%s is in unit %q, want %q", file, got, want)
+		}
+	}
+	units := map[string]bool{}
+	for _, p := range Packages {
+		if units[p.Unit()] {
+			t.Errorf("two units named %s", p.Unit())
+		}
+		units[p.Unit()] = true
+		if p.Path == "sign" {
+			ex, _ := exclusions(p)
+			if !slices.Equal(ex, []string{"^keyref/", "^modsign/"}) {
+				t.Errorf("sign's exclusions %q leave its own units' directories in", ex)
+			}
+		}
 	}
 }
 

@@ -110,12 +110,13 @@ func recheck(p Package, m Mutant, timeout time.Duration) (string, error) {
 	return "", err
 }
 
-// baseTime is how long the package's tests take unmutated, for recheck's timeout.
-func baseTime(p Package) (time.Duration, error) {
+// baseTime is how long the tests of the package in dir take unmutated, for
+// recheck's timeout (recheck runs that package's tests).
+func baseTime(dir string) (time.Duration, error) {
 	start := time.Now()
-	out, err := exec.Command("go", "test", "-short", "-count=1", "./"+p.Path+"/...").CombinedOutput()
+	out, err := exec.Command("go", "test", "-short", "-count=1", "./"+dir).CombinedOutput()
 	if err != nil {
-		return 0, fmt.Errorf("the unmutated tests of %s fail: %w\n%s", p.Path, err, out)
+		return 0, fmt.Errorf("the unmutated tests of %s fail: %w\n%s", dir, err, out)
 	}
 	return time.Since(start), nil
 }

@@ -8,7 +8,7 @@
 // mutants (no test can tell them from the original) are listed in
 // mutants/equivalent.txt, each with a reason, and left out of the rate.
 //
-//	go run ./scripts/mutants [-update] [-reuse [-recheck-lived]] [-workers N] [-timeout-coefficient N] [PKG...]
+//	go run ./scripts/mutants [-update] [-reuse [-recheck-lived]] [-skip REGEXP] [-workers N] [-timeout-coefficient N] [PKG...]
 //
 // -update rewrites the baseline from this run (for the packages run). See
 // docs/testing.md.
@@ -176,7 +176,7 @@ func ParseReport(pkg string, r io.Reader, src func(file string) []string) ([]Mut
 // loaded machine a mutant's run can pass the timeout without hanging, and a
 // timeout counts as a kill; run again with the timeout measured now, a real
 // hang times out again, and one that was only slow says what its tests did.
-func recheckAll(p Package, ms []Mutant, out string, coef int, lived bool) ([]Mutant, error) {
+func recheckAll(p Package, ms []Mutant, out, goflags string, coef int, lived bool) ([]Mutant, error) {
 	cacheFile := filepath.Join(out, p.file()+".recheck.json")
 	cache := map[string]string{}
 	if b, err := os.ReadFile(cacheFile); err == nil {
@@ -195,14 +195,14 @@ func recheckAll(p Package, ms []Mutant, out string, coef int, lived bool) ([]Mut
 		if !ok {
 			dir := filepath.Dir(filepath.Join(p.Path, m.File))
 			if timeouts[dir] == 0 {
-				t, err := baseTime(dir)
+				t, err := baseTime(dir, goflags)
 				if err != nil {
 					return nil, err
 				}
 				timeouts[dir] = time.Duration(coef)*t + 10*time.Second
 			}
 			var err error
-			if st, err = recheck(p, m, timeouts[dir]); err != nil {
+			if st, err = recheck(p, m, goflags, timeouts[dir]); err != nil {
 				return nil, err
 			}
 			cache[m.Key()] = st
@@ -396,7 +396,7 @@ func exclusions(p Package) ([]string, error) {
 // file is the unit's name in mutants.out's file names.
 func (p Package) file() string { return strings.ReplaceAll(p.Unit(), "/", "_") }
 
-func run(p Package, dir string, workers, coef int, reuse bool, log io.Writer) ([]Mutant, time.Duration, error) {
+func run(p Package, dir, goflags string, workers, coef int, reuse bool, log io.Writer) ([]Mutant, time.Duration, error) {
 	ex, err := exclusions(p)
 	if err != nil {
 		return nil, 0, err
@@ -417,7 +417,7 @@ func run(p Package, dir string, workers, coef int, reuse bool, log io.Writer) ([
 	args = append(args, "./"+p.Path)
 	cmd := exec.Command("go", args...)
 	// -short: the quick loop's tests, which must catch these on their own.
-	cmd.Env = append(os.Environ(), "GOFLAGS=-short")
+	cmd.Env = append(os.Environ(), "GOFLAGS="+goflags)
 	cmd.Stdout, cmd.Stderr = log, log
 	start := time.Now()
 	if err := cmd.Run(); err != nil {
@@ -493,15 +493,24 @@ func main() {
 	coef := flag.Int("timeout-coefficient", 3, "a mutant's test run may take this many times the unmutated run")
 	out := flag.String("out", "mutants.out", "where gremlins' reports and logs go")
 	reuse := flag.Bool("reuse", false, "do not run gremlins: tally the reports already in -out (after editing equivalent.txt)")
-	lived := flag.Bool("recheck-lived", false, "with -reuse: run the mutants that lived again (after adding tests)")
+	lived := flag.Bool("recheck-lived", false, "with -reuse: run the mutants that lived (or timed out) again (after adding tests)")
+	skip := flag.String("skip", "", "go test -skip REGEXP for every run: leave out slow tests on a slow machine (a mutant only they kill counts as lived: the rate can only be lower)")
 	flag.Parse()
-	if err := mainErr(*update, *workers, *coef, *reuse, *lived, *out, flag.Args()); err != nil {
+	goflags := "-short"
+	if *skip != "" {
+		if strings.ContainsAny(*skip, " \t") {
+			fmt.Fprintln(os.Stderr, "mutants: -skip: no spaces (it goes in GOFLAGS)")
+			os.Exit(2)
+		}
+		goflags += " -skip=" + *skip
+	}
+	if err := mainErr(*update, *workers, *coef, *reuse, *lived, *out, goflags, flag.Args()); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(update bool, workers, coef int, reuse, recheckLived bool, out string, only []string) error {
+func mainErr(update bool, workers, coef int, reuse, recheckLived bool, out, goflags string, only []string) error {
 	eqf, err := os.Open("mutants/equivalent.txt")
 	if err != nil {
 		return err
@@ -537,11 +546,11 @@ func mainErr(update bool, workers, coef int, reuse, recheckLived bool, out strin
 			defer f.Close()
 			logf = f
 		}
-		ms, took, err := run(p, out, workers, coef, reuse, logf)
+		ms, took, err := run(p, out, goflags, workers, coef, reuse, logf)
 		if err != nil {
 			return err
 		}
-		if ms, err = recheckAll(p, ms, out, coef, recheckLived); err != nil {
+		if ms, err = recheckAll(p, ms, out, goflags, coef, recheckLived); err != nil {
 			return err
 		}
 		s := Tally(p.Unit(), ms, eq)

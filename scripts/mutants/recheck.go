@@ -64,7 +64,7 @@ func Mutate(src []byte, line, col int, typ string) ([]byte, error) {
 
 // recheck runs the tests against mutant m (of package p, at the module root)
 // and returns its status: KILLED, LIVED, TIMED OUT, or NOT VIABLE (does not build).
-func recheck(p Package, m Mutant, timeout time.Duration) (string, error) {
+func recheck(p Package, m Mutant, goflags string, timeout time.Duration) (string, error) {
 	file := filepath.Join(p.Path, m.File)
 	src, err := os.ReadFile(file)
 	if err != nil {
@@ -94,7 +94,8 @@ func recheck(p Package, m Mutant, timeout time.Duration) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "test", "-short", "-failfast", "-count=1", "-overlay", ov, "./"+filepath.Dir(file))
+	cmd := exec.CommandContext(ctx, "go", "test", "-failfast", "-count=1", "-overlay", ov, "./"+filepath.Dir(file))
+	cmd.Env = append(os.Environ(), "GOFLAGS="+goflags)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	switch {
@@ -112,9 +113,11 @@ func recheck(p Package, m Mutant, timeout time.Duration) (string, error) {
 
 // baseTime is how long the tests of the package in dir take unmutated, for
 // recheck's timeout (recheck runs that package's tests).
-func baseTime(dir string) (time.Duration, error) {
+func baseTime(dir, goflags string) (time.Duration, error) {
 	start := time.Now()
-	out, err := exec.Command("go", "test", "-short", "-count=1", "./"+dir).CombinedOutput()
+	cmd := exec.Command("go", "test", "-count=1", "./"+dir)
+	cmd.Env = append(os.Environ(), "GOFLAGS="+goflags)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return 0, fmt.Errorf("the unmutated tests of %s fail: %w\n%s", dir, err, out)
 	}

@@ -45,15 +45,7 @@ func boundLatency(e *Expect, us float64) {
 // The latency rows of the fault catalogue (TestFaultCatalogue runs them; the docs
 // table names them).
 func init() {
-	faultRows = append(faultRows, []struct {
-		name   string
-		gpus   int
-		mutate func(r *selftest.Report, e *Expect)
-		id     string
-		status string
-		msg    string
-		hint   string
-	}{
+	faultRows = append(faultRows, []faultRow{
 		{name: "peer write latency of a staged copy", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 			withLatencies(r)
 			boundLatency(e, 5)

@@ -2,6 +2,7 @@ package verdict
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -39,15 +40,19 @@ func TestExpectFrom(t *testing.T) {
 
 // faultRows is the fault catalogue: one row per fault, each a healthy report with one
 // thing broken. docs/selftest-findings.md names the row that covers each finding ID.
-var faultRows = []struct {
+type faultRow struct {
 	name   string
 	gpus   int                                 // 2 or 4
 	mutate func(r *selftest.Report, e *Expect) // e is the recipe's expectation; nil it with noRecipe
 	id     string
 	status string
-	msg    string // a substring of that finding's message
-	hint   string // a substring of that finding's hint
-}{
+	msg    string   // a substring of that finding's message
+	hint   string   // a substring of that finding's hint
+	also   []string // the IDs of the other warn or fail findings the fault makes
+	ev     string   // a substring of that finding's evidence
+}
+
+var faultRows = []faultRow{
 	// p2p.status
 	{name: "all pairs CNS with a patched driver", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { setP2P(r, "CNS") },
 		id: "p2p.status", status: selftest.SevFail, msg: "unpatched driver: NVML reports CNS for every pair", hint: "driver.p2p"},
@@ -58,7 +63,7 @@ var faultRows = []struct {
 	{name: "all pairs CNS with p2p off but require_p2p", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
 		setP2P(r, "CNS")
 		e.P2P = P2POff
-	}, id: "p2p.status", status: selftest.SevFail, msg: "CNS for every pair"},
+	}, id: "p2p.status", status: selftest.SevFail, msg: "CNS for every pair", also: []string{"bar1.size"}},
 	{name: "one pair TNS", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { r.Pairs[4].P2PWrite = "TNS" },
 		id: "p2p.status", status: selftest.SevFail, msg: "GPU1 (0000:02:00.0)-GPU3 (0000:42:00.0): NVML P2P read OK, write TNS", hint: "topology not supported"},
 	{name: "pairs CNS without a recipe", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { setP2P(r, "CNS") },
@@ -120,7 +125,7 @@ var faultRows = []struct {
 	{name: "corrupted peer write, static BAR1", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		e.P2P = P2PStaticBAR1
 		corrupt(findCopy(r, 0, 1, selftest.MethodCE, selftest.DirWrite), 0x1000, 1)
-	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU0->GPU1 ce write corrupted data", hint: "use driver.p2p = \"dynamic-bar1\""},
+	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU0->GPU1 ce write corrupted data", hint: "use driver.p2p = \"dynamic-bar1\"", also: []string{"bar1.size"}},
 	{name: "corrupted SM read", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		corrupt(findCopy(r, 1, 0, selftest.MethodCE, selftest.DirRead), 64, 1)
 	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU1->GPU0 ce read"},
@@ -177,7 +182,7 @@ var faultRows = []struct {
 	{name: "display GPU on a static-BAR1 driver", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		e.P2P = P2PStaticBAR1
 		r.GPUs[1].BootVGA = true
-	}, id: "gpu.display", status: selftest.SevFail, msg: "GPU1 (0000:02:00.0) drives a display (boot_vga=1)", hint: "headless"},
+	}, id: "gpu.display", status: selftest.SevFail, msg: "GPU1 (0000:02:00.0) drives a display (boot_vga=1)", hint: "headless", also: []string{"bar1.size"}},
 	{name: "display GPU from NVML without a recipe", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		on := 1
 		r.GPUs[0].NVML.DisplayActive = &on
@@ -201,17 +206,17 @@ var faultRows = []struct {
 	// version.mismatch
 	{name: "cuInit driver mismatch", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.CUDA.CuInit = &selftest.Status{Name: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", Code: selftest.CUDAErrorSystemMismatch}
-	}, id: "version.mismatch", status: selftest.SevFail, msg: "libcuda and the loaded nvidia.ko"},
+	}, id: "version.mismatch", status: selftest.SevFail, msg: "libcuda and the loaded nvidia.ko", also: []string{"cuda.init"}},
 	{name: "NVML lib-RM mismatch", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.NVML.Init = &selftest.Status{Name: "NVML_ERROR_LIB_RM_VERSION_MISMATCH", Code: selftest.NVMLLibRMVersionMismat}
-	}, id: "version.mismatch", status: selftest.SevFail, msg: "libnvidia-ml and the loaded nvidia.ko"},
+	}, id: "version.mismatch", status: selftest.SevFail, msg: "libnvidia-ml and the loaded nvidia.ko", also: []string{"nvml.init"}},
 	{name: "NVML driver version differs from the recipe", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.NVML.DriverVersion = "550.54.15" },
 		id: "version.mismatch", status: selftest.SevFail, msg: "NVML reports driver 550.54.15, recipe driver.version = 550.163.01"},
 	{name: "module version differs from the recipe", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.Modules[0].Version = "550.54.15" },
 		id: "version.mismatch", status: selftest.SevFail, msg: "module nvidia is version 550.54.15"},
 	{name: "module file version differs though nothing loaded", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.Modules[0].Result, r.Modules[0].Errno, r.Modules[0].Version, r.Modules[0].KoVersion = selftest.ModENODEV, 19, "", "550.54.15"
-	}, id: "version.mismatch", status: selftest.SevFail, msg: "nvidia.ko in the image is version 550.54.15 (ENODEV (errno 19)), recipe driver.version 550.163.01"},
+	}, id: "version.mismatch", status: selftest.SevFail, msg: "nvidia.ko in the image is version 550.54.15 (ENODEV (errno 19)), recipe driver.version 550.163.01", also: []string{"driver.nvidia"}},
 	{name: "libcuda file version differs from the recipe", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.CUDA.LibraryFile = "/usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03"
 	}, id: "version.mismatch", status: selftest.SevFail, msg: "libcuda is /usr/lib/x86_64-linux-gnu/libcuda.so.535.261.03 (version 535.261.03), recipe driver.version 550.163.01"},
@@ -221,7 +226,7 @@ var faultRows = []struct {
 		r.NCCL = nil
 		r.DeadlineExceeded = selftest.PhaseNCCL
 		r.Stall = &selftest.Stall{Phase: selftest.PhaseNCCL, AfterMS: 120000, Cause: "ncclCommInitAll did not return"}
-	}, id: "deadline", status: selftest.SevFail, msg: "stalled in nccl after 120.0s", hint: "NCCL init on a card whose BAR1 is smaller than VRAM with a static-BAR1 driver: use the dynamic-BAR1 branch"},
+	}, id: "deadline", status: selftest.SevFail, msg: "stalled in nccl after 120.0s", hint: "NCCL init on a card whose BAR1 is smaller than VRAM with a static-BAR1 driver: use the dynamic-BAR1 branch", also: []string{"bar1.size"}},
 	{name: "CUDA stall on a dynamic-BAR1 driver", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.Stall = &selftest.Stall{Phase: selftest.PhaseCUDA, AfterMS: 900, Cause: "cuMemcpyAsync"}
 	}, id: "deadline", status: selftest.SevFail, msg: "stalled in cuda after 900ms: cuMemcpyAsync", hint: "Xid or IOMMU"},
@@ -265,7 +270,8 @@ var faultRows = []struct {
 	{name: "PTX load failed", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.CUDA.PTX = &selftest.Status{Name: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", Code: 222}
 		r.CUDA.PTXLog = "ptxas fatal   : Unsupported .version 7.0\nmore"
-	}, id: "cuda.ptx", status: selftest.SevFail, msg: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)", hint: "older than the PTX ISA"},
+	}, id: "cuda.ptx", status: selftest.SevFail, msg: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)", hint: "older than the PTX ISA",
+		ev: "(222): ptxas fatal   : Unsupported .version 7.0"},
 	{name: "managed memory refused", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.PeerMem = []selftest.PeerMem{{Kind: selftest.MemManaged, Owner: 0, Peer: 1, Bytes: 32 << 20, Step: selftest.StepSetup, Refused: "cuMemAdvise(SET_ACCESSED_BY, GPU 1): CUDA_ERROR_NOT_SUPPORTED"}}
 	}, id: "peermem.refused", status: selftest.SevWarn, msg: "managed memory of GPU0 used by GPU1: the driver declined it", hint: "cudaMallocManaged"},
@@ -322,6 +328,31 @@ func TestNVLinkPairNotOverrate(t *testing.T) {
 	}
 }
 
+// A copy within one GPU is judged as one, whether its record says so by its
+// direction (local) or by its source and destination (an older p2pcheck):
+// neither is held to the link's rate or the recipe's peer thresholds.
+func TestLocalCopyNotJudgedAsPeer(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		src, dst int
+		dir      string
+	}{
+		{"same GPU, direction write", 1, 1, selftest.DirWrite},
+		{"two GPUs, direction local", 0, 1, selftest.DirLocal},
+	} {
+		r := healthyReport(2)
+		cp := findCopy(r, 1, 1, selftest.MethodCE, selftest.DirLocal)
+		cp.Src, cp.Dst, cp.Direction = c.src, c.dst, c.dir
+		cp.GBps, cp.LinkGBps = 0.5, 1 // far below every threshold, and above the "link"
+		Judge(r, FromRecipe(healthyRecipe(2)))
+		for _, f := range r.Findings {
+			if f.Status != selftest.SevInfo {
+				t.Errorf("%s: %s %s: %s", c.name, f.Status, f.ID, f.Message)
+			}
+		}
+	}
+}
+
 // noRecipe marks rows judged without a recipe (e == nil).
 var noRecipeRows = map[string]bool{"BAR1 below VRAM without a recipe": true, "pairs CNS without a recipe": true, "display GPU from NVML without a recipe": true}
 
@@ -344,16 +375,23 @@ func TestFaultCatalogue(t *testing.T) {
 			var hit *selftest.Finding
 			for k := range r.Findings {
 				f := &r.Findings[k]
-				if f.ID == tt.id && f.Status == tt.status && strings.Contains(f.Message, tt.msg) && strings.Contains(f.Hint, tt.hint) {
+				if f.ID == tt.id && f.Status == tt.status && strings.Contains(f.Message, tt.msg) && strings.Contains(f.Hint, tt.hint) && strings.Contains(f.Evidence, tt.ev) {
 					hit = f
 					break
 				}
 			}
 			if hit == nil {
-				t.Fatalf("no %s %s finding with message ~%q and hint ~%q:\n%s", tt.status, tt.id, tt.msg, tt.hint, dump(r.Findings))
+				t.Fatalf("no %s %s finding with message ~%q, hint ~%q and evidence ~%q:\n%s", tt.status, tt.id, tt.msg, tt.hint, tt.ev, dump(r.Findings))
 			}
 			if hit.Status != selftest.SevInfo && (hit.Evidence == "" || hit.Hint == "" || hit.Subject == "") {
 				t.Errorf("%s lacks evidence, hint or subject: %+v", tt.id, *hit)
+			}
+			// One fault, its findings: nothing else warns or fails (a rule that fires
+			// on healthy parts of a report is as wrong as one that misses the fault).
+			for _, f := range r.Findings {
+				if f.Status != selftest.SevInfo && f.ID != tt.id && !slices.Contains(tt.also, f.ID) {
+					t.Errorf("EXTRA %s %s: %s", f.Status, f.ID, f.Message)
+				}
 			}
 			wantVerdict := selftest.Pass
 			for _, f := range r.Findings {

@@ -8,7 +8,7 @@
 // mutants (no test can tell them from the original) are listed in
 // mutants/equivalent.txt, each with a reason, and left out of the rate.
 //
-//	go run ./scripts/mutants [-update] [-reuse [-recheck-lived]] [-skip REGEXP] [-workers N] [-timeout-coefficient N] [PKG...]
+//	go run ./scripts/mutants [-update] [-reuse [-recheck-lived]] [-skip REGEXP] [-files F,F... PKG] [-workers N] [-timeout-coefficient N] [PKG...]
 //
 // -update rewrites the baseline from this run (for the packages run). See
 // docs/testing.md.
@@ -494,6 +494,7 @@ func main() {
 	out := flag.String("out", "mutants.out", "where gremlins' reports and logs go")
 	reuse := flag.Bool("reuse", false, "do not run gremlins: tally the reports already in -out (after editing equivalent.txt)")
 	lived := flag.Bool("recheck-lived", false, "with -reuse: run the mutants that lived (or timed out) again (after adding tests)")
+	files := flag.String("files", "", "comma-separated: mutate only these files of the one unit named (a sample; not with -update: the baseline holds whole units)")
 	skip := flag.String("skip", "", "go test -skip REGEXP for every run: leave out slow tests on a slow machine (a mutant only they kill counts as lived: the rate can only be lower)")
 	flag.Parse()
 	goflags := "-short"
@@ -504,13 +505,21 @@ func main() {
 		}
 		goflags += " -skip=" + *skip
 	}
-	if err := mainErr(*update, *workers, *coef, *reuse, *lived, *out, goflags, flag.Args()); err != nil {
+	var sample []string
+	if *files != "" {
+		sample = strings.Split(*files, ",")
+		if *update || len(flag.Args()) != 1 {
+			fmt.Fprintln(os.Stderr, "mutants: -files samples one unit (name it) and does not go in the baseline (no -update)")
+			os.Exit(2)
+		}
+	}
+	if err := mainErr(*update, *workers, *coef, *reuse, *lived, *out, goflags, flag.Args(), sample); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(update bool, workers, coef int, reuse, recheckLived bool, out, goflags string, only []string) error {
+func mainErr(update bool, workers, coef int, reuse, recheckLived bool, out, goflags string, only, sample []string) error {
 	eqf, err := os.Open("mutants/equivalent.txt")
 	if err != nil {
 		return err
@@ -536,6 +545,14 @@ func mainErr(update bool, workers, coef int, reuse, recheckLived bool, out, gofl
 	for _, p := range Packages {
 		if len(only) > 0 && !slices.Contains(only, p.Unit()) {
 			continue
+		}
+		if sample != nil {
+			for _, f := range sample {
+				if len(p.Files) > 0 && !slices.Contains(p.Files, f) {
+					return fmt.Errorf("-files: %s is not one of %s's files %v", f, p.Unit(), p.Files)
+				}
+			}
+			p.Files = sample
 		}
 		logf := io.Discard
 		if !reuse {

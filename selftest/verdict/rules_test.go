@@ -1,6 +1,7 @@
 package verdict
 
 import (
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -255,8 +256,8 @@ var faultRows = []faultRow{
 	{name: "above-BAR1 probe corrupt", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.HighMem[1].Mismatch, r.HighMem[1].Verified = &selftest.Mismatch{Offset: 4096, Want: 7, Got: 0, Words: 1 << 20}, false
 	}, id: "highmem.copy", status: selftest.SevFail, msg: "corrupted data"},
-	{name: "above-BAR1 probe unverified", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.HighMem[0].Verified = false },
-		id: "highmem.copy", status: selftest.SevFail, msg: "was not verified"},
+	{name: "above-BAR1 probe unverified", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.HighMem[1].Verified = false },
+		id: "highmem.copy", status: selftest.SevFail, msg: "above-BAR1 probe on GPU1 (0000:02:00.0) (peer GPU0 (0000:01:00.0)) was not verified"},
 	// gpus.*, iommu, cuda.ptx
 	{name: "GPU missing", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { e.GPUs = 8 },
 		id: "gpus.count", status: selftest.SevFail, msg: "found 4 NVIDIA GPU(s) in sysfs, recipe platform.gpus = 8"},
@@ -348,6 +349,54 @@ func TestLocalCopyNotJudgedAsPeer(t *testing.T) {
 		for _, f := range r.Findings {
 			if f.Status != selftest.SevInfo {
 				t.Errorf("%s: %s %s: %s", c.name, f.Status, f.ID, f.Message)
+			}
+		}
+	}
+}
+
+// Each bound is inclusive on the good side, as its rule says: a copy exactly
+// 5% over its link, exactly at the recipe's minimum rate, a write exactly at
+// max_latency_us, passes; one step past it does not.
+func TestBoundaries(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		set  func(r *selftest.Report, e *Expect, past bool)
+		id   string
+	}{
+		{"overrate", func(r *selftest.Report, e *Expect, past bool) {
+			c := findCopy(r, 0, 1, selftest.MethodCE, selftest.DirWrite)
+			c.GBps = overrateFactor * c.LinkGBps
+			if past {
+				c.GBps = math.Nextafter(c.GBps, math.Inf(1))
+			}
+		}, "copy.overrate"},
+		{"bandwidth", func(r *selftest.Report, e *Expect, past bool) {
+			c := findCopy(r, 0, 1, selftest.MethodCE, selftest.DirWrite)
+			c.GBps = e.Thresholds[r.PairTopology(0, 1)].UnidirGBps
+			if past {
+				c.GBps = math.Nextafter(c.GBps, 0)
+			}
+		}, "copy.bandwidth"},
+		{"latency", func(r *selftest.Report, e *Expect, past bool) {
+			withLatencies(r)
+			boundLatency(e, 2)
+			latencyOf(r, 0, 1).US = 2
+			if past {
+				latencyOf(r, 0, 1).US = math.Nextafter(2, 3)
+			}
+		}, "latency.slow"},
+	} {
+		for _, past := range []bool{false, true} {
+			r := healthyReport(2)
+			e := FromRecipe(healthyRecipe(2))
+			c.set(r, e, past)
+			Judge(r, e)
+			got := false
+			for _, f := range r.Findings {
+				got = got || f.ID == c.id
+			}
+			if got != past {
+				t.Errorf("%s: past the bound %v, %s found %v:\n%s", c.name, past, c.id, got, dump(r.Findings))
 			}
 		}
 	}

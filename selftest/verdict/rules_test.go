@@ -179,6 +179,12 @@ var faultRows = []faultRow{
 	}, id: "pcie.link", status: selftest.SevWarn, msg: "the port above is only x8 wide"},
 	{name: "link at idle speed", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.GPUs[0].Link.CurrentSpeed = "2.5 GT/s PCIe" },
 		id: "pcie.link", status: selftest.SevWarn, msg: "link at 2.5 GT/s PCIe of 16 GT/s", hint: "idle"},
+	{name: "link at idle speed, the port's speed unknown", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.GPUs[0].Link.CurrentSpeed, r.GPUs[0].Upstream[0].Link.MaxSpeed = "8.0 GT/s PCIe", ""
+	}, id: "pcie.link", status: selftest.SevWarn, msg: "link at 8.0 GT/s PCIe of 16 GT/s", hint: "idle"},
+	{name: "link generation from NVML", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.GPUs[1].Link.CurrentSpeed, r.GPUs[1].NVML.LinkGen = "", 3
+	}, id: "pcie.link", status: selftest.SevWarn, msg: "GPU1 (0000:02:00.0) link at Gen3 of Gen4 (NVML)", ev: "nvml link_gen=3 max_link_gen=4"},
 	// gpu.display
 	{name: "display GPU on a static-BAR1 driver", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		e.P2P = P2PStaticBAR1
@@ -560,6 +566,46 @@ func TestBAR1WithinSlack(t *testing.T) {
 		for _, f := range r.Findings {
 			if f.ID == "bar1.leak" {
 				t.Errorf("used after %v: %s", after, f.Message)
+			}
+		}
+	}
+}
+
+// What sysfs or NVML did not say, or said is fine, is no finding: an unread
+// BAR1, a BAR1 as large as VRAM, BAR1 use that was high before the copies and
+// stayed so, a link width or speed not read, NVML's link generation at its
+// maximum or not read.
+func TestQuietWhenUnknownOrFine(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		set  func(r *selftest.Report, e *Expect)
+	}{
+		{"BAR1 not read", func(r *selftest.Report, e *Expect) { r.GPUs[0].BAR1Bytes, r.GPUs[0].NVML.BAR1Total = 0, 0 }},
+		{"BAR1 as large as VRAM, static BAR1", func(r *selftest.Report, e *Expect) {
+			e.P2P = P2PStaticBAR1
+			for i := range r.GPUs {
+				r.GPUs[i].BAR1Bytes = *r.GPUs[i].VRAMBytes
+			}
+		}},
+		{"BAR1 use high before and after", func(r *selftest.Report, e *Expect) {
+			r.BAR1[1].UsedBefore, r.BAR1[1].UsedAfter = 1<<30, ptr(int64(1<<30))
+		}},
+		{"link width not read", func(r *selftest.Report, e *Expect) { r.GPUs[0].Link.CurrentWidth = 0 }},
+		{"link speed not read", func(r *selftest.Report, e *Expect) { r.GPUs[0].Link.CurrentSpeed = "" }},
+		{"NVML link generation not read", func(r *selftest.Report, e *Expect) {
+			r.GPUs[0].Link.CurrentSpeed, r.GPUs[0].NVML.LinkGen = "", 0
+		}},
+		{"NVML link generation at its maximum", func(r *selftest.Report, e *Expect) {
+			r.GPUs[1].Link.CurrentSpeed = ""
+		}},
+	} {
+		r := healthyReport(2)
+		e := FromRecipe(healthyRecipe(2))
+		c.set(r, e)
+		Judge(r, e)
+		for _, f := range r.Findings {
+			if f.Status != selftest.SevInfo {
+				t.Errorf("%s: %s %s: %s", c.name, f.Status, f.ID, f.Message)
 			}
 		}
 	}

@@ -152,6 +152,14 @@ var faultRows = []faultRow{
 		c := findCopy(r, 0, 1, selftest.MethodCE, selftest.DirWrite)
 		c.Verified, c.Mismatch = false, &selftest.Mismatch{Offset: 100, Want: 5, Got: ^uint32(5), Words: 1}
 	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU0->GPU1 ce write", hint: "--inject-corruption inverted on purpose"},
+	{name: "real corruption beside an injected one", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.Add(selftest.SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): CorruptOnce test hook: after the ce write copy GPU 0 -> GPU 1, the word at byte offset 100 ...", "")
+		corrupt(findCopy(r, 0, 1, selftest.MethodCE, selftest.DirWrite), 100, 1)
+		corrupt(findCopy(r, 1, 0, selftest.MethodCE, selftest.DirRead), 64, 1)
+	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU1->GPU0 ce read", hint: "peer data landed in the wrong place"},
+	{name: "corrupted SM peer write", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		corrupt(findCopy(r, 1, 0, selftest.MethodSM, selftest.DirWrite), 64, 1)
+	}, id: "copy.corrupt", status: selftest.SevFail, msg: "GPU1->GPU0 sm write", hint: "loads and stores through the peer mapping (the path NCCL uses)"},
 	{name: "injected corruption not detected", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.Add(selftest.SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): CorruptOnce test hook: after the ce write copy GPU 0 -> GPU 1, the word at byte offset 100 ...", "")
 	}, id: "test.undetected", status: selftest.SevFail, msg: "no copy reported a mismatch", hint: "broken"},

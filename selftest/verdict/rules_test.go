@@ -163,6 +163,10 @@ var faultRows = []faultRow{
 	{name: "injected corruption not detected", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.Add(selftest.SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): CorruptOnce test hook: after the ce write copy GPU 0 -> GPU 1, the word at byte offset 100 ...", "")
 	}, id: "test.undetected", status: selftest.SevFail, msg: "no copy reported a mismatch", hint: "broken"},
+	{name: "injected corruption not detected, another copy slow", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.Add(selftest.SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): CorruptOnce test hook: after the ce write copy GPU 0 -> GPU 1, the word at byte offset 100 ...", "")
+		findCopy(r, 1, 0, selftest.MethodCE, selftest.DirWrite).GBps = 6.6
+	}, id: "test.undetected", status: selftest.SevFail, msg: "no copy reported a mismatch", hint: "broken", also: []string{"copy.bandwidth"}},
 	{name: "unverified copy with verification on", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		findCopy(r, 0, 1, selftest.MethodSM, selftest.DirWrite).Verified = false
 	}, id: "copy.unverified", status: selftest.SevFail, msg: "GPU0->GPU1 sm write was not verified though verification is on"},

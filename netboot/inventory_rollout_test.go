@@ -113,6 +113,25 @@ channels = ["x"]
 			`inv.toml:10: rollout.rollback: unknown key`,
 			`inv.toml:13: rollout[2].recipe: recipe r already has a rollout at line 8`,
 		}},
+		// A window must be a positive duration; a key not given is reported at
+		// its table's line.
+		{"window not positive, channels missing", `[[rollout]]
+recipe = "a"
+channels = ["x"]
+window = "0s"
+
+[[rollout]]
+recipe = "b"
+channels = ["x"]
+window = "-90m"
+
+[[rollout]]
+recipe = "c"
+`, []string{
+			`inv.toml:4: rollout[0].window: want a duration such as "6h" or "90m", got "0s"`,
+			`inv.toml:9: rollout[1].window: want a duration such as "6h" or "90m", got "-90m"`,
+			`inv.toml:11: rollout[2].channels: want the channels in promotion order`,
+		}},
 		{"attestation keys", `default = "default"
 [[rollout]]
 recipe = "default"

@@ -127,7 +127,7 @@ func TestExitCodes(t *testing.T) {
 	}{
 		{[]string{"plan", bad}, 3, "bad.toml:2: platform.gpus: want 0..16, got -1"},
 		{[]string{"plan", "--no-such-flag"}, 2, "unknown flag"},
-		{[]string{"version", "extra"}, 2, "want at most 0"},
+		{[]string{"version", "extra"}, 2, "want 0 argument(s), got 1"},
 		{[]string{"plan", filepath.Join(dir, "absent.toml")}, 3, "no such file"},
 		{[]string{"run", "--iso", "--pxe", dir}, 2, "choose one of --uefi, --iso, --pxe and --uefi-pxe"},
 		{[]string{"run", "--iso", "--efi", bad}, 2, "--efi boots a UKI from a disk, not --iso"},

@@ -164,7 +164,7 @@ func TestExitCodeClasses(t *testing.T) {
 		{"missing argument", []string{"keys", "init"}, 2, `^peerboot: keys init: want 1 argument\(s\), got 0 \(usage: peerboot keys init DIR`, nil},
 		{"too many arguments", []string{"run", "a", "b"}, 2, `^peerboot: run: want at most 1 argument\(s\), got 2 \(usage: peerboot run`, nil},
 		{"bad flag value", []string{"run", "--accel", "bogus", dir}, 2, `^peerboot: --accel: want kvm or tcg, got "bogus"`, nil},
-		{"extra argument", []string{"version", "extra"}, 2, `^peerboot: version: want at most 0 argument\(s\), got 1`, nil},
+		{"extra argument", []string{"version", "extra"}, 2, `^peerboot: version: want 0 argument\(s\), got 1 \(usage: peerboot version`, nil},
 		{"three wrong types", []string{"plan", badType}, 3, `(?s)t.toml:2: platform.gpus: wrong type.*t.toml:3: platform.sockets: wrong type.*t.toml:5: selftest.verify: wrong type`, nil},
 		{"four classes in one run", []string{"plan", fourClasses}, 3, `^\S*four/t.toml:5: platform.gpus: wrong type: want an integer, got a string\n\S*four/t.toml:6: platform.sokets: unknown key \(did you mean platform.sockets\?\)\n\S*four/t.toml:7: platform.numa_nodes: want 1..64, got 99\n\S*four/t.toml:9: kernel.patches\[0\]: no file \S*four/0001-gone.patch\n$`, nil},
 		{"missing patch: plan", []string{"plan", missingPatch}, 3, `^\S*patch/t.toml:9: driver.patches\[1\]: no file \S*0002-gone.patch\n$`, nil},

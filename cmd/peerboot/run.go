@@ -1,21 +1,14 @@
 package main
 
 import (
+	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/peerboot/peerboot/exitcode"
-	"github.com/peerboot/peerboot/image"
-	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/qemu"
-	"github.com/peerboot/peerboot/selftest"
-	"github.com/peerboot/peerboot/sign"
 	"github.com/peerboot/peerboot/store"
 )
 
@@ -57,144 +50,41 @@ swtpm_localca's CA in /var/lib/swtpm-localca), so the node sends one.`,
 			if n := btoi(uefi) + btoi(pxe) + btoi(iso) + btoi(uefiPXE); n > 1 {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("choose one of --uefi, --iso, --pxe and --uefi-pxe"))
 			}
-			if (pxe || uefiPXE) && (secureBoot || efiFile != "") {
-				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--secure-boot and --efi boot a disk, not --pxe or --uefi-pxe"))
+			opt := qemu.RunOptions{Mode: qemu.UEFI, EFI: efiFile, PXEDir: pxeDir,
+				SecureBoot: secureBoot, TPM: tpm, TPMEKCert: tpmEKCert, TPMStateDir: tpmState, Net: netOn,
+				Accel: accel, Timeout: timeout, LogFile: logFile, ReportFile: reportFile, Out: cmd.OutOrStdout()}
+			switch {
+			case pxe:
+				opt.Mode = qemu.PXE
+			case iso:
+				opt.Mode = qemu.ISO
+			case uefiPXE:
+				opt.Mode = qemu.UEFIPXE
 			}
-			if pxe && tpm {
-				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--tpm needs UEFI (OVMF measures the boot): use --uefi-pxe, not --pxe"))
-			}
-			if (tpmState != "" || tpmEKCert) && !tpm {
-				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--tpm-state and --tpm-ek-cert need --tpm"))
-			}
-			if pxeDir != "" && !pxe && !uefiPXE {
-				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--pxe-dir needs --pxe or --uefi-pxe"))
-			}
-			if iso && efiFile != "" {
-				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--efi boots a UKI from a disk, not --iso"))
-			}
-			if accel != "" && accel != "kvm" && accel != "tcg" {
-				return exitcode.Tag(exitcode.Usage, fmt.Errorf("--accel: want kvm or tcg, got %q", accel))
-			}
-			if len(args) == 0 && efiFile == "" && pxeDir == "" {
-				return exitcode.Tag(exitcode.Usage, fmt.Errorf("run: want OUTDIR (or --efi FILE, or --pxe-dir DIR)"))
-			}
-			dir := ""
 			if len(args) == 1 {
-				dir = args[0]
-				if err := outDirArg(dir); err != nil {
+				opt.OutDir = args[0]
+			}
+			if verbose {
+				opt.Verbose = cmd.ErrOrStderr()
+			}
+			if err := opt.Validate(); err != nil {
+				return exitcode.Tag(exitcode.Usage, err)
+			}
+			if opt.OutDir != "" {
+				if err := outDirArg(opt.OutDir); err != nil {
 					return err
 				}
 			}
 			if err := runToolsPresent(!pxe, pxe || uefiPXE); err != nil {
 				return err
 			}
-			mode := qemu.UEFI
-			if pxe {
-				mode = qemu.PXE
-			}
-			if iso {
-				mode = qemu.ISO
-			}
-			if uefiPXE {
-				mode = qemu.UEFIPXE
-			}
-			if pxeDir == "" {
-				pxeDir = filepath.Join(dir, output.PXEDir)
-			}
 			st, err := g.openStore()
 			if err != nil {
 				return err
 			}
-			work, err := os.MkdirTemp("", "peerboot-run-")
-			if err != nil {
-				return err
-			}
-			defer os.RemoveAll(work)
-			disk := filepath.Join(dir, output.DiskFile)
-			if efiFile != "" {
-				disk = filepath.Join(work, "efi-disk.img")
-				if err := diskAround(efiFile, disk); err != nil {
-					return exitcode.Tag(exitcode.Usage, err)
-				}
-			}
-			if logFile == "" {
-				logFile = filepath.Join(dir, "console-"+string(mode)+".log")
-				if dir == "" && efiFile != "" {
-					logFile = efiFile + ".console-" + string(mode) + ".log"
-				} else if dir == "" {
-					logFile = filepath.Join(pxeDir, "console-"+string(mode)+".log")
-				}
-			}
-			logf, err := os.Create(logFile)
-			if err != nil {
-				return err
-			}
-			defer logf.Close()
-			var console io.Writer = logf
-			if verbose {
-				console = io.MultiWriter(logf, cmd.ErrOrStderr())
-			}
-			var report *selftest.Report
-			res, err := qemu.Boot(cmd.Context(), qemu.Options{
-				Mode: mode, Disk: disk, PXEDir: pxeDir, ISO: filepath.Join(dir, output.ISOFile), SecureBoot: secureBoot,
-				TPM: tpm, TPMStateDir: tpmState, TPMEKCert: tpmEKCert, Net: netOn,
-				Timeout: timeout, WorkDir: work, Console: console, Accel: accel,
-				KVMHint: st.HintPath(store.KVMFailsHint),
-				Stop: func(line string) bool {
-					if !strings.Contains(line, selftest.Marker) {
-						return false
-					}
-					r, err := selftest.DecodeLine(line)
-					if err != nil {
-						return false
-					}
-					report = r
-					return false // let the guest finish its on_pass/on_fail action
-				},
-				Succeeded: func() bool { return report != nil },
-			})
-			if err != nil {
-				return exitcode.Tag(exitcode.Internal, err)
-			}
-			out := cmd.OutOrStdout()
-			if res.Refused != "" {
-				what := output.DiskFile
-				if iso {
-					what = output.ISOFile
-				}
-				if efiFile != "" {
-					what = efiFile
-				}
-				fmt.Fprintf(out, "FAIL: the firmware refused to boot %s with Secure Boot enforced (unsigned, altered, or signed with a key not in db):\n  %s\nfull console: %s\n", what, strings.TrimSpace(res.Refused), logFile)
-				return exitcode.Tag(exitcode.Integrity, fmt.Errorf("%s: Secure Boot refused the image: %s", what, strings.TrimSpace(res.Refused)))
-			}
-			if report == nil {
-				last := res.Lines
-				if len(last) > 20 {
-					last = last[len(last)-20:]
-				}
-				why := "the guest powered off without a report"
-				if res.TimedOut {
-					why = fmt.Sprintf("no report within %s", timeout)
-				}
-				fmt.Fprintf(out, "FAIL: %s (%s boot). Last console lines:\n  %s\nfull console: %s\n", why, mode, strings.Join(last, "\n  "), logFile)
-				return exitcode.Tag(exitcode.Selftest, fmt.Errorf("%s", why))
-			}
-			if reportFile != "" {
-				b, err := selftest.Encode(report)
-				if err != nil {
-					return err
-				}
-				if err := os.WriteFile(reportFile, b, 0o644); err != nil {
-					return err
-				}
-			}
-			fmt.Fprint(out, selftest.Summary(report))
-			fmt.Fprintf(out, "%s boot (%s): %s from power-on to shutdown; console: %s\n", mode, res.Accel, res.Duration.Round(100*time.Millisecond), logFile)
-			if report.Verdict != selftest.Pass {
-				return exitcode.Tag(exitcode.Selftest, fmt.Errorf("self-test verdict: %s", report.Verdict))
-			}
-			return nil
+			opt.KVMHint = st.HintPath(store.KVMFailsHint)
+			_, err = qemu.Run(cmd.Context(), opt)
+			return runExit(err)
 		},
 	}
 	cmd.Flags().BoolVar(&uefi, "uefi", false, "boot disk.img with OVMF (default)")
@@ -216,14 +106,19 @@ swtpm_localca's CA in /var/lib/swtpm-localca), so the node sends one.`,
 	return cmd
 }
 
-// diskAround writes a temporary GPT disk whose ESP holds uki as
-// /EFI/BOOT/BOOTX64.EFI, with the image stage's layout.
-func diskAround(uki, disk string) error {
-	b, err := os.ReadFile(uki)
-	if err != nil {
-		return fmt.Errorf("--efi: %w", err)
+// runExit gives a run's outcome its exit code.
+func runExit(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, qemu.ErrOptions):
+		return exitcode.Tag(exitcode.Usage, err)
+	case errors.Is(err, qemu.ErrRefused):
+		return exitcode.Tag(exitcode.Integrity, err)
+	case errors.Is(err, qemu.ErrNoReport), errors.Is(err, qemu.ErrVerdict):
+		return exitcode.Tag(exitcode.Selftest, err)
 	}
-	return sign.WriteDisk(disk, image.MinDiskSize(int64(len(b))), "peerboot run --efi", 0, b)
+	return exitcode.Tag(exitcode.Internal, err)
 }
 
 func btoi(b bool) int {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/kernel"
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/recipe"
@@ -125,10 +126,9 @@ func saveKernelSteps(st *store.Store, base string, frags []kernel.Fragment, step
 	}
 	for _, f := range kernelStepsFiles(st, base, frags) {
 		os.MkdirAll(filepath.Dir(f), 0o755)
-		tmp := f + ".tmp"
-		if os.WriteFile(tmp, []byte(strconv.FormatInt(steps, 10)+"\n"), 0o644) == nil {
-			os.Rename(tmp, f) // a concurrent build of another recipe may read it
-		}
+		// Atomic: a concurrent build of another recipe may read it. A hint
+		// that cannot be saved costs only the next build's progress estimate.
+		fsutil.WriteFileAtomic(f, []byte(strconv.FormatInt(steps, 10)+"\n"), 0o644)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/recipe"
 )
 
@@ -101,26 +102,7 @@ func (f *File) Encode() []byte {
 
 // Write replaces path atomically with f.
 func Write(path string, f *File) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".lock-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(f.Encode()); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return fsutil.WriteFileAtomic(path, f.Encode(), 0o644)
 }
 
 // ErrMissing means the recipe has no lock file yet.

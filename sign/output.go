@@ -199,7 +199,7 @@ func signArtifacts(dir string, m *output.Manifest, sums []output.Sum, art crypto
 		name string
 		data []byte
 	}{{output.SumsFile, sumsBytes}, {output.SumsSigFile, EncodeSig(sig)}, {ArtifactPubFile, pub}, {output.ProvenanceFile, envBytes}} {
-		if err := writeAtomic(filepath.Join(dir, f.name), f.data, 0o644); err != nil {
+		if err := fsutil.WriteFileAtomic(filepath.Join(dir, f.name), f.data, 0o644); err != nil {
 			return err
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/internal/fsutil"
 )
 
 // UEFI Secure Boot signatures are Authenticode (PKCS#7 in the PE certificate
@@ -93,7 +94,7 @@ func SignPE(ctx context.Context, key crypto.Signer, cert *x509.Certificate, in, 
 	if err != nil {
 		return err
 	}
-	return writeAtomic(out, sb, 0o644)
+	return fsutil.WriteFileAtomic(out, sb, 0o644)
 }
 
 // VerifyPE checks a PE image's Authenticode signature against cert with sbverify.
@@ -135,33 +136,13 @@ func WriteDisk(path string, size int64, recipeDigest string, epoch int64, uki []
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	return writeReplacing(path, func(f *os.File) error { return image.WriteDisk(f, d) })
+	return fsutil.WriteAtomic(path, 0o644, func(f *os.File) error { return image.WriteDisk(f, d) })
 }
 
 // WriteISO writes the ISO the image stage writes (image.StandardISO) around uki.
 func WriteISO(path string, recipeDigest string, epoch int64, uki []byte) error {
 	iso := image.StandardISO(recipeDigest, epoch, uki)
-	return writeReplacing(path, func(f *os.File) error { return image.WriteISO(f, iso) })
-}
-
-// writeReplacing writes path through a temporary file renamed over it.
-func writeReplacing(path string, write func(*os.File) error) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	err = write(f)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return os.Rename(f.Name(), path)
+	return fsutil.WriteAtomic(path, 0o644, func(f *os.File) error { return image.WriteISO(f, iso) })
 }
 
 func certName(c *x509.Certificate) string {

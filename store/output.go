@@ -15,6 +15,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/peerboot/peerboot/internal/fsutil"
 )
 
 var keyRe = regexp.MustCompile(`^[a-z0-9-]+-[0-9a-f]{64}$`)
@@ -97,7 +99,7 @@ func (s *Store) CommitOutput(key, dir string) error {
 		return fmt.Errorf("hashing output %s: %w", dir, err)
 	}
 	for _, d := range dirs {
-		if err := syncPath(d); err != nil {
+		if err := fsutil.Sync(d); err != nil {
 			return fmt.Errorf("syncing output %s: %w", dir, err)
 		}
 	}
@@ -108,7 +110,7 @@ func (s *Store) CommitOutput(key, dir string) error {
 	if err := writeFileSync(filepath.Join(dir, manifestName), manifest); err != nil {
 		return err
 	}
-	if err := syncPath(dir); err != nil {
+	if err := fsutil.Sync(dir); err != nil {
 		return fmt.Errorf("syncing output %s: %w", dir, err)
 	}
 	unlock, err := s.Lock("out-" + key)
@@ -124,7 +126,7 @@ func (s *Store) CommitOutput(key, dir string) error {
 	if err := os.Rename(dir, dst); err != nil {
 		return fmt.Errorf("committing output %s: %w", key, err)
 	}
-	return syncDir(filepath.Dir(dst))
+	return fsutil.Sync(filepath.Dir(dst))
 }
 
 // OutputFile is one file of a committed output, as its MANIFEST lists it.
@@ -231,15 +233,6 @@ func hashAndSync(path string) (string, int64, error) {
 		return "", 0, fmt.Errorf("syncing %s: %w", path, err)
 	}
 	return h.Sum(), n, nil
-}
-
-func syncPath(path string) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 // sizesName lists each MANIFEST file's size at commit ("<bytes>  <path>"), so

@@ -270,7 +270,7 @@ func (p *Partial) Commit() error {
 		return err
 	}
 	p.done = true
-	err := syncDir(filepath.Dir(dst))
+	err := fsutil.Sync(filepath.Dir(dst))
 	p.unlock()
 	return err
 }
@@ -334,23 +334,6 @@ func (c ctxReader) Read(b []byte) (int, error) {
 		return 0, err
 	}
 	return c.r.Read(b)
-}
-
-// syncDir makes a rename or create in dir durable: without it a crash may
-// lose an entry the caller was told is committed.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("syncing %s: %w", dir, err)
-	}
-	return nil
 }
 
 // isBlobName reports whether a file name under blobs/ is a well-formed entry.

@@ -115,3 +115,63 @@ func HashFile(path string) (string, error) {
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
 }
+
+// WriteAtomic replaces path with what write writes, the module's one atomic file
+// writer: write fills a temporary file beside path, which is given mode (set
+// explicitly, so the umask cannot change it), synced, renamed over path, and the
+// directory synced, so a reader or a crash sees the old file or the new one,
+// never a part. Every error is returned, a failed sync's included; on one, path
+// is left as it was and the temporary file removed.
+func WriteAtomic(path string, mode os.FileMode, write func(f *os.File) error) error {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	defer os.Remove(f.Name()) // fails harmlessly once renamed
+	err = write(f)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return Sync(dir)
+}
+
+// WriteFileAtomic is WriteAtomic of data.
+func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
+	return WriteAtomic(path, mode, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+// Sync fsyncs the file or directory at path (a directory: so that a rename or a
+// new entry in it is on disk).
+func Sync(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("syncing %s: %w", path, err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("syncing %s: %w", path, err)
+	}
+	return nil
+}

@@ -62,3 +62,80 @@ func TestHashFile(t *testing.T) {
 		t.Errorf("a missing file: %v, want ErrNotExist", err)
 	}
 }
+
+func TestWriteAtomic(t *testing.T) {
+	old := syscall.Umask(0o077) // the mode must not depend on the umask
+	defer syscall.Umask(old)
+	boom := errors.New("boom")
+	tests := []struct {
+		name    string
+		write   func(f *os.File) error
+		wantErr string // "": succeeds
+	}{
+		{"writes", func(f *os.File) error { _, err := f.WriteString("new\n"); return err }, ""},
+		{"write fails", func(f *os.File) error { f.WriteString("part"); return boom }, "boom"},
+		// The file closed under it: chmod, sync and close fail after a good
+		// write, and the failure must come back rather than a renamed file.
+		{"sync fails", func(f *os.File) error { f.WriteString("new\n"); return f.Close() }, "file already closed"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "SHA256SUMS")
+			if err := os.WriteFile(path, []byte("old\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err := WriteAtomic(path, 0o644, tt.write)
+			got, rerr := os.ReadFile(path)
+			if rerr != nil {
+				t.Fatal(rerr)
+			}
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if string(got) != "new\n" {
+					t.Errorf("content %q, want %q", got, "new\n")
+				}
+				if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o644 {
+					t.Errorf("mode %v, want 0644 whatever the umask", fi.Mode().Perm())
+				}
+			} else {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), path) {
+					t.Errorf("err = %v, want one naming %s and %q", err, path, tt.wantErr)
+				}
+				if string(got) != "old\n" {
+					t.Errorf("a failed write changed the file to %q", got)
+				}
+			}
+			ents, _ := os.ReadDir(dir)
+			if len(ents) != 1 {
+				t.Errorf("left behind: %v", ents)
+			}
+		})
+	}
+}
+
+// TestWriteFileAtomicSymlink: a symlink at the path is replaced, never written
+// through (an output directory's file must not reach outside it).
+func TestWriteFileAtomicSymlink(t *testing.T) {
+	dir := t.TempDir()
+	target := filepath.Join(dir, "elsewhere")
+	os.WriteFile(target, []byte("keep"), 0o644)
+	link := filepath.Join(dir, "out")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileAtomic(link, []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(target); string(b) != "keep" {
+		t.Errorf("written through the link: %q", b)
+	}
+	if fi, _ := os.Lstat(link); !fi.Mode().IsRegular() {
+		t.Errorf("%s is %v, want a regular file", link, fi.Mode())
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, "no", "dir"), nil, 0o644); err == nil {
+		t.Error("no error writing into a missing directory")
+	}
+}

@@ -39,7 +39,7 @@ installer = { url = "https://example.invalid/NVIDIA-Linux-x86_64-535.261.03.run"
 	if err != nil || len(un) != 0 {
 		t.Fatalf("inputs %v unresolved %v: %v", ins, un, err)
 	}
-	p, err := MakePlan(r, ins, un, nil, Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")})
+	p, err := MakePlan(readData(t, r, Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")}), ins, un, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func kernelStage() *stage {
 				data = append(data, Datum{"patch " + f, b})
 			}
 			// Only with a certificate: a recipe without module signing keeps its key.
-			ms, err := moduleSigning(r)
+			ms, err := pc.moduleSigning()
 			if err != nil {
 				errs = append(errs, asRecipeErrors(err)...)
 			}

@@ -63,7 +63,7 @@ func modulesStage() *stage {
 		DataFields: []string{"sign.module_key", "sign.module_cert"},
 		Clock:      clockOwn,
 		Data: func(pc *planContext) ([]Datum, []string, error) {
-			ms, err := moduleSigning(pc.Recipe)
+			ms, err := pc.moduleSigning()
 			if err != nil || ms == nil || ms.Key == nil {
 				return nil, nil, err
 			}
@@ -226,29 +226,49 @@ func asRecipeErrors(err error) recipe.Errors {
 	return recipe.Errors{{Msg: err.Error()}}
 }
 
-// CheckData reads every data file the recipe names (kernel fragments and
-// patches, driver patches, module-signing key and certificate) and returns every
-// problem at once, each at the file and line that named it. lock, plan, fetch and
-// build all run it, so no command accepts a recipe another refuses.
-func CheckData(r *recipe.Resolved, tools Tools) error {
+// Data is every data file a recipe names (kernel fragments and patches, driver
+// patches, the module-signing key and certificate, the PCR key) and the image's
+// binaries, each read once by ReadData. MakePlan keys these bytes and the
+// stages' runs get them, so a build reads each file once and what was checked
+// is what is built, even if a file changes meanwhile.
+type Data struct {
+	Recipe *recipe.Resolved
+	Tools  Tools
+	stages map[StageName]stageData
+}
+
+// stageData is what one stage's Data function read.
+type stageData struct {
+	data       []Datum
+	unresolved []string // a missing binary: the plan names it, `make` fixes it
+}
+
+// ReadData reads every data file r names and returns every problem at once,
+// each at the file and line that named it. lock, plan, fetch and build all run
+// it, so no command accepts a recipe another refuses.
+func ReadData(r *recipe.Resolved, tools Tools) (*Data, error) {
 	pc := &planContext{Recipe: r, Tools: tools}
+	d := &Data{Recipe: r, Tools: tools, stages: map[StageName]stageData{}}
 	var errs recipe.Errors
 	seen := map[string]bool{}
 	for _, s := range pipeline() {
 		if s.Data == nil {
 			continue
 		}
-		if _, _, err := s.Data(pc); err != nil {
+		data, unresolved, err := s.Data(pc)
+		if err != nil {
 			for _, e := range asRecipeErrors(err) {
-				if k := e.Error(); !seen[k] { // kernel and modules both read the certificate
+				if k := e.Error(); !seen[k] { // kernel and modules both key the certificate
 					seen[k] = true
 					errs = append(errs, e)
 				}
 			}
+			continue
 		}
+		d.stages[s.Name] = stageData{data, unresolved}
 	}
 	if len(errs) > 0 {
-		return exitcode.Tag(exitcode.Recipe, errs)
+		return nil, exitcode.Tag(exitcode.Recipe, errs)
 	}
-	return nil
+	return d, nil
 }

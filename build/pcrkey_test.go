@@ -81,7 +81,7 @@ func TestPCRKeyRejected(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = CheckData(r, Tools{})
+		_, err = ReadData(r, Tools{})
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "t.toml:") || !strings.Contains(err.Error(), "sign.pcr_key") {
 			t.Errorf("%s: %v, want a located sign.pcr_key error containing %q", tc.ref, err, tc.want)
 		}

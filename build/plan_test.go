@@ -35,6 +35,16 @@ patches = ["./0001-local.patch"]
 efi_stub = { url = "https://example.invalid/stub.deb", sha256 = "%s" }
 `
 
+// readData is ReadData that must succeed.
+func readData(t *testing.T, r *recipe.Resolved, tools Tools) *Data {
+	t.Helper()
+	d, err := ReadData(r, tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // keysOf plans r and returns each stage's key ("" when unresolved).
 func keysOf(t *testing.T, r *recipe.Resolved, tools Tools) (map[StageName]string, []lock.Input, []lock.Unresolved) {
 	t.Helper()
@@ -42,7 +52,7 @@ func keysOf(t *testing.T, r *recipe.Resolved, tools Tools) (map[StageName]string
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := MakePlan(r, ins, un, nil, tools)
+	p, err := MakePlan(readData(t, r, tools), ins, un, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +74,7 @@ func planFor(t *testing.T, dir string) map[StageName]string {
 		t.Fatal(err)
 	}
 	tools := Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")}
-	p, err := MakePlan(r, ins, un, nil, tools)
+	p, err := MakePlan(readData(t, r, tools), ins, un, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +191,7 @@ func TestPlanVerboseGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := MakePlan(r, ins, un, nil, Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")})
+	p, err := MakePlan(readData(t, r, Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")}), ins, un, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func remoteFixture(t *testing.T, source []byte) (*Plan, []lock.Input, func(withI
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := MakePlan(r, ins, un, nil, Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")})
+	p, err := MakePlan(readData(t, r, Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")}), ins, un, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestRemoteCacheBuild(t *testing.T) {
 	}
 	// plan sees the remote hit from an empty store.
 	b := newStore(false)
-	pb, err := MakePlan(p.Recipe, ins, nil, b, p.Tools)
+	pb, err := MakePlan(readData(t, p.Recipe, p.Tools), ins, nil, b)
 	if err != nil {
 		t.Fatal(err)
 	}

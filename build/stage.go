@@ -128,6 +128,21 @@ type Plan struct {
 type planContext struct {
 	Recipe *recipe.Resolved
 	Tools  Tools
+
+	// The module-signing material, read on first use: the kernel and modules
+	// stages both key the certificate, from one read.
+	signing     *ModuleSigning
+	signingErr  error
+	signingRead bool
+}
+
+// moduleSigning is the recipe's module-signing material, read once.
+func (pc *planContext) moduleSigning() (*ModuleSigning, error) {
+	if !pc.signingRead {
+		pc.signing, pc.signingErr = moduleSigning(pc.Recipe)
+		pc.signingRead = true
+	}
+	return pc.signing, pc.signingErr
 }
 
 // Stage returns the planned stage by name.
@@ -140,12 +155,12 @@ func (p *Plan) Stage(name StageName) *Stage {
 	return nil
 }
 
-// MakePlan computes every stage's key from pinned inputs, data files and recipe
-// fields, and asks the store which outputs it has. It reads no network.
-func MakePlan(r *recipe.Resolved, ins []lock.Input, un []lock.Unresolved, st *store.Store, tools Tools) (*Plan, error) {
-	if err := CheckData(r, tools); err != nil {
-		return nil, err
-	}
+// MakePlan computes every stage's key from pinned inputs, the data ReadData
+// read and recipe fields, and asks the store which outputs it has. It reads no
+// network and no data file: the bytes it keys are those ReadData checked, and
+// those the stages' runs get.
+func MakePlan(d *Data, ins []lock.Input, un []lock.Unresolved, st *store.Store) (*Plan, error) {
+	r, tools := d.Recipe, d.Tools
 	p := &Plan{Recipe: r, Tools: tools}
 	byRole := map[string][]lock.Input{}
 	for _, in := range ins {
@@ -155,7 +170,6 @@ func MakePlan(r *recipe.Resolved, ins []lock.Input, un []lock.Unresolved, st *st
 	for _, u := range un {
 		missing[u.Role] = append(missing[u.Role], u.String())
 	}
-	pc := &planContext{Recipe: r, Tools: tools}
 	for _, def := range pipeline() {
 		s := &Stage{Name: def.Name, Version: def.Version, def: def}
 		for _, d := range def.Deps {
@@ -178,16 +192,12 @@ func MakePlan(r *recipe.Resolved, ins []lock.Input, un []lock.Unresolved, st *st
 			}
 			s.Unresolved = append(s.Unresolved, missing[role]...)
 		}
-		if def.Data != nil {
-			data, unresolved, err := def.Data(pc)
-			if err != nil {
-				return nil, err
+		if sd, ok := d.stages[def.Name]; ok {
+			for _, datum := range sd.data {
+				s.Items = append(s.Items, Item{"data", datum.Name, digest(datum.Bytes)})
 			}
-			for _, d := range data {
-				s.Items = append(s.Items, Item{"data", d.Name, digest(d.Bytes)})
-			}
-			s.data = data
-			s.Unresolved = append(s.Unresolved, unresolved...)
+			s.data = sd.data
+			s.Unresolved = append(s.Unresolved, sd.unresolved...)
 		}
 		view, err := project(r, def.Fields)
 		if err != nil {

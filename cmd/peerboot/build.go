@@ -36,14 +36,15 @@ build, signed with the artifact key. --check on a fetched stage builds it again 
 compares (docs/remote-cache.md).`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
+			d, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
 			if err != nil {
 				return err
 			}
+			r := d.Recipe
 			// build.Run refuses a stage it must run whose inputs the store lacks:
 			// `--stage kernel` needs neither the userspace nor NVIDIA's installer.
 			// No store: Run asks it only about the stages it needs.
-			p, err := build.MakePlan(r, ins, un, nil, imageTools())
+			p, err := build.MakePlan(d, ins, un, nil)
 			if err != nil {
 				return err
 			}

@@ -85,6 +85,16 @@ func printWarnings(r *recipe.Resolved) {
 // Every problem comes in one run: the recipe's types, keys and values, and the
 // data files of what could be read (a missing patch beside a wrong type).
 func validRecipe(arg string) (*recipe.Resolved, error) {
+	d, err := validData(arg)
+	if err != nil {
+		return nil, err
+	}
+	return d.Recipe, nil
+}
+
+// validData is validRecipe keeping the data files it read, for the plan: a
+// command that plans reads each data file once.
+func validData(arg string) (*build.Data, error) {
 	path, err := resolveRecipe(arg)
 	if err != nil {
 		return nil, err
@@ -94,8 +104,10 @@ func validRecipe(arg string) (*recipe.Resolved, error) {
 	if err != nil && !errors.As(err, &errs) {
 		return nil, exitcode.Tag(exitcode.Recipe, err) // not readable at all
 	}
+	var d *build.Data
 	if r != nil {
-		if derr := checkData(r, err != nil); derr != nil {
+		var derr error
+		if d, derr = readData(r, err != nil); derr != nil {
 			var des recipe.Errors
 			if !errors.As(derr, &des) {
 				if len(errs) == 0 {
@@ -109,21 +121,21 @@ func validRecipe(arg string) (*recipe.Resolved, error) {
 		return nil, exitcode.Tag(exitcode.Recipe, recipe.Merge(errs))
 	}
 	printWarnings(r)
-	return r, nil
+	return d, nil
 }
 
-// checkData runs build.CheckData; on a recipe merged from what was valid of a
+// readData runs build.ReadData; on a recipe merged from what was valid of a
 // bad file (partial), a stage's data reader that trips over a value validation
 // already refused adds nothing rather than crash the report of the rest.
-func checkData(r *recipe.Resolved, partial bool) (err error) {
+func readData(r *recipe.Resolved, partial bool) (d *build.Data, err error) {
 	if partial {
 		defer func() {
 			if recover() != nil {
-				err = nil
+				d, err = nil, nil
 			}
 		}()
 	}
-	return build.CheckData(r, imageTools())
+	return build.ReadData(r, imageTools())
 }
 
 func (g *globals) openStore() (*store.Store, error) {
@@ -143,14 +155,14 @@ func httpClient() *http.Client {
 	}}
 }
 
-// recipeInputs loads a recipe, its pinned inputs and the store: what most
-// commands start with.
-func (g *globals) recipeInputs(path string, requireLock bool) (*recipe.Resolved, []lock.Input, []lock.Unresolved, *store.Store, error) {
-	r, err := validRecipe(path)
+// recipeInputs loads a recipe with its data files, its pinned inputs and the
+// store: what most commands start with.
+func (g *globals) recipeInputs(path string, requireLock bool) (*build.Data, []lock.Input, []lock.Unresolved, *store.Store, error) {
+	d, err := validData(path)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	ins, un, err := g.pinnedInputs(r, requireLock)
+	ins, un, err := g.pinnedInputs(d.Recipe, requireLock)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
@@ -158,7 +170,7 @@ func (g *globals) recipeInputs(path string, requireLock bool) (*recipe.Resolved,
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	return r, ins, un, st, nil
+	return d, ins, un, st, nil
 }
 
 // pinnedInputs reads the recipe's lock (if any) and lists its inputs with download URLs.

@@ -30,10 +30,11 @@ roles alone (kernel-source, driver-source, efi-stub, userspace, installer): ` + 
 fetches the NVIDIA trees the driver tests read with --only driver-source.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
+			d, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
 			if err != nil {
 				return err
 			}
+			r := d.Recipe
 			if len(only) > 0 {
 				roles := []string{lock.RoleKernelSource, lock.RoleDriverSource, lock.RoleEFIStub, lock.RoleUserspace, lock.RoleInstaller}
 				for _, o := range only {

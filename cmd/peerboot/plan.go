@@ -79,15 +79,16 @@ remote hit that build fetches (and checks) instead of building; this asks the re
 for tags only.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, ins, un, st, err := g.recipeInputs(recipeArg(args), false)
+			d, ins, un, st, err := g.recipeInputs(recipeArg(args), false)
 			if err != nil {
 				return err
 			}
+			r := d.Recipe
 			_, lockErr, err := readLock(r)
 			if err != nil {
 				return err
 			}
-			p, err := build.MakePlan(r, ins, un, st, imageTools())
+			p, err := build.MakePlan(d, ins, un, st)
 			if err != nil {
 				return err
 			}

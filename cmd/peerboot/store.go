@@ -143,10 +143,11 @@ too). --json prints what was imported as JSON.`,
 					return exitcode.Tag(exitcode.Usage, fmt.Errorf("store import: %s: no such file", f))
 				}
 			}
-			r, ins, _, st, err := g.recipeInputs(recipePath, true)
+			d, ins, _, st, err := g.recipeInputs(recipePath, true)
 			if err != nil {
 				return err
 			}
+			r := d.Recipe
 			imported := []storeImportedJSON{}
 			pins := map[string]string{}
 			for _, in := range ins {
@@ -198,10 +199,11 @@ seeds a cache for other machines (docs/remote-cache.md). A stage that cannot be 
 is named and push exits 5.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
+			d, ins, un, st, err := g.recipeInputs(recipeArg(args), true)
 			if err != nil {
 				return err
 			}
+			r := d.Recipe
 			rem, err := cf.open(r, cmd.ErrOrStderr())
 			if err != nil {
 				return err
@@ -209,7 +211,7 @@ is named and push exits 5.`,
 			if rem.To == nil {
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("store push: no cache to push to: --cache-to, $%s or the recipe's cache.to", envCacheTo))
 			}
-			p, err := build.MakePlan(r, ins, un, st, imageTools())
+			p, err := build.MakePlan(d, ins, un, st)
 			if err != nil {
 				return err
 			}

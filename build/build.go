@@ -119,6 +119,7 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 		opt.Jobs = 1
 	}
 	clock := &buildClock{recipe: p.Recipe, store: opt.Store, dates: map[string]int64{}}
+	prev := previousKeys(opt.Store, p.Recipe.Name)
 	last := slices.Index(names, until)
 	for _, s := range p.Stages[:last+1] {
 		if s.Key == "" {
@@ -187,13 +188,13 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 			fmt.Fprintf(opt.Log, "%s: cached (%s)\n", s.Name, s.Key)
 		case opt.Check[s.Name] && opt.Store.HasOutput(s.Key):
 			fmt.Fprintf(opt.Log, "%s: checking (%s): building again to compare with the store\n", s.Name, s.Key)
-			if err := runStage(ctx, p, s, opt, clock, true); err != nil {
+			if err := runStage(ctx, p, s, opt, clock, prev[s.Name], true); err != nil {
 				return outs, err
 			}
 			o.Cached, o.Checked = true, true
 		default:
 			fmt.Fprintf(opt.Log, "%s: building (%s)\n", s.Name, s.Key)
-			if err := runStage(ctx, p, s, opt, clock, false); err != nil {
+			if err := runStage(ctx, p, s, opt, clock, prev[s.Name], false); err != nil {
 				return outs, err
 			}
 		}
@@ -225,8 +226,11 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 }
 
 // runStage runs one stage in a scratch directory and commits its output, or
-// with check compares it with the output the store already holds.
-func runStage(ctx context.Context, p *Plan, s *Stage, opt Options, clock *buildClock, check bool) error {
+// with check compares it with the output the store already holds. The commit
+// resumes hashing from base (the stage's output in the recipe's last build)
+// where a file starts as it did there, and takes the sums of files hard-linked
+// from the stage's deps from their MANIFESTs.
+func runStage(ctx context.Context, p *Plan, s *Stage, opt Options, clock *buildClock, base string, check bool) error {
 	sc, err := opt.Store.OpenScratch(string(s.Name))
 	if err != nil {
 		return err
@@ -264,7 +268,11 @@ func runStage(ctx context.Context, p *Plan, s *Stage, opt Options, clock *buildC
 		}
 		return nil
 	}
-	return opt.Store.CommitOutput(s.Key, sr.Out)
+	co := store.CommitOptions{Base: base}
+	for _, d := range s.def.Deps {
+		co.Links = append(co.Links, p.Stage(d).Key)
+	}
+	return opt.Store.CommitOutputWith(s.Key, sr.Out, co)
 }
 
 // unpack extracts the stage's single input of role into dir and returns the tree root.

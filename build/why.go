@@ -52,6 +52,24 @@ func SaveRecord(st *store.Store, p *Plan) error {
 	return fsutil.WriteFileAtomic(path, append(b, '\n'), 0o644)
 }
 
+// previousKeys are the stage keys of the recipe's last recorded build (empty
+// when there is none): the outputs a commit may resume hashing from.
+func previousKeys(st *store.Store, name string) map[StageName]string {
+	out := map[StageName]string{}
+	b, err := os.ReadFile(st.PlanPath(name))
+	if err != nil {
+		return out
+	}
+	var prev planRecord
+	if json.Unmarshal(b, &prev) != nil {
+		return out
+	}
+	for _, s := range prev.Stages {
+		out[StageName(s.Name)] = s.Key
+	}
+	return out
+}
+
 // Why prints, for every stage whose key differs from the recipe's last build,
 // the key lines that changed: the recipe fields by name, the inputs and data
 // files by digest, and the stages upstream.

@@ -3,6 +3,7 @@ package image
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,10 @@ import (
 type PXE struct {
 	Kernel, Initrd []byte
 	Cmdline        string
+	// KernelSHA256 and InitrdSHA256, when set, are the sums boot.ipxe names
+	// (a builder that already knows them: the store's MANIFEST); otherwise
+	// IPXEScript hashes Kernel and Initrd.
+	KernelSHA256, InitrdSHA256 string
 }
 
 // PXE bundle file names; boot.ipxe refers to them relative to its own URL.
@@ -38,8 +43,15 @@ func IPXEScript(p PXE) (string, error) {
 	var b strings.Builder
 	b.WriteString("#!ipxe\n")
 	b.WriteString("# peerboot PXE bundle\n")
-	fmt.Fprintf(&b, "# sha256 %x  %s\n", sha256.Sum256(p.Kernel), pxeKernel)
-	fmt.Fprintf(&b, "# sha256 %x  %s\n", sha256.Sum256(p.Initrd), pxeInitrd)
+	sum := func(known string, b []byte) string {
+		if known != "" {
+			return known
+		}
+		s := sha256.Sum256(b)
+		return hex.EncodeToString(s[:])
+	}
+	fmt.Fprintf(&b, "# sha256 %s  %s\n", sum(p.KernelSHA256, p.Kernel), pxeKernel)
+	fmt.Fprintf(&b, "# sha256 %s  %s\n", sum(p.InitrdSHA256, p.Initrd), pxeInitrd)
 	line := "kernel " + pxeKernel
 	if p.Cmdline != "" {
 		line += " " + p.Cmdline
@@ -79,7 +91,8 @@ func WritePXE(dir string, p PXE) error {
 }
 
 // LinkPXE is WritePXE for a builder whose kernel and initrd already lie in
-// immutable files (the store's stage outputs): boot.ipxe is written from p,
+// immutable files (the store's stage outputs): boot.ipxe is written from p
+// (whose sums it takes, when set, rather than hashing),
 // vmlinuz and initrd.img are hard links to kernelFile and initrdFile (copies
 // where a link cannot be made), so the bundle costs no second write of them.
 func LinkPXE(dir string, p PXE, kernelFile, initrdFile string) error {

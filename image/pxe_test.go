@@ -2,9 +2,12 @@ package image
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -87,5 +90,23 @@ func TestLinkPXEMatchesWritePXE(t *testing.T) {
 	ls, _ := os.Stat(filepath.Join(b, "vmlinuz"))
 	if !os.SameFile(ks, ls) {
 		t.Error("vmlinuz is a copy, not a link to the kernel file")
+	}
+}
+
+// Sums a builder already knows give the same script as hashing the bytes.
+func TestIPXEScriptKnownSums(t *testing.T) {
+	p := PXE{Kernel: []byte("kernel bytes"), Initrd: []byte("initrd bytes"), Cmdline: "console=ttyS0"}
+	want, err := IPXEScript(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, i := sha256.Sum256(p.Kernel), sha256.Sum256(p.Initrd)
+	known := PXE{Cmdline: p.Cmdline, KernelSHA256: hex.EncodeToString(k[:]), InitrdSHA256: hex.EncodeToString(i[:])}
+	if got, err := IPXEScript(known); err != nil || got != want {
+		t.Errorf("with known sums:\n%s\nwant:\n%s (%v)", got, want, err)
+	}
+	known.InitrdSHA256 = strings.Repeat("0", 64)
+	if got, _ := IPXEScript(known); got == want {
+		t.Error("the known initrd sum does not reach the script")
 	}
 }

@@ -3,7 +3,6 @@ package store
 import (
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -74,6 +73,12 @@ func (s *Store) CheckOutput(key string) error {
 // renames dir to the output of key. If another process committed key first, dir is removed and
 // theirs kept: both are the same function of the same inputs.
 func (s *Store) CommitOutput(key, dir string) error {
+	return s.CommitOutputWith(key, dir, CommitOptions{})
+}
+
+// CommitOutputWith is CommitOutput hashing only what opt cannot vouch for
+// (see CommitOptions); it also keeps MIDSTATES for a later commit to resume from.
+func (s *Store) CommitOutputWith(key, dir string, opt CommitOptions) error {
 	if !keyRe.MatchString(key) {
 		return fmt.Errorf("store: malformed action key %q", key)
 	}
@@ -94,7 +99,13 @@ func (s *Store) CommitOutput(key, dir string) error {
 	if err != nil {
 		return fmt.Errorf("hashing output %s: %w", dir, err)
 	}
-	lines, sizes, err := hashAndSyncAll(dir, files)
+	var base string
+	var baseMids *midstates
+	if opt.Base != "" && keyRe.MatchString(opt.Base) && s.HasOutput(opt.Base) {
+		base = s.OutputDir(opt.Base)
+		baseMids = readMidstates(base)
+	}
+	lines, sizes, mids, err := hashAndSyncAll(dir, files, base, baseMids, s.linkedFiles(opt.Links))
 	if err != nil {
 		return fmt.Errorf("hashing output %s: %w", dir, err)
 	}
@@ -102,6 +113,9 @@ func (s *Store) CommitOutput(key, dir string) error {
 		if err := fsutil.Sync(d); err != nil {
 			return fmt.Errorf("syncing output %s: %w", dir, err)
 		}
+	}
+	if err := writeMidstates(dir, mids); err != nil {
+		return err
 	}
 	manifest, sizesText := formatRecords(lines, sizes)
 	if err := writeFileSync(filepath.Join(dir, sizesName), sizesText); err != nil {
@@ -192,9 +206,10 @@ func pathOf(line string) string { _, p, _ := strings.Cut(line, "  "); return p }
 
 // hashAndSyncAll hashes and fsyncs files (under dir) on several goroutines: one
 // fsync at a time waits for a journal commit each, concurrent ones share commits.
-// It returns MANIFEST's and SIZES' lines.
-func hashAndSyncAll(dir string, files []string) (lines, sizes []string, err error) {
+// It returns MANIFEST's and SIZES' lines and the files' midstates.
+func hashAndSyncAll(dir string, files []string, base string, baseMids *midstates, links map[inode]linked) (lines, sizes []string, mids midstates, err error) {
 	lines, sizes = make([]string, len(files)), make([]string, len(files))
+	hs := make([]hashed, len(files))
 	errs := make([]error, len(files))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -203,9 +218,9 @@ func hashAndSyncAll(dir string, files []string) (lines, sizes []string, err erro
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				sum, size, err := hashAndSync(files[i])
 				rel, _ := filepath.Rel(dir, files[i])
-				lines[i], sizes[i], errs[i] = sum+"  "+rel, strconv.FormatInt(size, 10)+"  "+rel, err
+				hs[i], errs[i] = hashFile(files[i], rel, base, baseMids, links)
+				lines[i], sizes[i] = hs[i].sum+"  "+rel, strconv.FormatInt(hs[i].size, 10)+"  "+rel
 			}
 		}()
 	}
@@ -214,25 +229,14 @@ func hashAndSyncAll(dir string, files []string) (lines, sizes []string, err erro
 	}
 	close(next)
 	wg.Wait()
-	return lines, sizes, errors.Join(errs...)
-}
-
-// hashAndSync returns a file's sha256 and size, and fsyncs it.
-func hashAndSync(path string) (string, int64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", 0, err
+	mids = midstates{Chunk: midChunk, Files: map[string][]string{}}
+	for i, h := range hs {
+		if len(h.mids) > 0 {
+			rel, _ := filepath.Rel(dir, files[i])
+			mids.Files[rel] = h.mids
+		}
 	}
-	defer f.Close()
-	h := newHashWriter()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, err
-	}
-	if err := f.Sync(); err != nil {
-		return "", 0, fmt.Errorf("syncing %s: %w", path, err)
-	}
-	return h.Sum(), n, nil
+	return lines, sizes, mids, errors.Join(errs...)
 }
 
 // sizesName lists each MANIFEST file's size at commit ("<bytes>  <path>"), so

@@ -1,0 +1,244 @@
+package store
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// CommitOptions say what CommitOutputWith may take from outputs already
+// committed instead of hashing again. Both are only hints: a wrong or missing
+// one costs a full hash, never a wrong MANIFEST.
+type CommitOptions struct {
+	// Base is the key of an earlier output of the same stage (the recipe's
+	// previous build). A file whose first bytes equal the same path's in Base
+	// (compared, chunk by chunk) resumes its sha256 from Base's midstate at the
+	// last equal chunk: an edit near a file's end costs the compare and the
+	// tail, not the whole file.
+	Base string
+	// Links are keys of outputs this one hard-links files from (the stage's
+	// deps): a file that is the same inode as one of theirs takes its sha256
+	// from their MANIFEST, unhashed, and needs no fsync (it was synced there).
+	Links []string
+}
+
+// midChunk is the distance between two kept sha256 midstates.
+const midChunk = 4 << 20
+
+// midstatesName holds, per MANIFEST file larger than one chunk, the sha256
+// state after each whole chunk (encoding.BinaryMarshaler), hex, as JSON; with
+// the sha256 of its own body, so a damaged file is ignored, not trusted.
+const midstatesName = "MIDSTATES"
+
+type midstates struct {
+	Chunk int64               `json:"chunk"`
+	Files map[string][]string `json:"files"`
+}
+
+func writeMidstates(dir string, m midstates) error {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(body)
+	return writeFileSync(filepath.Join(dir, midstatesName), append([]byte(hex.EncodeToString(sum[:])+"\n"), body...))
+}
+
+// readMidstates reads a committed output's MIDSTATES; nil if absent, damaged,
+// or kept at another chunk size.
+func readMidstates(dir string) *midstates {
+	b, err := os.ReadFile(filepath.Join(dir, midstatesName))
+	if err != nil {
+		return nil
+	}
+	head, body, ok := bytes.Cut(b, []byte("\n"))
+	sum := sha256.Sum256(body)
+	if !ok || string(head) != hex.EncodeToString(sum[:]) {
+		return nil
+	}
+	var m midstates
+	if json.Unmarshal(body, &m) != nil || m.Chunk != midChunk {
+		return nil
+	}
+	return &m
+}
+
+// linked is a committed file another output may share by hard link.
+type linked struct {
+	sum  string
+	mids []string
+}
+
+type inode struct{ dev, ino uint64 }
+
+// linkedFiles maps the inodes of keys' committed files to their sums.
+func (s *Store) linkedFiles(keys []string) map[inode]linked {
+	out := map[inode]linked{}
+	for _, k := range keys {
+		dir := s.OutputDir(k)
+		m, err := readManifest(dir)
+		if err != nil {
+			continue
+		}
+		mids := readMidstates(dir)
+		for _, e := range m {
+			var st unix.Stat_t
+			if unix.Lstat(filepath.Join(dir, e.path), &st) != nil {
+				continue
+			}
+			l := linked{sum: e.sum}
+			if mids != nil {
+				l.mids = mids.Files[e.path]
+			}
+			out[inode{st.Dev, st.Ino}] = l
+		}
+	}
+	return out
+}
+
+// hashed is one file's MANIFEST sum, size and midstates.
+type hashed struct {
+	sum  string
+	size int64
+	mids []string
+}
+
+// hashFile hashes path (rel inside the output) and fsyncs it, reusing what it
+// can: a hard link to a linked file costs a stat; a file sharing a prefix with
+// base's file of the same path (a committed output dir, "" for none) resumes
+// from base's midstate. It keeps a midstate after every whole chunk.
+func hashFile(path, rel, base string, baseMids *midstates, links map[inode]linked) (hashed, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return hashed{}, err
+	}
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return hashed{}, err
+	}
+	if l, ok := links[inode{st.Dev, st.Ino}]; ok {
+		return hashed{sum: l.sum, size: st.Size, mids: l.mids}, nil
+	}
+	sf := &sparseFile{f: f, size: st.Size}
+	h := sha256.New()
+	var mids []string
+	var off int64
+	if baseMids != nil && len(baseMids.Files[rel]) > 0 {
+		off, mids, h = resume(sf, filepath.Join(base, rel), baseMids.Files[rel])
+	}
+	buf := make([]byte, midChunk)
+	for off < st.Size {
+		n := min(int64(midChunk), st.Size-off)
+		if err := sf.readAt(buf[:n], off); err != nil {
+			return hashed{}, fmt.Errorf("hashing %s: %w", path, err)
+		}
+		h.Write(buf[:n])
+		off += n
+		if n == midChunk && off < st.Size {
+			mids = append(mids, marshalState(h))
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return hashed{}, fmt.Errorf("syncing %s: %w", path, err)
+	}
+	return hashed{sum: hex.EncodeToString(h.Sum(nil)), size: st.Size, mids: mids}, nil
+}
+
+// resume compares sf with the base file chunk by chunk and returns the offset
+// after the last whole chunk both share (0 when none), the midstates up to
+// there, and a hash at that offset.
+func resume(sf *sparseFile, basePath string, baseMids []string) (int64, []string, hash.Hash) {
+	bf, err := os.Open(basePath)
+	if err != nil {
+		return 0, nil, sha256.New()
+	}
+	defer bf.Close()
+	info, err := bf.Stat()
+	if err != nil {
+		return 0, nil, sha256.New()
+	}
+	base := &sparseFile{f: bf, size: info.Size()}
+	a, b := make([]byte, midChunk), make([]byte, midChunk)
+	same := 0 // whole chunks equal, each with a midstate after it
+	for same < len(baseMids) {
+		off := int64(same) * midChunk
+		// A chunk counts only if both files have it whole and a byte follows
+		// it in the new file (the last chunk is hashed anyway).
+		if off+midChunk >= sf.size || off+midChunk > base.size {
+			break
+		}
+		if sf.readAt(a, off) != nil || base.readAt(b, off) != nil || !bytes.Equal(a, b) {
+			break
+		}
+		same++
+	}
+	for same > 0 {
+		h := sha256.New()
+		st, err := hex.DecodeString(baseMids[same-1])
+		if err == nil && h.(encoding.BinaryUnmarshaler).UnmarshalBinary(st) == nil {
+			return int64(same) * midChunk, append([]string(nil), baseMids[:same]...), h
+		}
+		same = 0
+	}
+	return 0, nil, sha256.New()
+}
+
+func marshalState(h hash.Hash) string {
+	b, err := h.(encoding.BinaryMarshaler).MarshalBinary()
+	if err != nil {
+		panic("sha256 state does not marshal: " + err.Error()) // the standard library's digest always does
+	}
+	return hex.EncodeToString(b)
+}
+
+// sparseFile reads a file whose holes (SEEK_HOLE) are filled with zeros in
+// memory, not read: a disk image is mostly holes.
+type sparseFile struct {
+	f    *os.File
+	size int64
+}
+
+func (s *sparseFile) readAt(buf []byte, off int64) error {
+	end := off + int64(len(buf))
+	fd := int(s.f.Fd())
+	for pos := off; pos < end; {
+		data, err := unix.Seek(fd, pos, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			data = end // only a hole from pos on
+		} else if err != nil {
+			// No SEEK_DATA here: read it all.
+			_, err := s.f.ReadAt(buf[pos-off:], pos)
+			if err == io.EOF {
+				err = nil
+			}
+			return err
+		}
+		if data > pos {
+			stop := min(data, end)
+			clear(buf[pos-off : stop-off])
+			pos = stop
+			continue
+		}
+		hole, err := unix.Seek(fd, pos, unix.SEEK_HOLE)
+		if err != nil {
+			return err
+		}
+		stop := min(hole, end)
+		if _, err := s.f.ReadAt(buf[pos-off:stop-off], pos); err != nil && err != io.EOF {
+			return err
+		}
+		pos = stop
+	}
+	return nil
+}

@@ -1,0 +1,182 @@
+package store
+
+import (
+	"bytes"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/peerboot/peerboot/internal/fsutil"
+)
+
+// writeSparse writes b to path, leaving every all-zero 64 KiB block a hole.
+func writeSparse(t *testing.T, path string, b []byte) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(int64(len(b))); err != nil {
+		t.Fatal(err)
+	}
+	const blk = 64 << 10
+	for off := 0; off < len(b); off += blk {
+		c := b[off:min(off+blk, len(b))]
+		if !bytes.Equal(c, make([]byte, len(c))) {
+			if _, err := f.WriteAt(c, int64(off)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// A commit given the previous output as Base hashes only from the first chunk
+// that differs, and its MANIFEST holds the same sums as a full hash: edits at
+// the start, inside, at a chunk boundary and at the end; a file that grew,
+// shrank, is unchanged or all holes.
+func TestCommitResumesFromBase(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	random := func(n int) []byte { b := make([]byte, n); rng.Read(b); return b }
+	old := random(3*midChunk + 12345)
+	// A sparse file: data, 2 chunks of holes, data.
+	sparse := append(append(random(midChunk/2), make([]byte, 2*midChunk)...), random(1000)...)
+	edit := func(b []byte, at int, s string) []byte { c := bytes.Clone(b); copy(c[at:], s); return c }
+	cases := []struct {
+		name     string
+		old, new []byte
+		resumeAt int64 // where hashing restarts
+	}{
+		{"tail edit", old, edit(old, 3*midChunk+100, "x"), 3 * midChunk},
+		{"edit in chunk 2", old, edit(old, 2*midChunk+7, "x"), 2 * midChunk},
+		{"edit at a chunk boundary", old, edit(old, midChunk, "x"), midChunk},
+		{"edit in chunk 0", old, edit(old, 5, "x"), 0},
+		{"grew", old, append(bytes.Clone(old), random(midChunk)...), 3 * midChunk},
+		{"shrank", old, old[:2*midChunk+1], 2 * midChunk},
+		{"shrank to a chunk boundary", old, old[:2*midChunk], midChunk},
+		{"unchanged", old, old, 3 * midChunk},
+		{"sparse, tail edit", sparse, edit(sparse, len(sparse)-3, "x"), 2 * midChunk},
+		{"all holes", make([]byte, 2*midChunk+5), make([]byte, 2*midChunk+5), 2 * midChunk},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, _ := Open(t.TempDir())
+			k1, k2 := "image-"+strings.Repeat("1", 64), "image-"+strings.Repeat("2", 64)
+			for _, o := range []struct {
+				key string
+				b   []byte
+				opt CommitOptions
+			}{{k1, c.old, CommitOptions{}}, {k2, c.new, CommitOptions{Base: k1}}} {
+				dir, _ := st.NewScratch("t")
+				writeSparse(t, filepath.Join(dir, "disk.img"), o.b)
+				if err := st.CommitOutputWith(o.key, dir, o.opt); err != nil {
+					t.Fatal(err)
+				}
+			}
+			files, err := st.OutputFiles(k2)
+			if err != nil || len(files) != 1 {
+				t.Fatalf("%v %v", files, err)
+			}
+			path := filepath.Join(st.OutputDir(k2), "disk.img")
+			if want, _ := fsutil.HashFile(path); files[0].SHA256 != want {
+				t.Errorf("MANIFEST sha256 %s, the file's %s", files[0].SHA256, want)
+			}
+			f, _ := os.Open(path)
+			defer f.Close()
+			off, _, _ := resume(&sparseFile{f: f, size: int64(len(c.new))}, filepath.Join(st.OutputDir(k1), "disk.img"), readMidstates(st.OutputDir(k1)).Files["disk.img"])
+			if off != c.resumeAt {
+				t.Errorf("case %d: hashing resumes at %d, want %d", i, off, c.resumeAt)
+			}
+			// The new output's midstates are a full hash's, so the next commit can resume from them.
+			want := readMidstates(st.OutputDir(k2)).Files["disk.img"]
+			dir, _ := st.NewScratch("t")
+			writeSparse(t, filepath.Join(dir, "disk.img"), c.new)
+			h, err := hashFile(filepath.Join(dir, "disk.img"), "disk.img", "", nil, nil)
+			if err != nil || strings.Join(h.mids, ",") != strings.Join(want, ",") {
+				t.Errorf("midstates after a resumed hash differ from a full hash's (%v)", err)
+			}
+		})
+	}
+}
+
+// Damaged or foreign MIDSTATES are ignored, never trusted: the commit hashes in full.
+func TestCommitIgnoresBadMidstates(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	b := make([]byte, 2*midChunk+10)
+	rng.Read(b)
+	for _, damage := range []func(string) error{
+		func(p string) error { return os.Remove(p) },
+		func(p string) error { return os.WriteFile(p, []byte("garbage"), 0o644) },
+		func(p string) error { // a valid self-checksum over states of other bytes
+			other := make([]byte, len(b))
+			dir := filepath.Dir(p)
+			writeSparse(t, filepath.Join(dir, "x"), other)
+			h, err := hashFile(filepath.Join(dir, "x"), "x", "", nil, nil)
+			os.Remove(filepath.Join(dir, "x"))
+			if err != nil {
+				return err
+			}
+			return writeMidstates(dir, midstates{Chunk: midChunk * 2, Files: map[string][]string{"disk.img": h.mids}})
+		},
+	} {
+		st, _ := Open(t.TempDir())
+		k1, k2 := "image-"+strings.Repeat("1", 64), "image-"+strings.Repeat("2", 64)
+		dir, _ := st.NewScratch("t")
+		writeSparse(t, filepath.Join(dir, "disk.img"), b)
+		if err := st.CommitOutput(k1, dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := damage(filepath.Join(st.OutputDir(k1), midstatesName)); err != nil {
+			t.Fatal(err)
+		}
+		dir, _ = st.NewScratch("t")
+		writeSparse(t, filepath.Join(dir, "disk.img"), b)
+		if err := st.CommitOutputWith(k2, dir, CommitOptions{Base: k1}); err != nil {
+			t.Fatal(err)
+		}
+		files, _ := st.OutputFiles(k2)
+		if want, _ := fsutil.HashFile(filepath.Join(st.OutputDir(k2), "disk.img")); len(files) != 1 || files[0].SHA256 != want {
+			t.Errorf("MANIFEST %v, the file's sha256 %s", files, want)
+		}
+	}
+}
+
+// A file hard-linked from a Links output takes that output's sum; one that is
+// only equal in content (another inode) is hashed.
+func TestCommitTakesLinkedSums(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	dep, k := "initramfs-"+strings.Repeat("1", 64), "image-"+strings.Repeat("2", 64)
+	dir, _ := st.NewScratch("t")
+	os.WriteFile(filepath.Join(dir, "initrd.img"), []byte("initrd"), 0o644)
+	if err := st.CommitOutput(dep, dir); err != nil {
+		t.Fatal(err)
+	}
+	// Make the dep's MANIFEST claim another sum: only a linked file can take it.
+	mf := filepath.Join(st.OutputDir(dep), manifestName)
+	fake := strings.Repeat("a", 64) + "  initrd.img\n"
+	if err := os.WriteFile(mf, []byte(fake), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir, _ = st.NewScratch("t")
+	os.MkdirAll(filepath.Join(dir, "pxe"), 0o755)
+	if err := os.Link(filepath.Join(st.OutputDir(dep), "initrd.img"), filepath.Join(dir, "pxe", "initrd.img")); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(dir, "copy.img"), []byte("initrd"), 0o644)
+	if err := st.CommitOutputWith(k, dir, CommitOptions{Links: []string{dep}}); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := st.OutputFiles(k)
+	got := map[string]string{}
+	for _, f := range files {
+		got[f.Path] = f.SHA256
+	}
+	if got["pxe/initrd.img"] != strings.Repeat("a", 64) {
+		t.Errorf("the linked file was hashed again: %s", got["pxe/initrd.img"])
+	}
+	if want, _ := fsutil.HashFile(filepath.Join(st.OutputDir(k), "copy.img")); got["copy.img"] != want {
+		t.Errorf("the copy took a linked sum: %s", got["copy.img"])
+	}
+}

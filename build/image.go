@@ -1,6 +1,7 @@
 package build
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto"
@@ -12,6 +13,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/debfile"
@@ -93,14 +96,19 @@ func imageStage() *stage {
 		},
 		Run: func(ctx context.Context, sr *stageRun) error {
 			r := sr.Recipe
-			kernelImg, err := os.ReadFile(filepath.Join(sr.Dep(StageKernel), kernel.ImageFile))
+			// The kernel and the initrd are immutable store files: mapped, not
+			// read into memory (the initrd carries the whole userspace).
+			kernelPath, initrdPath := filepath.Join(sr.Dep(StageKernel), kernel.ImageFile), filepath.Join(sr.Dep(StageInitramfs), initrdFile)
+			kernelImg, unmapK, err := mapFile(kernelPath)
 			if err != nil {
 				return err
 			}
-			initrd, err := os.ReadFile(filepath.Join(sr.Dep(StageInitramfs), initrdFile))
+			defer unmapK()
+			initrd, unmapI, err := mapFile(initrdPath)
 			if err != nil {
 				return err
 			}
+			defer unmapI()
 			stub, err := efiStub(sr)
 			if err != nil {
 				return err
@@ -113,16 +121,21 @@ func imageStage() *stage {
 					return err
 				}
 			}
-			uki, err := writeMeasuredUKI(u, key)
+			want := func(k output.Kind) bool { return slices.Contains(r.Outputs.Formats, k) }
+			// The UKI is written straight to its file (beside the output when
+			// the recipe does not ask for it), then mapped for the disk and ISO.
+			ukiPath := filepath.Join(sr.Out, ukiFile)
+			if !want(output.KindUKI) {
+				ukiPath = filepath.Join(sr.Scratch, ukiFile)
+			}
+			if err := writeMeasuredUKI(ukiPath, u, key); err != nil {
+				return err
+			}
+			uki, unmapU, err := mapFile(ukiPath)
 			if err != nil {
 				return err
 			}
-			want := func(k output.Kind) bool { return slices.Contains(r.Outputs.Formats, k) }
-			if want(output.KindUKI) {
-				if err := os.WriteFile(filepath.Join(sr.Out, ukiFile), uki, 0o644); err != nil {
-					return err
-				}
-			}
+			defer unmapU()
 			if want(output.KindDisk) {
 				d, err := image.StandardDisk(r.Digest, int64(r.Outputs.DiskSize), sr.Epoch, uki)
 				if err != nil {
@@ -154,15 +167,54 @@ func imageStage() *stage {
 				}
 			}
 			if want(output.KindPXE) {
-				err := image.LinkPXE(filepath.Join(sr.Out, pxeDir), image.PXE{Kernel: kernelImg, Initrd: initrd, Cmdline: r.Kernel.Cmdline},
-					filepath.Join(sr.Dep(StageKernel), kernel.ImageFile), filepath.Join(sr.Dep(StageInitramfs), initrdFile))
-				if err != nil {
+				// boot.ipxe names the sums the store recorded: no second hash.
+				px := image.PXE{Kernel: kernelImg, Initrd: initrd, Cmdline: r.Kernel.Cmdline}
+				px.KernelSHA256 = sr.depSum(StageKernel, kernel.ImageFile)
+				px.InitrdSHA256 = sr.depSum(StageInitramfs, initrdFile)
+				if err := image.LinkPXE(filepath.Join(sr.Out, pxeDir), px, kernelPath, initrdPath); err != nil {
 					return fmt.Errorf("PXE bundle: %w", err)
 				}
 			}
 			return nil
 		},
 	}
+}
+
+// depSum is the sha256 the store recorded for file of dep's output; "" when
+// it has none to give (the caller then hashes).
+func (sr *stageRun) depSum(dep StageName, file string) string {
+	key := filepath.Base(sr.Dep(dep))
+	files, err := sr.Store.OutputFiles(key)
+	if err != nil {
+		return ""
+	}
+	for _, f := range files {
+		if f.Path == file {
+			return f.SHA256
+		}
+	}
+	return ""
+}
+
+// mapFile maps path read-only; unmap releases it. An empty file is nil.
+func mapFile(path string) (b []byte, unmap func(), err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, nil, err
+	}
+	if info.Size() == 0 {
+		return nil, func() {}, nil
+	}
+	b, err = unix.Mmap(int(f.Fd()), 0, int(info.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, nil, fmt.Errorf("mapping %s: %w", path, err)
+	}
+	return b, func() { unix.Munmap(b) }, nil
 }
 
 const pcrKeyDatum = "PCR policy signing key"
@@ -194,40 +246,65 @@ func pcrSigner(b []byte) (crypto.Signer, error) {
 	return key, nil
 }
 
-// writeMeasuredUKI assembles the UKI; with a PCR key it adds .pcrpkey,
+// writeMeasuredUKI writes the UKI to path; with a PCR key it adds .pcrpkey,
 // predicts PCR 11 from the UKI so written (the stub never measures .pcrsig,
-// so adding it changes no measured byte), and adds the signed predictions as
-// .pcrsig. RSA PKCS#1 v1.5 signing is deterministic: the output stays
-// reproducible.
-func writeMeasuredUKI(u image.UKI, key crypto.Signer) ([]byte, error) {
-	var b bytes.Buffer
-	if key != nil {
-		pk, err := measure.PublicKeyPEM(key.Public().(*rsa.PublicKey))
+// so adding it changes no measured byte), and writes it again with the signed
+// predictions as .pcrsig. RSA PKCS#1 v1.5 signing is deterministic: the output
+// stays reproducible.
+func writeMeasuredUKI(path string, u image.UKI, key crypto.Signer) error {
+	write := func() error {
+		f, err := os.Create(path)
 		if err != nil {
-			return nil, fmt.Errorf("sign.pcr_key: %w", err)
+			return err
 		}
-		u.PCRPKey = pk
-		if err := image.WriteUKI(&b, u); err != nil {
-			return nil, fmt.Errorf("UKI: %w", err)
+		// Buffered: WriteUKI writes the headers and each padding apart.
+		w := bufio.NewWriterSize(f, 1<<20)
+		err = image.WriteUKI(w, u)
+		if err == nil {
+			err = w.Flush()
 		}
-		p, err := measure.Predict(b.Bytes())
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
 		if err != nil {
-			return nil, fmt.Errorf("UKI: predicting PCR 11: %w", err)
+			return fmt.Errorf("UKI: %w", err)
 		}
-		if u.PCRSig, err = measure.Sign(p, key); err != nil {
-			return nil, fmt.Errorf("UKI: %w", err)
-		}
-		b.Reset()
+		return nil
 	}
-	if err := image.WriteUKI(&b, u); err != nil {
-		return nil, fmt.Errorf("UKI: %w", err)
+	if key == nil {
+		return write()
 	}
-	if key != nil {
-		if _, err := measure.Check(b.Bytes()); err != nil {
-			return nil, fmt.Errorf("UKI: the signed PCR 11 policies do not check: %w", err)
-		}
+	pk, err := measure.PublicKeyPEM(key.Public().(*rsa.PublicKey))
+	if err != nil {
+		return fmt.Errorf("sign.pcr_key: %w", err)
 	}
-	return b.Bytes(), nil
+	u.PCRPKey = pk
+	if err := write(); err != nil {
+		return err
+	}
+	b, unmap, err := mapFile(path)
+	if err != nil {
+		return err
+	}
+	p, err := measure.Predict(b)
+	unmap()
+	if err != nil {
+		return fmt.Errorf("UKI: predicting PCR 11: %w", err)
+	}
+	if u.PCRSig, err = measure.Sign(p, key); err != nil {
+		return fmt.Errorf("UKI: %w", err)
+	}
+	if err := write(); err != nil {
+		return err
+	}
+	if b, unmap, err = mapFile(path); err != nil {
+		return err
+	}
+	defer unmap()
+	if _, err := measure.Check(b); err != nil {
+		return fmt.Errorf("UKI: the signed PCR 11 policies do not check: %w", err)
+	}
+	return nil
 }
 
 // efiStub reads systemd's EFI stub out of the pinned systemd-boot-efi package.

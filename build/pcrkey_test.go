@@ -3,6 +3,7 @@ package build
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -107,13 +108,23 @@ func tinyStub(t *testing.T) []byte {
 	return out
 }
 
+// measuredUKI is writeMeasuredUKI's file, read back.
+func measuredUKI(t *testing.T, u image.UKI, key crypto.Signer) ([]byte, error) {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "peerboot.efi")
+	if err := writeMeasuredUKI(p, u, key); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(p)
+}
+
 func TestWriteMeasuredUKI(t *testing.T) {
 	u := image.UKI{Stub: tinyStub(t), Kernel: bytes.Repeat([]byte("kernel"), 5000), Initrd: []byte("initrd"), Cmdline: "console=ttyS0", OSRelease: "ID=t\n"}
 	var plain bytes.Buffer
 	if err := image.WriteUKI(&plain, u); err != nil {
 		t.Fatal(err)
 	}
-	noKey, err := writeMeasuredUKI(u, nil)
+	noKey, err := measuredUKI(t, u, nil)
 	if err != nil || !bytes.Equal(noKey, plain.Bytes()) {
 		t.Fatalf("without a PCR key the UKI must be the plain one (err %v)", err)
 	}
@@ -121,11 +132,11 @@ func TestWriteMeasuredUKI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := writeMeasuredUKI(u, key)
+	a, err := measuredUKI(t, u, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := writeMeasuredUKI(u, key)
+	b, _ := measuredUKI(t, u, key)
 	if !bytes.Equal(a, b) {
 		t.Error("the signed UKI is not reproducible")
 	}
@@ -149,7 +160,7 @@ func TestWriteMeasuredUKI(t *testing.T) {
 // Publish records the predicted PCR 11 of the UKI in manifest.json.
 func TestPublishPCR11(t *testing.T) {
 	st, _ := store.Open(t.TempDir())
-	uki, err := writeMeasuredUKI(image.UKI{Stub: tinyStub(t), Kernel: bytes.Repeat([]byte("kernel"), 900), Cmdline: "console=ttyS0"}, nil)
+	uki, err := measuredUKI(t, image.UKI{Stub: tinyStub(t), Kernel: bytes.Repeat([]byte("kernel"), 900), Cmdline: "console=ttyS0"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

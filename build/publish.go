@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -96,10 +97,8 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 	for d := range dirs {
 		written = append(written, d)
 	}
-	for _, f := range written {
-		if err := syncPath(f); err != nil {
-			return "", fmt.Errorf("publish: %w", err)
-		}
+	if err := syncAll(written); err != nil {
+		return "", fmt.Errorf("publish: %w", err)
 	}
 	if _, err := os.Stat(final); err == nil {
 		if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, final, unix.RENAME_EXCHANGE); err != nil {
@@ -132,6 +131,22 @@ func linkOrCopy(src, dst string) error {
 	return err
 }
 
+// syncAll fsyncs paths together: concurrent fsyncs share a journal commit,
+// one after another each waits for its own.
+func syncAll(paths []string) error {
+	errs := make([]error, len(paths))
+	var wg sync.WaitGroup
+	for i, p := range paths {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = syncPath(p)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 func syncPath(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -147,13 +162,15 @@ func syncPath(path string) error {
 // predictPCR11 predicts PCR 11 for the UKI at path; nil when there is none
 // (or the file is no PE image: nothing a stub boots).
 func predictPCR11(path string) (*output.ManifestPCR11, error) {
-	b, err := os.ReadFile(path)
+	// Mapped, not read: the UKI is the store's immutable file.
+	b, unmap, err := mapFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	defer unmap()
 	if len(b) < 2 || string(b[:2]) != "MZ" {
 		return nil, nil
 	}

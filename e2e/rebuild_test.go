@@ -1,14 +1,23 @@
 package e2e
 
 import (
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"io"
+	"math/rand"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/image/fatread"
 	"github.com/peerboot/peerboot/initramfs"
+	"github.com/peerboot/peerboot/internal/testbin"
 	"github.com/peerboot/peerboot/internal/testguard"
 )
 
@@ -100,4 +109,146 @@ func lineOf(out, stage string) string {
 		}
 	}
 	return ""
+}
+
+// An overlay edit is what people do all day: after each of two edits to
+// /etc/hosts (a peerboot built with the edited overlay, as `make` would), the
+// build re-runs only config, initramfs and image, and `build --check` builds
+// those three again from empty and finds each file equal to what the store
+// holds. The store's sums were resumed from the previous build's midstates and
+// the PXE files' taken from their stages, so this is what shows the
+// incremental hashing exact. The second edit adds 12 KiB of incompressible
+// text, so the UKI inside the ESP grows by whole FAT clusters (checked). The
+// published files are the store's, by hard link.
+func TestOverlayEditEqualsFresh(t *testing.T) {
+	testguard.Short(t, "builds the default image three times (a store hit for its kernel and driver)")
+	dir := t.TempDir()
+	if out, code := peerboot(t, "fetch"); code != 0 {
+		t.Fatalf("fetch: exit %d\n%s", code, out)
+	}
+	if out, code := peerboot(t, "build", "--out", filepath.Join(dir, "base")); code != 0 {
+		t.Fatalf("build of the default recipe: exit %d\n%s", code, out)
+	}
+	hostsPath, err := filepath.Abs(filepath.Join("..", "overlay", "etc", "hosts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hosts, err := os.ReadFile(hostsPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noise := make([]byte, 9<<10)
+	rand.New(rand.NewSource(time.Now().UnixNano())).Read(noise)
+	var big strings.Builder
+	for b64 := base64.StdEncoding.EncodeToString(noise); len(b64) > 0; b64 = b64[min(76, len(b64)):] {
+		big.WriteString("# " + b64[:min(76, len(b64))] + "\n")
+	}
+	edits := []string{fmt.Sprintf("# edited %d\n", time.Now().UnixNano()), big.String()}
+	prev := filepath.Join(dir, "base", "default")
+	for i, add := range edits {
+		hosts = append(hosts, add...)
+		pb := overlayPeerboot(t, filepath.Join(dir, fmt.Sprintf("bin%d", i)), hostsPath, hosts)
+		warm := filepath.Join(dir, fmt.Sprintf("warm%d", i))
+		out, code := runPeerboot(t, pb, "build", "--out", warm)
+		t.Logf("edit %d, warm build:\n%s", i, out)
+		if code != 0 {
+			t.Fatalf("edit %d: warm build: exit %d", i, code)
+		}
+		for st, want := range map[string]string{"kernel": "cached", "userspace": "cached", "modules": "cached", "config": "built", "initramfs": "built", "image": "built"} {
+			if !strings.Contains(lineOf(out, st), want) {
+				t.Errorf("edit %d: stage %s: want %s:\n%s", i, st, want, lineOf(out, st))
+			}
+		}
+		fresh := filepath.Join(dir, fmt.Sprintf("fresh%d", i))
+		out, code = runPeerboot(t, pb, "build", "--out", fresh, "--check", "config,initramfs,image")
+		t.Logf("edit %d, build --check:\n%s", i, out)
+		if code != 0 {
+			t.Fatalf("edit %d: build --check: exit %d: a stage built from empty differs from the incremental one", i, code)
+		}
+		a, _ := os.ReadFile(filepath.Join(warm, "default", "SHA256SUMS"))
+		b, _ := os.ReadFile(filepath.Join(fresh, "default", "SHA256SUMS"))
+		if len(a) == 0 || string(a) != string(b) {
+			t.Errorf("edit %d: SHA256SUMS differ:\nwarm:\n%s\nfresh:\n%s", i, a, b)
+		}
+		cur := filepath.Join(warm, "default")
+		var st syscall.Stat_t
+		if err := syscall.Stat(filepath.Join(cur, "peerboot.efi"), &st); err != nil || st.Nlink < 2 {
+			t.Errorf("edit %d: the published UKI is no hard link to the store's (%v, %d links)", i, err, st.Nlink)
+		}
+		if i == 1 {
+			before, after := ukiClusters(t, prev), ukiClusters(t, cur)
+			t.Logf("the UKI takes %d clusters before the edit, %d after", before, after)
+			if before == after {
+				t.Errorf("the second edit left the UKI at %d clusters: it tests no cluster boundary", after)
+			}
+		}
+		prev = cur
+	}
+}
+
+// overlayPeerboot builds peerboot into dir with the overlay file at path
+// replaced by content (go build -overlay: the overlay is embedded), beside
+// links to the image binaries the config stage reads.
+func overlayPeerboot(t *testing.T, dir, path string, content []byte) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	edited := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(edited, content, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := json.Marshal(map[string]map[string]string{"Replace": {path: edited}})
+	ov := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(ov, spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pb := filepath.Join(dir, "peerboot")
+	cmd := exec.Command("go", "build", "-overlay", ov, "-trimpath", "-ldflags=-buildid=", "-o", pb, "../cmd/peerboot")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build with the edited overlay: %v\n%s", err, out)
+	}
+	for _, tool := range []string{"peerboot-init", "p2pcheck"} {
+		if err := os.Symlink(filepath.Join(filepath.Dir(bin), tool), filepath.Join(dir, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pb
+}
+
+func runPeerboot(t *testing.T, pb string, args ...string) (string, int) {
+	t.Helper()
+	out, errs, code, err := testbin.Run(pb, "..", args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out + errs, code
+}
+
+// ukiClusters is how many clusters the UKI takes in the ESP of dir's disk.img.
+func ukiClusters(t *testing.T, dir string) int64 {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "disk.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	g, err := image.ReadGPT(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	esp, ok := g.Find(image.ESPLabel)
+	if !ok {
+		t.Fatal("disk.img has no ESP")
+	}
+	fs, err := fatread.Open(io.NewSectionReader(f, esp.Offset(), esp.Size()), esp.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	uki, err := fs.ReadFile(image.UKIPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return (int64(len(uki)) + fs.ClusterSize() - 1) / fs.ClusterSize()
 }

@@ -13,9 +13,10 @@ import (
 
 func TestReadBack(t *testing.T) {
 	for _, tc := range []struct {
-		size int64
-		want Type
-	}{{16 << 20, FAT16}, {40 << 20, FAT32}} {
+		size    int64
+		want    Type
+		cluster int64 // Microsoft's default table: one sector up to 260 MiB, then 4 KiB
+	}{{16 << 20, FAT16, 512}, {40 << 20, FAT32, 512}, {300 << 20, FAT32, 4096}} {
 		files := testFiles()
 		path, typ := writeImage(t, Params{Size: tc.size, Label: "PEERBOOT", VolumeID: 0xCAFE, Epoch: 1700000000, Files: files})
 		if typ != tc.want {
@@ -32,6 +33,9 @@ func TestReadBack(t *testing.T) {
 		}
 		if fs.Type() != tc.want || fs.Label() != "PEERBOOT" || fs.VolumeID() != 0xCAFE {
 			t.Errorf("%v: got type %v label %q id %x", tc.want, fs.Type(), fs.Label(), fs.VolumeID())
+		}
+		if fs.ClusterSize() != tc.cluster {
+			t.Errorf("%v of %d MiB: cluster size %d, want %d", tc.want, tc.size>>20, fs.ClusterSize(), tc.cluster)
 		}
 		got, err := fs.Files()
 		if err != nil {

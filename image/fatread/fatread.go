@@ -165,6 +165,10 @@ func (fs *FS) VolumeID() uint32 { return fs.volumeID }
 
 func (fs *FS) clusterSize() int64 { return fs.spc * fs.bps }
 
+// ClusterSize is the volume's allocation unit in bytes: a file takes
+// ceil(size / ClusterSize) clusters.
+func (fs *FS) ClusterSize() int64 { return fs.clusterSize() }
+
 // next returns the FAT entry of cluster c.
 func (fs *FS) next(c uint32) (uint32, error) {
 	width := int64(2)

@@ -12,11 +12,15 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // CopyFile copies src to dst, creating parent directories and replacing dst (a
 // symlink at dst is replaced, never written through). The mode is set
 // explicitly, so the umask cannot change it; mode 0 keeps src's permissions.
+// Holes in src stay holes in dst: a disk image is mostly holes, and a dense
+// copy of one writes all of them.
 func CopyFile(src, dst string, mode os.FileMode) error {
 	in, err := os.Open(src)
 	if err != nil {
@@ -38,7 +42,7 @@ func CopyFile(src, dst string, mode os.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(out, in); err != nil {
+	if err := copySparse(out, in); err != nil {
 		out.Close()
 		return err
 	}
@@ -46,6 +50,45 @@ func CopyFile(src, dst string, mode os.FileMode) error {
 		return err
 	}
 	return os.Chmod(dst, mode)
+}
+
+// copySparse copies in's data extents (SEEK_DATA/SEEK_HOLE) to the empty out
+// at the same offsets and sets out's size; where the filesystem cannot say, it
+// copies everything.
+func copySparse(out, in *os.File) error {
+	info, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	size, fd := info.Size(), int(in.Fd())
+	for pos := int64(0); pos < size; {
+		data, err := unix.Seek(fd, pos, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole from pos on
+		}
+		if err != nil {
+			if _, err := in.Seek(0, io.SeekStart); err != nil {
+				return err
+			}
+			_, err = io.Copy(out, in)
+			return err
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return err
+		}
+		if _, err := in.Seek(data, io.SeekStart); err != nil {
+			return err
+		}
+		if _, err := out.Seek(data, io.SeekStart); err != nil {
+			return err
+		}
+		if _, err := io.CopyN(out, in, hole-data); err != nil {
+			return err
+		}
+		pos = hole
+	}
+	return out.Truncate(size)
 }
 
 // CopyTree copies directories, regular files (keeping their permissions) and

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
 func TestCopyTree(t *testing.T) {
@@ -137,5 +139,50 @@ func TestWriteFileAtomicSymlink(t *testing.T) {
 	}
 	if err := WriteFileAtomic(filepath.Join(dir, "no", "dir"), nil, 0o644); err == nil {
 		t.Error("no error writing into a missing directory")
+	}
+}
+
+// CopyFile keeps a sparse file's bytes and its holes: data at the start, in
+// the middle and at the very end, a file that ends in a hole, all holes, empty.
+func TestCopyFileSparse(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		name string
+		size int64
+		data map[int64]string
+	}{
+		{"data at both ends", 16 * mib, map[int64]string{0: "MBR", 8 * mib: "middle", 16*mib - 3: "end"}},
+		{"ends in a hole", 16 * mib, map[int64]string{mib: "GPT"}},
+		{"all holes", 16 * mib, nil},
+		{"empty", 0, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			src, dst := filepath.Join(dir, "src"), filepath.Join(dir, "dst")
+			f, _ := os.Create(src)
+			f.Truncate(tc.size)
+			for off, s := range tc.data {
+				f.WriteAt([]byte(s), off)
+			}
+			f.Close()
+			os.WriteFile(dst, []byte(strings.Repeat("old", 1000)), 0o644) // replaced, not merged
+			if err := CopyFile(src, dst, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			a, _ := os.ReadFile(src)
+			b, _ := os.ReadFile(dst)
+			if len(a) != int(tc.size) || string(a) != string(b) {
+				t.Fatalf("copy differs: %d bytes vs %d", len(b), len(a))
+			}
+			var ss, ds syscall.Stat_t
+			syscall.Stat(src, &ss)
+			syscall.Stat(dst, &ds)
+			if ss.Blocks*512 >= tc.size && tc.size > 0 {
+				testguard.Skipf(t, "this filesystem keeps no holes (%d bytes allocated)", ss.Blocks*512)
+			}
+			if ds.Blocks > ss.Blocks+8 {
+				t.Errorf("copy allocates %d bytes, source %d: holes were written", ds.Blocks*512, ss.Blocks*512)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto"
 	"crypto/rsa"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -48,7 +49,7 @@ var initrdLayers = []StageName{StageUserspace, StageModules, StageConfig}
 // layer, and an overlay edit re-packs only the config segment.
 func initramfsStage() *stage {
 	return &stage{
-		Name: StageInitramfs, Version: 2, // 2: one segment per layer
+		Name: StageInitramfs, Version: 3, // 2: one segment per layer; 3: initrd.img read-only
 		Deps: initrdLayers,
 		Run: func(ctx context.Context, sr *stageRun) error {
 			out, err := os.Create(filepath.Join(sr.Out, initrdFile))
@@ -71,6 +72,11 @@ func initramfsStage() *stage {
 				total += n
 			}
 			fmt.Fprintf(sr.Log, "initramfs: %d segments, %.1f MiB\n", len(initrdLayers), float64(total)/(1<<20))
+			// Read-only: published out/ files are hard links to it (pxe/initrd.img).
+			if err := out.Chmod(readOnly); err != nil {
+				out.Close()
+				return err
+			}
 			return out.Close()
 		},
 	}
@@ -81,7 +87,7 @@ func initramfsStage() *stage {
 // from the recipe digest.
 func imageStage() *stage {
 	return &stage{
-		Name: StageImage, Version: 3, // 2: layout from image.StandardDisk; 3: the iso format
+		Name: StageImage, Version: 4, // 2: layout from image.StandardDisk; 3: the iso format; 4: files read-only
 		Deps:       []StageName{StageKernel, StageInitramfs},
 		Roles:      []string{lock.RoleEFIStub},
 		Fields:     []string{wholeRecipe},
@@ -175,6 +181,14 @@ func imageStage() *stage {
 					return fmt.Errorf("PXE bundle: %w", err)
 				}
 			}
+			// What it wrote is read-only: publish hard-links it into out/, and a
+			// tool pointed there must not write through into the store. (The PXE
+			// kernel and initrd are the deps' own inodes: not touched.)
+			for _, p := range []string{ukiFile, diskFile, isoFile, filepath.Join(pxeDir, output.PXEScript)} {
+				if err := os.Chmod(filepath.Join(sr.Out, p), readOnly); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return err
+				}
+			}
 			return nil
 		},
 	}
@@ -218,6 +232,9 @@ func mapFile(path string) (b []byte, unmap func(), err error) {
 }
 
 const pcrKeyDatum = "PCR policy signing key"
+
+// readOnly is the mode of the files the initramfs and image stages write.
+const readOnly = 0o444
 
 // pcrKey reads sign.pcr_key (a relative path from the recipe's directory);
 // nil when the recipe has none.

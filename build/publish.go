@@ -22,8 +22,8 @@ import (
 )
 
 // Publish puts the image stage's output at outRoot/<recipe>/ with manifest.json
-// and SHA256SUMS. The output files are hard links to the store's (read-only:
-// the store's outputs are immutable and out/ shares their inodes), a copy only
+// and SHA256SUMS. The output files are hard links to the store's (the store's
+// outputs are immutable and out/ shares their inodes), a copy only
 // where out/ lies on another filesystem; only what publish writes (the two
 // lists, any copy, the directories) is fsynced: a linked file is already on
 // disk, the store synced it at commit. The directory is replaced atomically
@@ -113,18 +113,16 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 	return final, nil
 }
 
-// linkOrCopy hard-links the store's file src at dst, made read-only first so
-// that a tool pointed at out/ cannot write through into the store (the store's
-// files are never written after commit; `store verify` catches one that was);
-// where no link can be made (another filesystem) it copies, sparse and synced.
+// linkOrCopy hard-links the store's file src at dst (the image stage wrote
+// its files read-only, so a tool pointed at out/ cannot write through into the
+// store; `store verify` catches a file that was written anyway); where no link
+// can be made (another filesystem) it copies, sparse and synced.
 func linkOrCopy(src, dst string) error {
 	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 		return err
 	}
-	if err := os.Chmod(src, 0o444); err == nil {
-		if err := os.Link(src, dst); err == nil {
-			return nil
-		}
+	if err := os.Link(src, dst); err == nil {
+		return nil
 	}
 	_, err := copySparse(src, dst)
 	return err

@@ -172,8 +172,8 @@ func TestOverlayEditEqualsFresh(t *testing.T) {
 		}
 		cur := filepath.Join(warm, "default")
 		var st syscall.Stat_t
-		if err := syscall.Stat(filepath.Join(cur, "peerboot.efi"), &st); err != nil || st.Nlink < 2 {
-			t.Errorf("edit %d: the published UKI is no hard link to the store's (%v, %d links)", i, err, st.Nlink)
+		if err := syscall.Stat(filepath.Join(cur, "peerboot.efi"), &st); err != nil || st.Nlink < 2 || st.Mode&0o222 != 0 {
+			t.Errorf("edit %d: the published UKI is no read-only hard link to the store's (%v, %d links, mode %o)", i, err, st.Nlink, st.Mode&0o777)
 		}
 		if i == 1 {
 			before, after := ukiClusters(t, prev), ukiClusters(t, cur)

@@ -174,6 +174,9 @@ func (s *Store) OutputFiles(key string) ([]OutputFile, error) {
 const (
 	ManifestName = manifestName // "<sha256>  <path>" per regular file
 	SizesName    = sizesName    // "<bytes>  <path>" per regular file
+	// MidstatesName is the third, a hint for the next commit (CommitOptions):
+	// not content, never pushed or compared.
+	MidstatesName = midstatesName
 )
 
 // Records returns the MANIFEST and SIZES bytes CommitOutput writes for these

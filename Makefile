@@ -30,9 +30,23 @@ sign-deps: $(BIN)
 	scripts/deps.sh "$$($(BIN) doctor --packages --for build,sign)"
 
 # The main job: fetch every pinned input (verified), then build the images into out/.
+# CACHE_FLAGS adds a remote stage cache: --cache-from/--cache-to REPO, the keys
+# (docs/remote-cache.md).
+CACHE_FLAGS ?=
 image: deps
 	$(BIN) fetch $(RECIPE)
-	$(BIN) build $(RECIPE)
+	$(BIN) build $(RECIPE) $(CACHE_FLAGS)
+
+# RECIPE built up to STAGE (kernel, driver, ...) with CACHE_FLAGS: CI compiles each
+# kernel and driver once and pushes it to the stage cache for the other jobs.
+stage: deps
+	$(BIN) fetch $(RECIPE)
+	$(BIN) build $(RECIPE) --stage $(STAGE) $(CACHE_FLAGS)
+
+# The remote stage cache's headline figure: builder B (empty store, --cache-from)
+# against builder A's cold build, outputs compared byte for byte (docs/remote-cache.md).
+cache-bench: $(BIN)
+	scripts/cache-bench.sh $(RECIPE)
 
 # Two builds from cold stores, different dirs/users/TZ/locale/umask, compared byte for byte.
 repro: $(BIN)
@@ -122,11 +136,20 @@ ARTIFACT_PUB ?= env:PEERBOOT_ARTIFACT_PUB
 DB_KEY       ?=
 DB_CERT      ?=
 
-.PHONY: ci-matrix lock-check stage-keys repro-compare short-digest sign verify publish
+.PHONY: ci-matrix ci-stage-matrix lock-check stage-keys repro-compare short-digest sign verify publish stage cache-bench
 
 # The build matrix: every recipe with its driver flavour, as JSON (peerboot recipe matrix).
 ci-matrix: $(BIN)
 	@$(BIN) recipe matrix
+
+# The matrix with one entry per distinct key of STAGE (kernel or driver), as JSON: the
+# jobs that compile each kernel and each (kernel, driver) pair once.
+ci-stage-matrix: $(BIN)
+	@$(BIN) recipe matrix | jq -c '.include[]' | while read -r e; do \
+	  p=$$(printf '%s' "$$e" | jq -r .path); \
+	  k=$$($(BIN) plan --json "$$p" | jq -r --arg s "$(STAGE)" '.stages[] | select(.name == $$s) | .key'); \
+	  printf '%s\n' "$$e" | jq -c --arg k "$$k" '. + {key: $$k}'; \
+	done | jq -sc '{include: (group_by(.key) | map(.[0] | del(.key)))}'
 
 # Fails with the diff when RECIPE's committed lock is not what a fresh resolve gives.
 lock-check: $(BIN)

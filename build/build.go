@@ -201,7 +201,7 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 		rr.push(ctx, opt, s, clock)
 		o.PushedBytes, o.Pushed = rr.pushed[s.Name]
 		o.PushError = rr.pushErrors[s.Name]
-		o.Duration = time.Since(start)
+		o.Duration = time.Since(start) + rr.pullTime[s.Name] // a fetch happened before the loop
 		outs = append(outs, o)
 	}
 	if until == names[len(names)-1] {

@@ -55,7 +55,9 @@ func (r *remoteRun) pull(ctx context.Context, opt Options, s *Stage, clock *buil
 	if opt.Remote.From == nil || r.fromDown {
 		return false, nil
 	}
+	start := time.Now()
 	got, err := opt.Remote.From.Pull(ctx, opt.Store, s.Key)
+	defer func() { r.pullTime[s.Name] = time.Since(start) }()
 	var ref *stagecache.RefusedError
 	switch {
 	case errors.As(err, &ref):
@@ -119,7 +121,8 @@ func (r *remoteRun) push(ctx context.Context, opt Options, s *Stage, clock *buil
 
 // remoteRun is one build's dealings with the remote caches.
 type remoteRun struct {
-	pulled     map[StageName]int64  // stage -> tree bytes fetched
+	pulled     map[StageName]int64 // stage -> tree bytes fetched
+	pullTime   map[StageName]time.Duration
 	pushed     map[StageName]int64  // stage -> bytes sent
 	refused    map[StageName]string // stage -> why
 	pushErrors map[StageName]string
@@ -127,7 +130,7 @@ type remoteRun struct {
 }
 
 func newRemoteRun() *remoteRun {
-	return &remoteRun{pulled: map[StageName]int64{}, pushed: map[StageName]int64{}, refused: map[StageName]string{}, pushErrors: map[StageName]string{}}
+	return &remoteRun{pulled: map[StageName]int64{}, pullTime: map[StageName]time.Duration{}, pushed: map[StageName]int64{}, refused: map[StageName]string{}, pushErrors: map[StageName]string{}}
 }
 
 // Push sends every stage of p the store holds to opt.Remote.To, as a build

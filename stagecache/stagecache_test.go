@@ -45,6 +45,8 @@ func smallStage(t *testing.T, key string, salt string) *store.Store {
 		"build/include/linux/types.h": "typedef int peer_t;\n",
 		"build/empty":                 "",
 		"release":                     "6.1.0-peerboot\n",
+		"disk.img":                    strings.Repeat("\x00", 2<<20) + "partition table" + strings.Repeat("\x00", 1<<20), // holes
+		"zeros.img":                   strings.Repeat("\x00", 1<<20),                                                     // all hole
 	}
 	for p, body := range files {
 		full := filepath.Join(dir, p)

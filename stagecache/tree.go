@@ -159,7 +159,7 @@ func extractTree(ctx context.Context, r io.Reader, root *os.Root) ([]store.Outpu
 				return nil, err
 			}
 			sum := sha256.New()
-			n, err := io.Copy(io.MultiWriter(f, sum), tr)
+			n, err := copySparse(f, io.TeeReader(tr, sum))
 			if err == nil {
 				err = f.Chmod(perm)
 			}
@@ -193,4 +193,41 @@ func checkName(name string) error {
 		return fmt.Errorf("tree entry %q: the records travel as their own layers", name)
 	}
 	return nil
+}
+
+// copySparse writes r to f leaving holes for runs of zeros (a disk image is
+// mostly empty, and its stage output was written sparse too).
+func copySparse(f *os.File, r io.Reader) (int64, error) {
+	buf := make([]byte, 1<<20)
+	var n int64
+	for {
+		k, err := io.ReadFull(r, buf)
+		if k > 0 {
+			chunk := buf[:k]
+			if isZero(chunk) {
+				_, werr := f.Seek(int64(k), io.SeekCurrent)
+				if werr != nil {
+					return n, werr
+				}
+			} else if _, werr := f.Write(chunk); werr != nil {
+				return n, werr
+			}
+			n += int64(k)
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return n, f.Truncate(n)
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -1,8 +1,8 @@
 // Package flash writes a disk image to a USB stick (or any whole disk), safely:
 // it refuses devices that are in use, part of the running system, partitions
 // or too small, checks what it wrote by reading it back, and can grow the
-// PEERBOOT report partition to fill the stick. It also reads back the
-// self-test reports a booted stick collected.
+// PEERBOOT report partition to fill the stick. Reading back the reports a
+// booted stick collected is package reportdisk's.
 package flash
 
 import (

@@ -20,6 +20,7 @@ import (
 	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/internal/testguard"
+	"github.com/peerboot/peerboot/reportdisk"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -194,7 +195,7 @@ func TestFlashVerifyGrow(t *testing.T) {
 		t.Errorf("grown reports partition is not FAT32:\n%s", out)
 	}
 	// The report written before the grow is still there and decodes.
-	found, err := ReadReports(dev)
+	found, err := reportdisk.Read(dev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +248,7 @@ func TestFlashDefaultImage(t *testing.T) {
 	for _, n := range []int{1, 2} {
 		sh(t, "fsck.vfat", "-n", partition(t, dev, n))
 	}
-	if _, err := ReadReports(dev); err != nil {
+	if _, err := reportdisk.Read(dev); err != nil {
 		t.Errorf("reports on the default image: %v", err)
 	}
 }

@@ -12,8 +12,8 @@ import (
 
 	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/exitcode"
-	"github.com/peerboot/peerboot/flash"
 	"github.com/peerboot/peerboot/output"
+	"github.com/peerboot/peerboot/reportdisk"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -67,7 +67,7 @@ PEERBOOT partition; 2 bad command line. --json prints the list as JSON.`,
 			} else if st.IsDir() {
 				src = filepath.Join(src, output.DiskFile)
 			}
-			found, err := flash.ReadReports(src)
+			found, err := reportdisk.Read(src)
 			if err != nil {
 				return exitcode.Tag(exitcode.Device, err)
 			}

@@ -1,4 +1,9 @@
-package flash
+// Package reportdisk reads, on the host, the self-test reports a booted stick or
+// disk collected: it finds the PEERBOOT partition (by GPT, or a stick formatted
+// FAT without a partition table), reads it with image/fatread and decodes each
+// report. What `peerboot reports` lists and shows; node/reportpart is the node's
+// side, which writes them.
+package reportdisk
 
 import (
 	"errors"
@@ -26,11 +31,11 @@ type Found struct {
 	Err      error            // the file is not a report this peerboot can read
 }
 
-// ReadReports finds the PEERBOOT partition on a disk or disk image (GPT, or a
+// Read finds the PEERBOOT partition on a disk or disk image (GPT, or a
 // stick formatted FAT without a partition table) and returns the self-test
 // reports on it: *.json in its root and in reports/, oldest name first (the
 // names carry the boot's start time). Only reads.
-func ReadReports(p string) ([]Found, error) {
+func Read(p string) ([]Found, error) {
 	f, err := os.Open(p)
 	if err != nil {
 		return nil, err

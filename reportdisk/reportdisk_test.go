@@ -1,0 +1,147 @@
+package reportdisk
+
+import (
+	"bytes"
+	"encoding/binary"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf16"
+
+	"github.com/peerboot/peerboot/bootproto"
+	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/image/fat"
+	"github.com/peerboot/peerboot/selftest"
+)
+
+func testReport(started string) []byte {
+	r := selftest.New()
+	r.Recipe = selftest.RecipeRef{Name: "default", Digest: "sha256:" + strings.Repeat("ab", 32)}
+	r.Kernel = selftest.Kernel{Release: "6.1.0-peerboot"}
+	r.StartedAt = started
+	r.Verdict = selftest.Pass
+	b, err := selftest.Encode(r)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// testImage is a small disk as the image stage lays it out (FAT32 ESP, FAT16
+// PEERBOOT), with one report already on it as if the stick had been booted.
+func testImage(t *testing.T) string {
+	t.Helper()
+	const seed = "sha256:reportdisk-test"
+	p := filepath.Join(t.TempDir(), "disk.img")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	efi := bytes.Repeat([]byte("peerboot UKI "), 200000)
+	err = image.WriteDisk(f, image.Disk{
+		DiskGUID: image.DeriveGUID(seed, "disk"), Epoch: 1700000000,
+		ESP: image.Partition{Size: 40 << 20, GUID: image.DeriveGUID(seed, "esp"), Label: "ESP", VolumeID: 1,
+			Files: map[string][]byte{"EFI/BOOT/BOOTX64.EFI": efi}},
+		Reports: image.Partition{Size: 32 << 20, GUID: image.DeriveGUID(seed, "reports"), Label: bootproto.ReportsLabel, VolumeID: 2,
+			Files: map[string][]byte{"reports/": nil, "report-20250601T120000Z.json": testReport("2025-06-01T12:00:00Z")}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestRead(t *testing.T) {
+	img := testImage(t)
+	found, err := Read(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || found[0].Err != nil || found[0].Report.StartedAt != "2025-06-01T12:00:00Z" {
+		t.Fatalf("found %+v", found)
+	}
+	// A disk without a PEERBOOT partition, and a file that is no disk at all.
+	junk := filepath.Join(t.TempDir(), "junk")
+	os.WriteFile(junk, make([]byte, 1<<20), 0o644)
+	if _, err := Read(junk); err == nil {
+		t.Error("a zero-filled file was read as a disk")
+	}
+}
+
+// FuzzRead feeds `peerboot reports` the start of a hostile stick (a
+// stick goes to nodes nobody here controls): a GPT naming a PEERBOOT
+// partition, or a bare FAT volume, then zeros to 80 MiB. Errors are fine;
+// panics, hangs and a report said to decode that is not there are not.
+func FuzzRead(f *testing.F) {
+	const stick = 80 << 20
+	w := &memDisk{}
+	if _, err := fat.Write(w, fat.Params{Size: 16 << 20, Label: bootproto.ReportsLabel, HiddenSectors: 34, Files: map[string][]byte{
+		"reports/": nil, "reports/report-20250601T120000Z.json": testReport("2025-06-01T12:00:00Z"), "x.json": []byte("{}")}}); err != nil {
+		f.Fatal(err)
+	}
+	vol := w.b[:min(len(w.b), 300<<10)] // the system area and the first clusters
+	f.Add(append(gptSeed(34, 34+16<<20/512-1, stick/512), vol...))
+	f.Add(vol) // a stick formatted FAT without a partition table
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := filepath.Join(dir, "stick")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, max(int64(len(b)), stick)); err != nil {
+			t.Fatal(err)
+		}
+		found, err := Read(p)
+		if err != nil {
+			return
+		}
+		for _, r := range found {
+			if (r.Err == nil) != (r.Report != nil) {
+				t.Fatalf("%s: report %v, error %v", r.Path, r.Report, r.Err)
+			}
+		}
+	})
+}
+
+// gptSeed is LBA 0-33 of a disk of sizeLBA sectors whose one partition,
+// PEERBOOT, spans first-last: what the fuzzer starts from (the image stage's
+// own layout puts the partition 40 MiB in, too far for a small corpus).
+func gptSeed(first, last, sizeLBA uint64) []byte {
+	b := make([]byte, 34*512)
+	e := b[2*512:]
+	copy(e[0:16], "peerboot-reports") // any non-zero type
+	copy(e[16:32], "fuzz-partition-1")
+	binary.LittleEndian.PutUint64(e[32:], first)
+	binary.LittleEndian.PutUint64(e[40:], last)
+	for i, c := range utf16.Encode([]rune(bootproto.ReportsLabel)) {
+		binary.LittleEndian.PutUint16(e[56+2*i:], c)
+	}
+	h := b[512:]
+	copy(h, "EFI PART")
+	binary.LittleEndian.PutUint32(h[8:], 0x00010000)
+	binary.LittleEndian.PutUint32(h[12:], 92)
+	binary.LittleEndian.PutUint64(h[24:], 1)
+	binary.LittleEndian.PutUint64(h[32:], sizeLBA-1)
+	binary.LittleEndian.PutUint64(h[40:], 34)
+	binary.LittleEndian.PutUint64(h[48:], sizeLBA-34)
+	copy(h[56:72], "fuzz-disk-guid-1")
+	binary.LittleEndian.PutUint64(h[72:], 2)
+	binary.LittleEndian.PutUint32(h[80:], 128)
+	binary.LittleEndian.PutUint32(h[84:], 128)
+	binary.LittleEndian.PutUint32(h[88:], crc32.ChecksumIEEE(e[:128*128]))
+	binary.LittleEndian.PutUint32(h[16:], crc32.ChecksumIEEE(h[:92]))
+	return b
+}
+
+// memDisk is an io.WriterAt in memory.
+type memDisk struct{ b []byte }
+
+func (m *memDisk) WriteAt(p []byte, off int64) (int, error) {
+	if end := off + int64(len(p)); end > int64(len(m.b)) {
+		m.b = append(m.b, make([]byte, end-int64(len(m.b)))...)
+	}
+	return copy(m.b[off:], p), nil
+}

@@ -1,8 +1,11 @@
 // Package selftest is the boot-time self-test's data model: the report every boot
 // produces (schema 2, documented in docs/selftest.md), its JSON and console
-// encodings, its accessors and the human summary. It probes nothing that needs the
-// NVIDIA libraries and reads no recipe, so the static init can import it; the rules
-// that judge a report live in selftest/verdict, the dlopen side in cmd/p2pcheck.
+// encodings, its accessors and the human summary, and the plain-file probes that
+// fill its kernel side (sysfs BARs, loaded modules, library files, module versions
+// through node/modinfo). It probes nothing that needs the NVIDIA libraries and reads
+// no recipe, so the static init can import it; the rules that judge a report live
+// in selftest/verdict, the dlopen side in cmd/p2pcheck, and reading a stick's
+// reports back on the host in reportdisk.
 package selftest
 
 import (

@@ -1,4 +1,4 @@
-// Package fsutil holds the file copies and syncs several stages need: one implementation,
+// Package fsutil holds the file copies, syncs, atomic writes and hashing several stages need: one implementation,
 // so every stage treats modes, symlinks and existing files the same way.
 package fsutil
 

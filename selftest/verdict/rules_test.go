@@ -583,6 +583,38 @@ func TestBAR1WithinSlack(t *testing.T) {
 	}
 }
 
+// A failed copy's hint follows its CUDA error, named or numbered alone.
+func TestCopyErrorHints(t *testing.T) {
+	for msg, hint := range map[string]string{
+		"cuMemcpyPeerAsync: CUDA_ERROR_MAP_FAILED":                  "broken-P2P-mapping error",
+		"cuMemcpyPeerAsync: error (205)":                            "broken-P2P-mapping error",
+		"cuCtxEnablePeerAccess: CUDA_ERROR_PEER_ACCESS_UNSUPPORTED": "refused peer access",
+		"cuCtxEnablePeerAccess: error (217)":                        "refused peer access",
+		"cuCtxEnablePeerAccess: CUDA_ERROR_TOO_MANY_PEERS":          "peer hardware resources are exhausted",
+		"cuCtxEnablePeerAccess: error (711)":                        "peer hardware resources are exhausted",
+		"cuLaunchKernel: CUDA_ERROR_ILLEGAL_ADDRESS":                "touched an unmapped address",
+		"cuLaunchKernel: error (700)":                               "touched an unmapped address",
+		"cuLaunchKernel: CUDA_ERROR_LAUNCH_TIMEOUT (702)":           "see kernel_events and dmesg",
+	} {
+		r := healthyReport(2)
+		c := findCopy(r, 0, 1, selftest.MethodCE, selftest.DirWrite)
+		c.Error, c.Verified = msg, false
+		Judge(r, FromRecipe(healthyRecipe(2)))
+		found := false
+		for _, f := range r.Findings {
+			if f.ID == "copy.error" {
+				found = true
+				if !strings.Contains(f.Hint, hint) {
+					t.Errorf("%q: hint %q, want one containing %q", msg, f.Hint, hint)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%q: no copy.error finding", msg)
+		}
+	}
+}
+
 // What sysfs or NVML did not say, or said is fine, is no finding: an unread
 // BAR1, a BAR1 as large as VRAM, BAR1 use that was high before the copies and
 // stayed so, a link width or speed not read, NVML's link generation at its

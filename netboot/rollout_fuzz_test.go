@@ -38,3 +38,32 @@ func TestParseAction(t *testing.T) {
 		}
 	}
 }
+
+// What parseAction keeps: a reason on its own, a long one cut to 200 bytes, a
+// body of exactly the limit; a build id of 16 characters that are not hex is
+// no build id.
+func TestParseActionValues(t *testing.T) {
+	for _, c := range []struct {
+		body   string
+		reason string
+		err    string
+	}{
+		{body: `{"reason": "disk swap"}`, reason: "disk swap"},
+		{body: `{"reason": "` + strings.Repeat("r", 300) + `"}`, reason: strings.Repeat("r", 200)},
+		{body: `{"reason": "` + strings.Repeat("r", 200) + `"}`, reason: strings.Repeat("r", 200)},
+		{body: `{"reason": "x"}` + strings.Repeat(" ", maxActionBody-len(`{"reason": "x"}`)), reason: "x"},
+		{body: `{"reason": "x"}` + strings.Repeat(" ", maxActionBody+1-len(`{"reason": "x"}`)), err: "over 4096 bytes"},
+		{body: `{"build": "zzzzzzzzzzzzzzzz"}`, err: "want a build id"},
+	} {
+		a, err := parseAction([]byte(c.body))
+		if c.err != "" {
+			if err == nil || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%.40q: %v, want an error containing %q", c.body, err, c.err)
+			}
+			continue
+		}
+		if err != nil || a.Reason != c.reason || a.Build != "" {
+			t.Errorf("%.40q: %+v, %v; want reason %.20q", c.body, a, err, c.reason)
+		}
+	}
+}

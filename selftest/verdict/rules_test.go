@@ -639,6 +639,13 @@ func TestQuietWhenUnknownOrFine(t *testing.T) {
 		{"NVML link generation not read", func(r *selftest.Report, e *Expect) {
 			r.GPUs[0].Link.CurrentSpeed, r.GPUs[0].NVML.LinkGen = "", 0
 		}},
+		// nvidia.ko is judged by its own record, not the first module listed.
+		{"a skipped module listed before nvidia", func(r *selftest.Report, e *Expect) {
+			r.Modules = append([]selftest.Module{{Name: "ecc", Result: selftest.ModSkipped}}, r.Modules...)
+		}},
+		{"nvidia listed as another module's dependency too", func(r *selftest.Report, e *Expect) {
+			r.Modules = append([]selftest.Module{{Name: "nvidia", RequiredBy: "nvidia-uvm", Result: selftest.ModError, Error: "already loading"}}, r.Modules...)
+		}},
 		{"NVML link generation at its maximum", func(r *selftest.Report, e *Expect) {
 			r.GPUs[1].Link.CurrentSpeed = ""
 		}},

@@ -206,6 +206,12 @@ func recheckAll(p Package, ms []Mutant, out, goflags string, coef int, lived boo
 				return nil, err
 			}
 			cache[m.Key()] = st
+			// Kept after each: a recheck stopped half way keeps what it ran.
+			b, _ := json.MarshalIndent(cache, "", "  ")
+			if err := os.WriteFile(cacheFile, b, 0o644); err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(os.Stderr, "mutants: recheck %-11s %s %s/%s:%d:%d\n", st, m.Type, m.Pkg, m.File, m.Line, m.Col)
 		}
 		ms[i].Status, ms[i].Rechecked = st, true
 	}

@@ -270,7 +270,11 @@ var faultRows = []faultRow{
 	// highmem.copy
 	{name: "above-BAR1 probe error", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.HighMem[0].Error, r.HighMem[0].Verified = "cuMemcpyPeerAsync: CUDA_ERROR_MAP_FAILED (205)", false
-	}, id: "highmem.copy", status: selftest.SevFail, msg: "above-BAR1 probe on GPU0 (0000:01:00.0) (peer GPU1 (0000:02:00.0)) failed", hint: "dynamic-bar1"},
+	}, id: "highmem.copy", status: selftest.SevFail, msg: "above-BAR1 probe on GPU0 (0000:01:00.0) (peer GPU1 (0000:02:00.0)) failed", hint: "under the dynamic-BAR1 driver (driver.p2p = \"dynamic-bar1\"): its per-allocation windows are not working"},
+	{name: "above-BAR1 probe error, static BAR1", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		e.P2P = P2PStaticBAR1
+		r.HighMem[0].Error, r.HighMem[0].Verified = "cuMemcpyPeerAsync: CUDA_ERROR_MAP_FAILED (205)", false
+	}, id: "highmem.copy", status: selftest.SevFail, msg: "above-BAR1 probe on GPU0 (0000:01:00.0) (peer GPU1 (0000:02:00.0)) failed", hint: "need per-allocation BAR1 windows: use the dynamic-BAR1 driver", also: []string{"bar1.size"}},
 	{name: "above-BAR1 probe corrupt", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.HighMem[1].Mismatch, r.HighMem[1].Verified = &selftest.Mismatch{Offset: 4096, Want: 7, Got: 0, Words: 1 << 20}, false
 	}, id: "highmem.copy", status: selftest.SevFail, msg: "corrupted data"},
@@ -368,6 +372,21 @@ func TestLocalCopyNotJudgedAsPeer(t *testing.T) {
 			if f.Status != selftest.SevInfo {
 				t.Errorf("%s: %s %s: %s", c.name, f.Status, f.ID, f.Message)
 			}
+		}
+		// Corrupted, it is a local copy's corruption: no peer path involved.
+		r = healthyReport(2)
+		cp = findCopy(r, 1, 1, selftest.MethodCE, selftest.DirLocal)
+		cp.Src, cp.Dst, cp.Direction = c.src, c.dst, c.dir
+		corrupt(cp, 64, 1)
+		Judge(r, FromRecipe(healthyRecipe(2)))
+		hint := ""
+		for _, f := range r.Findings {
+			if f.ID == "copy.corrupt" {
+				hint = f.Hint
+			}
+		}
+		if !strings.Contains(hint, "no peer path involved") {
+			t.Errorf("%s, corrupted: hint %q, want a local copy's", c.name, hint)
 		}
 	}
 }

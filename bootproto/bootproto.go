@@ -24,7 +24,16 @@ const (
 	// ArgSoak turns the boot into a burn-in: after the self-test, p2pcheck --soak for
 	// this long (a Go duration, e.g. 8h; docs/burn-in.md).
 	ArgSoak = "peerboot.soak"
+	// ArgInitrdSHA256 is the sha256 of the initrd the boot script fetched from a
+	// mirror (serve --files-url): the init hashes InitrdSysfs against it.
+	ArgInitrdSHA256 = "peerboot.initrd_sha256"
+	// RetainInitrd is the kernel's own argument that keeps the initrd's bytes
+	// after unpacking them, readable at InitrdSysfs.
+	RetainInitrd = "retain_initrd"
 )
+
+// InitrdSysfs is where the kernel shows the initrd it was handed, under RetainInitrd.
+const InitrdSysfs = "/sys/firmware/initrd"
 
 // MaxSoakHours bounds peerboot.soak=: a typo such as 800h should not hold a box for a month.
 const MaxSoakHours = 7 * 24

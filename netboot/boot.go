@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/peerboot/peerboot/bootproto"
+	"github.com/peerboot/peerboot/mirror"
 	"github.com/peerboot/peerboot/output"
 )
 
@@ -110,6 +111,19 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) {
 	} else if nonce != "" {
 		words = append(words, bootproto.Arg(bootproto.ArgNonce, nonce))
 	}
+	kernelURL, initrdURL := files+output.PXEKernel, files+output.InitrdFile
+	if s.opt.FilesURL != "" {
+		k, i := b.Files[output.PXEKernelPath], b.Files[output.PXEInitrdPath]
+		if err := s.fromMirror(r.Context(), k, i); err != nil {
+			// Never send a node for bytes the mirror does not hold: serve's own copy boots it.
+			s.log.Error("boot files from serve, not the mirror", "node", id.ID, "build", b.ID, "error", err.Error())
+		} else {
+			kernelURL, initrdURL = mirror.URL(s.opt.FilesURL, k), mirror.URL(s.opt.FilesURL, i)
+			// The firmware checks no hash: the init hashes the initrd the kernel
+			// kept (retain_initrd) against the one this script names.
+			words = append(words, bootproto.RetainInitrd, bootproto.Arg(bootproto.ArgInitrdSHA256, i))
+		}
+	}
 	args := strings.Join(strings.Fields(strings.Join(words, " ")), " ")
 	var sb strings.Builder
 	sb.WriteString("#!ipxe\n")
@@ -121,8 +135,8 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(&sb, "# sha256 %s  vmlinuz\n", b.Files[output.PXEKernelPath])
 	fmt.Fprintf(&sb, "# sha256 %s  initrd.img\n", b.Files[output.PXEInitrdPath])
 	fmt.Fprintf(&sb, "echo peerboot: %s build %s\n", b.Recipe, b.ID)
-	fmt.Fprintf(&sb, "kernel %svmlinuz %s\n", files, args)
-	fmt.Fprintf(&sb, "initrd --name initrd.img %sinitrd.img\n", files)
+	fmt.Fprintf(&sb, "kernel %s %s\n", kernelURL, args)
+	fmt.Fprintf(&sb, "initrd --name initrd.img %s\n", initrdURL)
 	sb.WriteString("boot\n")
 
 	if err := s.opt.Store.RecordBoot(r.Context(), Boot{NodeID: id.ID, MAC: id.MAC, Hostname: id.Host, Serial: id.Serial,

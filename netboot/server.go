@@ -85,6 +85,11 @@ type Options struct {
 	PredictPCR11 func(uki []byte) ([32]byte, error)
 	EKRoots      *x509.CertPool
 	NonceTTL     time.Duration
+	// FilesURL, when set, is an HTTP mirror holding the builds' files in the
+	// mirror package's layout (sha256/<hex>): boot scripts fetch the kernel and
+	// initrd from there once serve has checked the mirror holds their bytes,
+	// and from serve itself when it does not (mirror.go).
+	FilesURL string
 	// EnrollAll, when set, opens an AK enrollment window for every node for
 	// this long from New (serve --enroll; enroll.go).
 	EnrollAll time.Duration
@@ -102,7 +107,8 @@ type Server struct {
 	// so a node that booted a build since replaced still reports under its recipe.
 	mu     sync.Mutex
 	issued map[string]string
-	ro     rollouts // rollout_server.go
+	mirror *mirrorChecks // Options.FilesURL's checked files
+	ro     rollouts      // rollout_server.go
 	// predictions caches each build's PCR 11 (attest.go).
 	predMu      sync.Mutex
 	predictions map[string]prediction
@@ -151,6 +157,13 @@ func New(ctx context.Context, opt Options) (*Server, error) {
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
+	if opt.FilesURL != "" {
+		u, err := checkFilesURL(opt.FilesURL)
+		if err != nil {
+			return nil, err
+		}
+		opt.FilesURL = u
+	}
 	if opt.PublicURL != "" {
 		opt.PublicURL = strings.TrimRight(opt.PublicURL, "/")
 		if !strings.HasPrefix(opt.PublicURL, "http://") && !strings.HasPrefix(opt.PublicURL, "https://") {
@@ -177,7 +190,8 @@ func New(ctx context.Context, opt Options) (*Server, error) {
 	if opt.NonceTTL <= 0 {
 		opt.NonceTTL = defaultNonceTTL
 	}
-	s := &Server{opt: opt, log: opt.Log, issued: map[string]string{}, predictions: map[string]prediction{}}
+	s := &Server{opt: opt, log: opt.Log, issued: map[string]string{}, predictions: map[string]prediction{},
+		mirror: &mirrorChecks{client: &http.Client{Timeout: 10 * time.Minute}, ok: map[string]bool{}, failed: map[string]time.Time{}}}
 	s.limit = newLimiter(opt.RateEvery, opt.RateBurst, opt.Now)
 	s.source = newLimiter(opt.SourceRateEvery, opt.SourceBurst, opt.Now)
 	s.secret = opt.Secret

@@ -121,6 +121,16 @@ func (m *machine) boot(st *bootState) {
 	for _, w := range st.plan.warnings {
 		m.say("%s", w)
 	}
+	if want, ok := cmdline[bootproto.ArgInitrdSHA256]; ok {
+		switch bad, err := checkInitrd(m.path(bootproto.InitrdSysfs), want); {
+		case err != nil:
+			st.finding(selftest.SevFail, "init.initrd", err.Error(), "boot files from a mirror are checked here: without the kept initrd nothing vouches for them")
+		case bad != "":
+			st.finding(selftest.SevFail, "init.initrd", bad, "peerboot publish --http DIR rewrites the mirror's entry; serve hashes it again within a minute")
+		default:
+			m.say("initrd sha256 %s: as the boot script names it", want[:16])
+		}
+	}
 
 	st.tpm = m.openTPM()
 	if st.plan.reportURL != "" {

@@ -40,7 +40,7 @@ var argContract = map[string][2]int{
 	"flash":            {2, 2},
 	"reports":          {1, 1},
 	"report list":      {1, 1},
-	"publish":          {2, 2},
+	"publish":          {1, 2}, // OUTDIR --http DIR, or OUTDIR REF
 	"pull":             {2, 2},
 	"report show":      {1, 1},
 	"report diff":      {2, 2},

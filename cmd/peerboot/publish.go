@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/peerboot/peerboot/exitcode"
+	"github.com/peerboot/peerboot/mirror"
 	"github.com/peerboot/peerboot/oci"
 	"github.com/peerboot/peerboot/output"
 )
@@ -53,8 +54,9 @@ func publishCmd() *cobra.Command {
 	var annotations []string
 	var driver, kernel string
 	var pubJSON bool
+	var httpDir string
 	cmd := &cobra.Command{
-		Use:   "publish OUTDIR oci://REGISTRY/REPO:TAG [--tag T]...",
+		Use:   "publish OUTDIR oci://REGISTRY/REPO:TAG [--tag T]... | publish OUTDIR --http DIR",
 		Short: "Push a build output to an OCI registry, with its signature and provenance as referrers",
 		Long: `publish pushes OUTDIR (as build and sign leave it) as one OCI artifact: an image
 manifest of artifactType ` + oci.ArtifactImage + ` with one layer per file
@@ -86,9 +88,18 @@ else the fallback tag sha256-<digest>.
 
 Credentials: $PEERBOOT_REGISTRY_USERNAME / $PEERBOOT_REGISTRY_PASSWORD, else the docker
 credential store (docker login). Exit 6 for a changed output, 5 when the registry
-fails, 2 for a bad command line.`,
-		Args: exactArgs(2),
+fails, 2 for a bad command line.
+
+--http DIR instead writes OUTDIR's files (every file SHA256SUMS lists, each re-hashed
+first) into DIR as an HTTP mirror's layout: DIR/sha256/<hex of the file's sha256>.
+Copy DIR to any web server, object store or CDN and give its URL to
+` + "`peerboot serve --files-url URL`" + `: nodes then fetch their kernel and initrd from
+there (docs/pxe-boot.md). An entry already in DIR is kept when whole, replaced when not.`,
+		Args: rangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if httpDir != "" || len(args) == 1 {
+				return publishHTTP(cmd, args, httpDir, pubJSON)
+			}
 			if _, err := oci.ParseRef(args[1]); err != nil {
 				return exitcode.Tag(exitcode.Usage, err)
 			}
@@ -141,8 +152,62 @@ fails, 2 for a bad command line.`,
 	cmd.Flags().StringArrayVar(&annotations, "annotation", nil, "KEY=VALUE manifest annotation (repeatable; an empty VALUE removes a derived one)")
 	cmd.Flags().StringVar(&driver, "driver-version", "", "driver version annotation, when it cannot be derived (a git driver source)")
 	cmd.Flags().StringVar(&kernel, "kernel-release", "", "kernel release annotation, when there is no pxe/vmlinuz")
+	cmd.Flags().StringVar(&httpDir, "http", "", "write OUTDIR's files into DIR/sha256/<hex>, an HTTP mirror's layout for serve --files-url, instead of pushing")
 	addJSONFlag(cmd, &pubJSON)
 	return cmd
+}
+
+// publishHTTPJSON is `peerboot publish --http DIR --json`: each file and its entry.
+type publishHTTPJSON struct {
+	Dir   string                `json:"dir"`
+	Files []publishHTTPFileJSON `json:"files"`
+}
+
+type publishHTTPFileJSON struct {
+	File   string `json:"file"`
+	Path   string `json:"path"` // under dir
+	SHA256 string `json:"sha256"`
+	Size   int64  `json:"size"`
+	Copied bool   `json:"copied"`
+}
+
+// publishHTTP is publish --http: flags -> mirror.Publish.
+func publishHTTP(cmd *cobra.Command, args []string, dir string, asJSON bool) error {
+	switch {
+	case dir == "":
+		return exitcode.Tag(exitcode.Usage, fmt.Errorf("publish: want oci://REGISTRY/REPO:TAG or --http DIR after %s (usage: %s)", args[0], cmd.UseLine()))
+	case len(args) == 2:
+		return exitcode.Tag(exitcode.Usage, fmt.Errorf("publish: --http DIR writes a directory, not %s: give one or the other", args[1]))
+	}
+	if _, err := os.Stat(filepath.Join(args[0], output.SumsFile)); err != nil {
+		return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s is not a build output: %w", args[0], err))
+	}
+	files, err := mirror.Publish(cmd.Context(), args[0], dir)
+	var me *mirror.MismatchError
+	if errors.As(err, &me) {
+		return exitcode.Tag(exitcode.Integrity, err)
+	}
+	if err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if asJSON {
+		j := publishHTTPJSON{Dir: dir, Files: []publishHTTPFileJSON{}}
+		for _, f := range files {
+			j.Files = append(j.Files, publishHTTPFileJSON{File: f.File, Path: mirror.Path(f.SHA256), SHA256: f.SHA256, Size: f.Size, Copied: f.Copied})
+		}
+		return writeJSON(w, j)
+	}
+	copied := 0
+	for _, f := range files {
+		state := "already there"
+		if f.Copied {
+			state, copied = "copied", copied+1
+		}
+		fmt.Fprintf(w, "%s  %s (%s)\n", mirror.Path(f.SHA256), f.File, state)
+	}
+	fmt.Fprintf(w, "%s: %d files, %d copied; serve them with peerboot serve --files-url URL-OF-%s\n", dir, len(files), copied, dir)
+	return nil
 }
 
 func pullCmd() *cobra.Command {

@@ -40,6 +40,7 @@ type serveFlags struct {
 	ekCA                                          string
 	operatorToken                                 string
 	enroll                                        time.Duration
+	filesURL                                      string
 }
 
 func serveCmd() *cobra.Command {
@@ -91,6 +92,12 @@ with attested reports.
 TFTP a first-stage iPXE; --proxy-dhcp IFACE answers PXE clients only, on IFACE, for
 networks whose DHCP server cannot be changed. Both are off by default.
 
+--files-url URL sends nodes to an HTTP mirror, object store or CDN for the kernel and
+initrd (peerboot publish --http DIR writes its layout, sha256/<hex>), while scripts,
+reports and rollouts stay here: serve fetches and hashes each file there once before
+the first node is sent for it and boots nodes from its own copy while the mirror's is
+missing or altered; the script names the initrd's sha256, which the node's init checks.
+
 --demo serves out/default (make image builds it) on 127.0.0.1:8080 with a throwaway
 database holding two example nodes (8-GPU and 4-GPU fixture reports). Before anything
 is built it serves the fleet pages alone: a build named "demo" with no boot files.`,
@@ -129,6 +136,7 @@ is built it serves the fleet pages alone: a build named "demo" with no boot file
 	fl.StringVar(&f.operatorToken, "operator-token", "", "file of the operator token that authorises rollout writes, created 0600 if missing (default OUT/operator.token, or $PEERBOOT_OPERATOR_TOKEN_FILE)")
 	fl.DurationVar(&f.enroll, "enroll", 0, "open an AK enrollment window for every node for this long from start (the first AK a node quotes with is recorded only inside a window: peerboot rollout enroll)")
 	fl.StringVar(&f.ekCA, "ek-ca", "", "PEM bundle of TPM EK CA certificates: attested reports must carry an EK certificate chaining to it")
+	fl.StringVar(&f.filesURL, "files-url", "", "HTTP mirror holding the builds' files as sha256/<hex> (peerboot publish --http DIR): boot scripts fetch the kernel and initrd there, checked by sha256")
 	fl.StringVar(&f.proxyDHCP, "proxy-dhcp", "", "answer PXE clients on this interface as a ProxyDHCP (the site's DHCP server keeps giving addresses)")
 	return cmd
 }
@@ -207,6 +215,7 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 		SourceRateEvery: f.sourceRate, SourceBurst: f.sourceBurst,
 		Retention: netboot.Retention{ReportsPerNode: f.keepReports, ReportBytes: keepBytes, UnreportedNodes: f.keepUnreported},
 		Limits:    netboot.Limits{MaxConns: f.maxConns, BodyTimeout: f.bodyTimeout, WriteIdle: f.writeIdle}}
+	opt.FilesURL = f.filesURL
 	opt.PredictPCR11 = predictPCR11
 	if f.enroll < 0 {
 		return usage(errors.New("--enroll: want a duration such as 1h"))
@@ -320,6 +329,9 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 		fmt.Fprintf(stdout, "  operator:   %s (0600%s; peerboot rollout --operator-token %s)\n", opFile, made, opFile)
 	}
 	fmt.Fprintf(stdout, "  iPXE:       chain %s/boot.ipxe?mac=${net0/mac}\n", base)
+	if f.filesURL != "" {
+		fmt.Fprintf(stdout, "  boot files: %s (kernel and initrd, each hashed there before the first node is sent)\n", f.filesURL)
+	}
 	fmt.Fprintf(stdout, "  UEFI HTTP:  %s/uefi/boot.efi\n", base)
 	if f.demo {
 		b := builds.All()[0]

@@ -3,6 +3,7 @@ package selftest
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -52,4 +53,39 @@ func (r *Report) GPUModel(i int) string {
 		return strings.TrimPrefix(n, "GeForce ")
 	}
 	return strings.TrimPrefix(g.Vendor, "0x") + ":" + dev
+}
+
+// p2pChips are the PCI device id blocks of the three chips peerboot's P2P series
+// changes, from the "Compatible GPUs" table of NVIDIA's open-gpu-kernel-modules
+// README.md (595.45.04): GA102 0x2203-0x2238 (RTX 3080..3090 Ti, RTX A4500..A6000,
+// A10/A40), AD102 0x2684-0x26BA (RTX 4090, 4090 D, RTX 6000 Ada, L40/L40S, L20), GB202
+// 0x2B85-0x2BB9 (RTX 5090, 5090 D, RTX PRO 5000/6000 Blackwell). Each block is rounded
+// out to 0x40-aligned bounds; no id of another chip in that table falls inside one.
+var p2pChips = []struct {
+	lo, hi uint64
+	chip   string
+}{
+	{0x2200, 0x223f, "GA102"},
+	{0x2680, 0x26bf, "AD102"},
+	{0x2b80, 0x2bbf, "GB202"},
+}
+
+// P2PChip is GPU i's chip when it is one peerboot's P2P series changes (GA102, AD102,
+// GB202: the chips whose GPUs the series' nvidia.ko names in a "peerboot-p2p:
+// bar1-mode" kernel line), from its PCI vendor and device id; "" for any other GPU.
+func (r *Report) P2PChip(i int) string {
+	g := &r.GPUs[i]
+	if !strings.EqualFold(strings.TrimPrefix(g.Vendor, "0x"), "10de") {
+		return ""
+	}
+	dev, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(g.Device), "0x"), 16, 16)
+	if err != nil {
+		return ""
+	}
+	for _, c := range p2pChips {
+		if dev >= c.lo && dev <= c.hi {
+			return c.chip
+		}
+	}
+	return ""
 }

@@ -104,19 +104,22 @@ func TestLibraryFile(t *testing.T) {
 }
 
 // PEERBOOT_WRITE_KO_FIXTURE=1 go test ./selftest -run TestWriteKoFixture writes cmd/p2pcheck's FAKE
-// nvidia.ko fixture (modinfo version 550.54.15).
+// nvidia.ko fixtures: modinfo version 550.54.15 (another version than the recipes') and
+// 550.163.01 (the 550 recipes' version, as a stock build of it has).
 func TestWriteKoFixture(t *testing.T) {
-	if os.Getenv("PEERBOOT_WRITE_KO_FIXTURE") == "" {
-		// Check the committed fixture still reads back instead of rewriting it.
-		info, err := KoModinfo(filepath.Join("..", "cmd", "p2pcheck", "testdata", "nvidia-550.54.15.ko"))
-		if err != nil || info["version"] != "550.54.15" {
-			t.Fatalf("fixture: %v %v", info, err)
+	for _, v := range []string{"550.54.15", "550.163.01"} {
+		path := filepath.Join("..", "cmd", "p2pcheck", "testdata", "nvidia-"+v+".ko")
+		if os.Getenv("PEERBOOT_WRITE_KO_FIXTURE") == "" {
+			// Check the committed fixture still reads back instead of rewriting it.
+			info, err := KoModinfo(path)
+			if err != nil || info["version"] != v {
+				t.Fatalf("fixture %s: %v %v", path, info, err)
+			}
+			continue
 		}
-		return
-	}
-	p := writeKo(t, t.TempDir(), "nvidia", "550.54.15")
-	b, _ := os.ReadFile(p)
-	if err := os.WriteFile(filepath.Join("..", "cmd", "p2pcheck", "testdata", "nvidia-550.54.15.ko"), b, 0o644); err != nil {
-		t.Fatal(err)
+		b, _ := os.ReadFile(writeKo(t, t.TempDir(), "nvidia", v))
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

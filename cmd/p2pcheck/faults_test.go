@@ -42,6 +42,30 @@ type faultCase struct {
 	bootVGA int
 	// modResult is the init's outcome for nvidia [loaded].
 	modResult string
+	// stockDriver leaves out the mode lines the patched driver logged at boot (the
+	// kernel log's backlog): the box runs an nvidia.ko without peerboot's series.
+	stockDriver bool
+}
+
+// modeLine is the line peerboot's series logs for GPU i at BAR1 setup
+// (driver/patches/README.md, "The mode line"), with the /dev/kmsg prefix of record seq.
+func modeLine(seq, i int, bdf, mode, why string) string {
+	return fmt.Sprintf("6,%d,%d,-;NVRM: peerboot-p2p: bar1-mode gpu=%d pci=%s chip=AD102 bar1_mib=32768 fb_mib=49140 mode=%s why=%s", seq, 4000000+seq, i, bdf, mode, why)
+}
+
+// bootModeLines are the mode lines a patched driver logged before the self-test ran
+// (the init loaded it, the GPUs were set up): static where BAR1 holds the memory, else
+// dynamic, as driver/patches/README.md's decision table says for an AD102.
+func bootModeLines(pre *pcie.Result, vram int64) string {
+	var b strings.Builder
+	for i, g := range pre.GPUs {
+		mode, why := "dynamic", "bar1-below-fb"
+		if g.BAR1Bytes >= vram {
+			mode, why = "static", "auto"
+		}
+		b.WriteString(modeLine(100+i, i, g.BDF, mode, why) + "\n")
+	}
+	return b.String()
 }
 
 func faultCases() []faultCase {
@@ -430,7 +454,11 @@ func runFault(t *testing.T, tc faultCase) (*selftest.Report, int) {
 		tc.mutate(t, s, pre)
 	}
 	kmsgPath := filepath.Join(t.TempDir(), "kmsg")
-	if err := os.WriteFile(kmsgPath, []byte("6,1,1,-;boot noise before the run: NVRM: Xid (PCI:0000:01:00): 13, ignored\n"), 0o644); err != nil {
+	backlog := "6,1,1,-;boot noise before the run: NVRM: Xid (PCI:0000:01:00): 13, ignored\n"
+	if !tc.stockDriver {
+		backlog += bootModeLines(pre, vram48G)
+	}
+	if err := os.WriteFile(kmsgPath, []byte(backlog), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	args := append([]string{
@@ -460,7 +488,7 @@ func peerMemCases() []faultCase {
 		var out []string
 		for i, g := range pre.GPUs {
 			why := map[string]string{"static": "forced", "dynamic": "bar1-below-fb", "none": "small-bar1"}[modes[i]]
-			out = append(out, fmt.Sprintf("6,%d,%d,-;NVRM: peerboot-p2p: bar1-mode gpu=%d pci=%s chip=AD102 bar1_mib=32768 fb_mib=49140 mode=%s why=%s", 900+i, 4000000+i, i, g.BDF, modes[i], why))
+			out = append(out, modeLine(900+i, i, g.BDF, modes[i], why))
 		}
 		return out
 	}
@@ -581,6 +609,36 @@ func peerMemCases() []faultCase {
 				s.Kmsg = modeLines(pre, "dynamic", "none", "dynamic", "dynamic")
 			},
 			want: []string{"fail p2p.mode_none"}, msg: []string{"GPU1 (0000:21:00.0): the driver set up no BAR1 P2P (mode none, small-bar1)"},
+		},
+		{
+			// The image carries peerboot's 550 series, the box ran a stock nvidia.ko of the
+			// same version: everything else answers as on a patched box (an NVML that says
+			// OK, peer copies that work: a box whose BIOS and board allow P2P), but no GPU
+			// has a mode line, and the verdict must say so with the version that ran.
+			name: "stock-driver-no-mode-lines", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", stockDriver: true, ko: "550.163.01",
+			want: []string{"fail p2p.mode_missing"},
+			msg:  []string{"no peerboot-p2p mode line for GPU0 (0000:01:00.0) AD102, GPU1 (0000:21:00.0) AD102, GPU2 (0000:41:00.0) AD102, GPU3 (0000:61:00.0) AD102: the image's nvidia.ko (driver 550.163.01 with peerboot's P2P series, driver.p2p = dynamic-bar1)"},
+			check: func(t *testing.T, r *selftest.Report) {
+				for _, f := range r.Findings {
+					if f.ID == "p2p.mode_missing" && (!strings.Contains(f.Evidence, "version=550.163.01") || !strings.Contains(f.Hint, "stock (unpatched)")) {
+						t.Errorf("the finding does not name the driver that ran or what to do: %+v", f)
+					}
+				}
+				for i, g := range r.GPUs {
+					if g.P2PMode != "" {
+						t.Errorf("GPU%d has mode %q from a driver that logged none", i, g.P2PMode)
+					}
+				}
+			},
+		},
+		{
+			// One GPU's line is gone (a ring buffer that overflowed): the finding says the
+			// log lost it rather than blaming the driver.
+			name: "mode-line-lost-one-gpu", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml", stockDriver: true,
+			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
+				s.Kmsg = modeLines(pre, "dynamic", "dynamic", "dynamic", "dynamic")[1:]
+			},
+			want: []string{"fail p2p.mode_missing"}, msg: []string{"no peerboot-p2p mode line for GPU0 (0000:01:00.0) AD102, though 3 other GPU(s) have one"},
 		},
 	}
 }

@@ -20,6 +20,11 @@ type Expect struct {
 	DriverVersion string                       // driver.version
 	P2P           string                       // driver.p2p: off, static-bar1, dynamic-bar1; "" unknown
 	DriverParams  map[string]map[string]string // driver.params
+	// ModeLineChips are the chips (selftest.Report.P2PChip) whose GPUs the image's
+	// nvidia.ko names in a "peerboot-p2p: bar1-mode" kernel line at BAR1 setup: the
+	// chips peerboot's P2P series for driver.version covers; nil when the image's
+	// driver logs none (p2p off, a recipe's own patches, a branch without the series).
+	ModeLineChips []string
 
 	RequireP2P   bool                 // selftest.require_p2p
 	NoVerify     bool                 // selftest.verify = false: copies are not checked

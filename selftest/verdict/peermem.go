@@ -2,6 +2,7 @@ package verdict
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/peerboot/peerboot/selftest"
@@ -13,6 +14,7 @@ import (
 // P2P (mode none) fails where the recipe wants P2P, naming the driver's reason.
 func (j *judge) p2pModes() {
 	r := j.r
+	j.modeLinesMissing()
 	for i, g := range r.GPUs {
 		if g.P2PMode == selftest.P2PModeNone && j.p2pWanted() && len(r.GPUs) > 1 {
 			j.add(selftest.SevFail, "p2p.mode_none", fmt.Sprintf("GPU%d", i),
@@ -32,6 +34,63 @@ func (j *judge) p2pModes() {
 				"the driver decides the mode per GPU from its BAR1 and memory sizes (driver/patches/README.md's decision table): give the box cards of one model with the same BAR1 (BIOS Resizable BAR on for every slot), or keep these two out of one job")
 		}
 	}
+}
+
+// modeLinesMissing fails a box whose image carries peerboot's P2P series when a GPU of
+// a chip the series covers, which the driver answered for (NVML or CUDA knows it, so
+// RM set up its BAR1), has no mode line: the series' nvidia.ko writes one for every
+// such GPU, so a GPU without one runs another driver, a stock nvidia.ko (a distribution
+// or DKMS package over the image's, another image), or the kernel log lost the line.
+// One finding for the box: a wrong driver is one fault, however many GPUs show it.
+func (j *judge) modeLinesMissing() {
+	if j.e == nil || len(j.e.ModeLineChips) == 0 {
+		return
+	}
+	r := j.r
+	var missing []string
+	logged := 0
+	for i, g := range r.GPUs {
+		if g.P2PMode != "" {
+			logged++
+			continue
+		}
+		if (g.NVML != nil || g.CUDA != nil) && slices.Contains(j.e.ModeLineChips, r.P2PChip(i)) {
+			missing = append(missing, j.gpuLabel(i)+" "+r.P2PChip(i))
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	msg := fmt.Sprintf("no peerboot-p2p mode line for %s: the image's nvidia.ko (driver %s with peerboot's P2P series, driver.p2p = %s) logs one for every %s GPU when it sets up BAR1, so the driver that ran is not the image's",
+		strings.Join(missing, ", "), j.e.DriverVersion, j.e.P2P, strings.Join(j.e.ModeLineChips, "/"))
+	hint := "a stock (unpatched) nvidia driver has no BAR1 P2P: boot the image built from this recipe (peerboot build; check the stick or PXE server holds that build), and that nothing loaded another nvidia.ko first (a distribution or DKMS nvidia package on a disk the box booted, a module loaded before the init's); the evidence names the version that ran"
+	if logged > 0 {
+		msg = fmt.Sprintf("no peerboot-p2p mode line for %s, though %d other GPU(s) have one: the image's nvidia.ko (driver %s with peerboot's P2P series) logs one for every %s GPU when it sets up BAR1",
+			strings.Join(missing, ", "), logged, j.e.DriverVersion, strings.Join(j.e.ModeLineChips, "/"))
+		hint = "one driver served every GPU, so the kernel log most likely lost these lines (a full ring buffer): look for 'peerboot-p2p: bar1-mode' in dmesg, reboot and run the self-test again; if they stay missing, report it with this JSON"
+	}
+	j.add(selftest.SevFail, "p2p.mode_missing", "nvidia", msg, j.loadedDriver(), hint)
+}
+
+// loadedDriver says which nvidia.ko ran, from what the report has: its modinfo version
+// and file, the running module's sysfs version, NVML's driver version.
+func (j *judge) loadedDriver() string {
+	var parts []string
+	if m := findModule(j.r.Modules, "nvidia"); m != nil {
+		if m.KoVersion != "" {
+			parts = append(parts, "modinfo "+orDefault(m.File, "nvidia.ko")+": version="+m.KoVersion)
+		} else if m.File != "" {
+			parts = append(parts, "nvidia.ko file "+m.File)
+		}
+		if m.Version != "" {
+			parts = append(parts, "/sys/module/nvidia/version="+m.Version)
+		}
+	}
+	if v := j.r.NVML.DriverVersion; v != "" {
+		parts = append(parts, "NVML driver "+v)
+	}
+	parts = append(parts, "recipe driver.version="+j.e.DriverVersion)
+	return strings.Join(parts, "; ")
 }
 
 func noneHint(why string) string {

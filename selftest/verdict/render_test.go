@@ -71,6 +71,21 @@ func TestRenderGolden(t *testing.T) {
 			e.P2P, e.RequireP2P = P2POff, false
 			return r, e
 		}},
+		// The image has peerboot's 550 series; the box ran a stock nvidia.ko of the same
+		// version (p2p.mode_missing names it), which also leaves every pair CNS.
+		{"stock-driver-patched-image-2", func() (*selftest.Report, *Expect) {
+			r := healthyReport(2)
+			setP2P(r, "CNS")
+			no := false
+			r.Pairs[0].CanAccessPeer = &no
+			r.Copies = r.Copies[:2]
+			r.HighMem = []selftest.HighMem{}
+			setVia(r, 0, 1, "SHM/direct/direct")
+			r.Modules[0].File, r.Modules[0].KoVersion = "updates/dkms/nvidia.ko", testDriver
+			e := FromRecipe(healthyRecipe(2))
+			e.ModeLineChips = []string{"AD102"}
+			return r, e
+		}},
 		{"nccl-stall-static-bar1", func() (*selftest.Report, *Expect) {
 			r := healthyReport(4)
 			e := FromRecipe(healthyRecipe(4))

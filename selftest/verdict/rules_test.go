@@ -3,11 +3,15 @@ package verdict
 import (
 	"math"
 	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/selftest/kmsg"
 )
 
 func TestHealthyReportsPass(t *testing.T) {
@@ -36,6 +40,96 @@ func TestExpectFrom(t *testing.T) {
 	}
 	if FromRecipe(nil) != nil {
 		t.Error("FromRecipe(nil) is not nil")
+	}
+	if e.ModeLineChips != nil {
+		t.Errorf("a recipe without peerboot's series expects mode lines for %v", e.ModeLineChips)
+	}
+}
+
+// modeLineChips: which GPUs the image's driver names in a mode line, by recipe.
+func TestModeLineChips(t *testing.T) {
+	series := []string{"0001-nv-reg-resize-bar1-by-default.patch", "0002-rm-static-bar1-p2p.patch"}
+	for _, tt := range []struct {
+		name string
+		d    recipe.Driver
+		want []string
+	}{
+		{"550 series", recipe.Driver{Version: "550.163.01", P2P: P2PDynamicBAR1, Patches: series}, []string{"AD102"}},
+		{"580 series", recipe.Driver{Version: "580.142", P2P: P2PStaticBAR1, Patches: series}, []string{"GA102", "AD102", "GB202"}},
+		{"595 series", recipe.Driver{Version: "595.45.04", P2P: P2PDynamicBAR1, Patches: series}, []string{"GA102", "AD102", "GB202"}},
+		{"p2p off", recipe.Driver{Version: "595.45.04", P2P: P2POff, Patches: series}, nil},
+		{"p2p unset", recipe.Driver{Version: "595.45.04", Patches: series}, nil},
+		{"own patches only", recipe.Driver{Version: "595.45.04", P2P: P2PDynamicBAR1, Patches: []string{"./p2p/0001-fork.patch"}}, nil},
+		{"no patches", recipe.Driver{Version: "595.45.04", P2P: P2PStaticBAR1}, nil},
+		{"535 has no series", recipe.Driver{Version: "535.261.03", P2P: P2PStaticBAR1, Patches: series}, nil},
+		{"no version", recipe.Driver{P2P: P2PStaticBAR1, Patches: series}, nil},
+	} {
+		if got := modeLineChips(tt.d); !slices.Equal(got, tt.want) {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// The chips modeLineChips assumes per branch are the chips each series' patches log
+// for: the IsGA102/IsAD102/IsGB202 tests on the lines the series adds, in every
+// driver/patches/<version>/ whose patches write the mode line (and none where no patch
+// does), and every recipe in recipes/ with a P2P driver expects the lines.
+func TestModeLineChipsMatchSeries(t *testing.T) {
+	dirs, err := os.ReadDir("../../driver/patches")
+	if err != nil {
+		t.Fatal(err)
+	}
+	isChip := regexp.MustCompile(`Is(GA102|AD102|GB202)\(pGpu\)`)
+	seen := 0
+	for _, d := range dirs {
+		if !d.IsDir() {
+			continue
+		}
+		files, _ := filepath.Glob(filepath.Join("../../driver/patches", d.Name(), "*.patch"))
+		var added strings.Builder
+		for _, f := range files {
+			for _, l := range strings.Split(readFile(t, f), "\n") {
+				if strings.HasPrefix(l, "+") && !strings.HasPrefix(l, "+++") {
+					added.WriteString(l + "\n")
+				}
+			}
+		}
+		var want []string
+		if strings.Contains(added.String(), kmsg.P2PTag) {
+			for _, c := range []string{"GA102", "AD102", "GB202"} {
+				for _, m := range isChip.FindAllStringSubmatch(added.String(), -1) {
+					if m[1] == c {
+						want = append(want, c)
+						break
+					}
+				}
+			}
+			seen++
+		}
+		got := modeLineChips(recipe.Driver{Version: d.Name(), P2P: P2PDynamicBAR1, Patches: []string{filepath.Base(files[0])}})
+		if !slices.Equal(got, want) {
+			t.Errorf("driver/patches/%s: the series logs mode lines for %v, modeLineChips says %v", d.Name(), want, got)
+		}
+	}
+	if seen < 3 {
+		t.Errorf("%d series write the mode line, want the 550, 580 and 595 ones", seen)
+	}
+	recipes, _ := filepath.Glob("../../recipes/*.toml")
+	p2p := 0
+	for _, p := range recipes {
+		res, err := recipe.Load(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rc := &res.Recipe; rc.Driver.P2P != P2POff {
+			p2p++
+			if len(FromRecipe(rc).ModeLineChips) == 0 {
+				t.Errorf("%s: driver.p2p = %s, but the self-test expects no mode line from its driver", p, rc.Driver.P2P)
+			}
+		}
+	}
+	if p2p < 4 {
+		t.Errorf("%d recipes in recipes/ with a P2P driver, want the 4 platform recipes", p2p)
 	}
 }
 
@@ -330,6 +424,18 @@ var faultRows = []faultRow{
 	{name: "GPU without BAR1 P2P", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.GPUs[1].P2PMode, r.GPUs[1].P2PModeLine = selftest.P2PModeNone, "NVRM: peerboot-p2p: bar1-mode gpu=1 pci="+r.GPUs[1].BDF+" mode=none why=small-bar1"
 	}, id: "p2p.mode_none", status: selftest.SevFail, msg: "the driver set up no BAR1 P2P (mode none, small-bar1)", hint: "Resizable BAR"},
+	// p2p.mode_missing: the image carries peerboot's 550 series (AD102 lines); the box ran
+	// a stock nvidia.ko of the same version (a DKMS build, say), which logs none.
+	{name: "stock driver on a patched image", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		e.ModeLineChips = []string{"AD102"}
+		r.Modules[0].File, r.Modules[0].KoVersion = "updates/dkms/nvidia.ko", testDriver
+	}, id: "p2p.mode_missing", status: selftest.SevFail, msg: "no peerboot-p2p mode line for GPU0 (0000:01:00.0) AD102, GPU1 (0000:02:00.0) AD102: the image's nvidia.ko (driver " + testDriver + " with peerboot's P2P series, driver.p2p = dynamic-bar1)", hint: "stock (unpatched) nvidia driver"},
+	{name: "mode line lost for one GPU", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
+		e.ModeLineChips = []string{"GA102", "AD102", "GB202"}
+		for i := range 3 {
+			r.GPUs[i].P2PMode, r.GPUs[i].P2PModeLine = selftest.P2PModeDynamic, "NVRM: peerboot-p2p: bar1-mode gpu=0 pci="+r.GPUs[i].BDF+" mode=dynamic why=bar1-below-fb"
+		}
+	}, id: "p2p.mode_missing", status: selftest.SevFail, msg: "AD102, though 3 other GPU(s) have one", hint: "kernel log most likely lost these lines"},
 }
 
 // Two H200s bridged by NVLink measured 394 GB/s per direction on a Gen5 x16 PCIe path

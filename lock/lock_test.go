@@ -381,3 +381,90 @@ only = ["libnccl2"]`, 1)
 		t.Errorf("userspace URLs %q", got)
 	}
 }
+
+// A re-lock keeps the previous lock's pin of a version-range request while it still
+// meets the range and the indexes still carry it, as apt keeps an installed package;
+// anything else (no previous lock, a raised range, a pin gone from the archive, a pin
+// whose dependencies cannot be met any more, an exact request) resolves as Pin does.
+func TestPinKeepingKeepsARangePin(t *testing.T) {
+	withNewer := func() []*apt.Index {
+		ix := suites()
+		ix[1].Packages = append(ix[1].Packages, pkg("libnccl2", "2.30.1-1", "libc6 (>= 2.38)"))
+		ix[1].Packages[len(ix[1].Packages)-1].Repo = "sid"
+		return ix
+	}
+	prevAt := func(ver string) *File {
+		return &File{Debs: []Deb{{Package: "libnccl2", Version: ver, Role: RoleUserspace, Repo: "sid"},
+			{Package: "libcudart12", Version: "12.4.127~12.4.1-2", Role: RoleUserspace, Repo: "trixie"}}}
+	}
+	for _, tt := range []struct {
+		name    string
+		recipe  string // replaces "libnccl2 >= 2.25.1" in twoSuiteRecipe ("" keeps it)
+		prev    *File
+		indexes func() []*apt.Index
+		want    string // the libnccl2 pin
+		kept    string // "version newest" of the one Kept, "" for none
+	}{
+		{name: "no previous lock takes the newest", indexes: withNewer, want: "2.30.1-1"},
+		{name: "the pin still meets the range", prev: prevAt("2.29.7-1-1"), indexes: withNewer, want: "2.29.7-1-1", kept: "2.29.7-1-1 2.30.1-1"},
+		{name: "the pin is already the newest", prev: prevAt("2.29.7-1-1"), indexes: suites, want: "2.29.7-1-1", kept: "2.29.7-1-1 "},
+		{name: "a raised range moves the pin", recipe: "libnccl2 >= 2.30", prev: prevAt("2.29.7-1-1"), indexes: withNewer, want: "2.30.1-1"},
+		{name: "an upper bound the pin now breaks", recipe: "libnccl2 << 2.29", prev: prevAt("2.29.7-1-1"), indexes: withNewer, want: "2.22.3-1-1"},
+		{name: "the pin left the archive", prev: prevAt("2.28.3-1-1"), indexes: withNewer, want: "2.30.1-1"},
+		{name: "the pin's dependency left the archive", prev: prevAt("2.29.7-1-1"), indexes: func() []*apt.Index {
+			ix := withNewer()
+			for i, p := range ix[1].Packages {
+				if p.Version == "2.29.7-1-1" {
+					ix[1].Packages[i].Depends = "libnccl-gone (>= 1)"
+				}
+			}
+			return ix
+		}, want: "2.30.1-1"},
+		{name: "an exact request is not a range", recipe: "libnccl2=2.30.1-1", prev: prevAt("2.29.7-1-1"), indexes: withNewer, want: "2.30.1-1"},
+		{name: "a plain name takes the newest", recipe: "libnccl2", prev: prevAt("2.29.7-1-1"), indexes: withNewer, want: "2.30.1-1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			text := twoSuiteRecipe
+			if tt.recipe != "" {
+				text = strings.Replace(text, `"libnccl2 >= 2.25.1"`, `"`+tt.recipe+`"`, 1)
+			}
+			f, kept, err := PinKeeping(loadRecipe(t, text), tt.indexes(), tt.prev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := ""
+			for _, d := range f.Debs {
+				if d.Package == "libnccl2" {
+					got = d.Version
+				}
+			}
+			if got != tt.want {
+				t.Errorf("libnccl2 pinned at %s, want %s", got, tt.want)
+			}
+			var k []string
+			for _, x := range kept {
+				k = append(k, x.Version+" "+x.Newest)
+				if x.Request.Name != "libnccl2" || x.Request.Op == "=" {
+					t.Errorf("kept %+v: not the recipe's range request", x)
+				}
+			}
+			if strings.Join(k, ",") != tt.kept {
+				t.Errorf("kept %q, want %q", strings.Join(k, ","), tt.kept)
+			}
+			// Keeping never makes a lock Pin could not have made from these indexes and
+			// a recipe asking for that version exactly.
+			if tt.kept != "" {
+				exact, err := Pin(loadRecipe(t, strings.Replace(text, `"libnccl2 >= 2.25.1"`, `"libnccl2=`+tt.want+`"`, 1)), tt.indexes())
+				if err != nil || !bytes.Equal(dropDigest(exact).Encode(), dropDigest(f).Encode()) {
+					t.Errorf("the kept lock differs from pinning %s exactly (%v)", tt.want, err)
+				}
+			}
+		})
+	}
+}
+
+func dropDigest(f *File) *File {
+	c := *f
+	c.InputsDigest = ""
+	return &c
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -20,6 +21,11 @@ type Resolver struct {
 	AptDir string // where the machine's apt sources live, for mirror = "system"
 	// Log, if set, receives one line per repository loaded, and the warnings.
 	Log func(format string, args ...any)
+	// Keep is the lock being replaced, nil for none: its pins of the recipe's
+	// version-range requests ("libnccl2 >= 2.25.1") stay while they still meet the
+	// range and are still in the indexes (PinKeeping), so a re-lock does not move a
+	// library only because the archive gained a newer one.
+	Keep *File
 }
 
 // AptRepo turns a recipe repository into one apt can load, finding the mirror.
@@ -61,9 +67,19 @@ func (rs *Resolver) Resolve(ctx context.Context, r *recipe.Resolved) (*File, err
 		}
 		indexes = append(indexes, idx)
 	}
-	f, err := Pin(r, indexes)
+	f, kept, err := PinKeeping(r, indexes, rs.Keep)
 	if err != nil {
 		return nil, &PinError{err}
+	}
+	for _, k := range kept {
+		if rs.Log == nil {
+			break
+		}
+		newer := ""
+		if k.Newest != "" {
+			newer = "; " + k.Newest + " is newer (lock --upgrade takes it)"
+		}
+		rs.Log("keeping %s %s, the lock's pin, which still meets %q%s", k.Request.Name, k.Version, k.Request.String(), newer)
 	}
 	for _, idx := range indexes {
 		x := IndexPin{Repo: idx.Repo.Name, Suite: idx.Repo.Suite, Date: idx.Date.UTC().Format(time.RFC3339),
@@ -127,9 +143,30 @@ func (e *PinError) Unwrap() error { return e.Err }
 // Pin resolves the recipe against loaded indexes; it does no I/O, so tests drive it
 // with fixture indexes.
 func Pin(r *recipe.Resolved, indexes []*apt.Index) (*File, error) {
+	f, _, err := PinKeeping(r, indexes, nil)
+	return f, err
+}
+
+// Kept is a version-range request that a re-lock answered with the previous lock's
+// pin rather than the newest version meeting it.
+type Kept struct {
+	Request apt.Request // as the recipe wrote it: libnccl2 >= 2.25.1
+	Version string      // the pin kept
+	Newest  string      // the newest version meeting the request, when newer than Version
+}
+
+// PinKeeping is Pin that keeps prev's pins (nil: none) where apt would keep an
+// installed package: a userspace request with a version range (>=, <=, >>, <<) whose
+// package prev pins at a version that still meets the range and that the indexes
+// (after `only`) still carry stays at that version, although a newer one meets the
+// range too. Exact requests, plain names, dependencies and source packages are
+// resolved as Pin does. When the kept versions cannot be resolved together any more
+// (a dependency of one is gone), the range requests take the newest again and
+// nothing is reported kept.
+func PinKeeping(r *recipe.Resolved, indexes []*apt.Index, prev *File) (*File, []Kept, error) {
 	indexes, err := onlyListed(r, indexes)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	f := &File{Recipe: r.Name, InputsDigest: InputsDigest(&r.Recipe)}
 	for _, s := range []struct {
@@ -141,7 +178,7 @@ func Pin(r *recipe.Resolved, indexes []*apt.Index) (*File, error) {
 		}
 		p, err := Find(indexes, apt.Request{Name: s.src.Deb, Version: s.src.Version}, r.Repos[0].Architecture)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", s.role, err)
+			return nil, nil, fmt.Errorf("%s: %w", s.role, err)
 		}
 		f.Debs = append(f.Debs, debOf(p, s.role, nil))
 	}
@@ -149,7 +186,7 @@ func Pin(r *recipe.Resolved, indexes []*apt.Index) (*File, error) {
 	for _, p := range r.Userspace.Packages {
 		req, err := apt.ParseRequest(p)
 		if err != nil {
-			return nil, fmt.Errorf("userspace: %w", err) // recipe.Load refuses these first
+			return nil, nil, fmt.Errorf("userspace: %w", err) // recipe.Load refuses these first
 		}
 		reqs = append(reqs, req)
 	}
@@ -157,10 +194,18 @@ func Pin(r *recipe.Resolved, indexes []*apt.Index) (*File, error) {
 	for _, e := range r.Userspace.Exclude {
 		exclude[e.Package] = true
 	}
+	var kept []Kept
 	if len(reqs) > 0 {
-		closure, err := apt.Resolve(indexes, reqs, exclude, r.Repos[0].Architecture)
+		arch := r.Repos[0].Architecture
+		keptReqs, k := keepRequests(reqs, prev, indexes, arch)
+		closure, err := apt.Resolve(indexes, keptReqs, exclude, arch)
+		kept = k
+		if err != nil && len(k) > 0 {
+			closure, err = apt.Resolve(indexes, reqs, exclude, arch)
+			kept = nil
+		}
 		if err != nil {
-			return nil, fmt.Errorf("userspace: %w", err)
+			return nil, nil, fmt.Errorf("userspace: %w", err)
 		}
 		for _, p := range closure {
 			f.Debs = append(f.Debs, debOf(p.Package, RoleUserspace, p.RequiredBy))
@@ -175,7 +220,59 @@ func Pin(r *recipe.Resolved, indexes []*apt.Index) (*File, error) {
 		}
 		return f.Debs[i].Package < f.Debs[j].Package
 	})
-	return f, nil
+	return f, kept, nil
+}
+
+// keepRequests turns each version-range request that prev pins at a version still
+// meeting it, and still in indexes, into an exact request for that version.
+func keepRequests(reqs []apt.Request, prev *File, indexes []*apt.Index, arch string) ([]apt.Request, []Kept) {
+	if prev == nil {
+		return reqs, nil
+	}
+	out := slices.Clone(reqs)
+	var kept []Kept
+	for i, q := range reqs {
+		if q.Version == "" || q.Op == "" || q.Op == "=" {
+			continue
+		}
+		at := slices.IndexFunc(prev.Debs, func(d Deb) bool { return d.Role == RoleUserspace && d.Package == q.Name })
+		if at < 0 || !meets(prev.Debs[at].Version, q.Op, q.Version) {
+			continue
+		}
+		pinned, newest, carried := prev.Debs[at].Version, "", false
+		for _, idx := range indexes {
+			for _, p := range idx.Packages {
+				if p.Name != q.Name || (p.Architecture != arch && p.Architecture != "all") || !meets(p.Version, q.Op, q.Version) {
+					continue
+				}
+				carried = carried || p.Version == pinned
+				if compareVersions(p.Version, pinned) > 0 && (newest == "" || compareVersions(p.Version, newest) > 0) {
+					newest = p.Version
+				}
+			}
+		}
+		if carried {
+			out[i] = apt.Request{Name: q.Name, Op: "=", Version: pinned}
+			kept = append(kept, Kept{Request: q, Version: pinned, Newest: newest})
+		}
+	}
+	return out, kept
+}
+
+// meets says whether version have stands in Debian relation op to want.
+func meets(have, op, want string) bool {
+	c := compareVersions(have, want)
+	switch op {
+	case ">=":
+		return c >= 0
+	case "<=":
+		return c <= 0
+	case ">>":
+		return c > 0
+	case "<<":
+		return c < 0
+	}
+	return c == 0
 }
 
 func roleOrder(role string) int {

@@ -114,7 +114,7 @@ const (
 // and, for driver branches Debian does not ship, NVIDIA's installer to take the
 // driver's own userspace from.
 type Userspace struct {
-	Packages []string  `toml:"packages"` // "name", "name=version" or "name >= version" (also <=, >>, <<: the newest version meeting it across the repos); their dependency closure goes into the image; needs a [[repo]]
+	Packages []string  `toml:"packages"` // "name", "name=version" or "name >= version" (also <=, >>, <<: the newest version meeting it across the repos, or the lock's pin while it still meets it); their dependency closure goes into the image; needs a [[repo]]
 	Exclude  []Exclude `toml:"exclude"`  // packages dropped from the closure
 	// Installer is NVIDIA's NVIDIA-Linux-x86_64-<driver.version>.run, unpacked in
 	// Go (never run) for libcuda, libnvidia-ml, the PTX JIT compiler, nvidia-smi and

@@ -38,7 +38,7 @@ type debJSON struct {
 }
 
 func lockCmd(g *globals) *cobra.Command {
-	var check, asJSON bool
+	var check, upgrade, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "lock [RECIPE]",
 		Short: "Resolve the recipe's Debian packages into pins (RECIPE.lock)",
@@ -47,7 +47,12 @@ the recipe's keyring, checks the Packages indexes against InRelease's hashes, an
 every package the recipe needs (sources, EFI stub, and the userspace closure) into the
 lock file beside the recipe. With --check it writes nothing and, if the lock file
 differs from a fresh resolve, prints the difference and fails (exit 4). --json prints
-the result and every pin as JSON (docs/commands.md, "Machine-readable output").`,
+the result and every pin as JSON (docs/commands.md, "Machine-readable output").
+
+A package the recipe asks for by version range ("libnccl2 >= 2.25.1") takes the newest
+version meeting it, except that a lock file already there keeps its pin while that pin
+still meets the range and the archive still carries it (as apt keeps an installed
+package); lock names each pin it kept. --upgrade takes the newest instead.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			r, err := validRecipe(recipeArg(args))
@@ -61,15 +66,19 @@ the result and every pin as JSON (docs/commands.md, "Machine-readable output").`
 			if err != nil {
 				return err
 			}
+			path := lock.PathFor(r.Path)
+			old, _ := os.ReadFile(path)
+			prev, prevErr := lock.Read(path)
 			rs := &lock.Resolver{Client: aptClient(st), AptDir: g.aptDir,
 				Log: func(f string, a ...any) { fmt.Fprintf(cmd.ErrOrStderr(), f+"\n", a...) }}
+			if prevErr == nil && !upgrade {
+				rs.Keep = prev
+			}
 			f, err := rs.Resolve(cmd.Context(), r)
 			if err != nil {
 				return exitcode.Tag(lockErrorClass(err), err)
 			}
-			path := lock.PathFor(r.Path)
-			old, _ := os.ReadFile(path)
-			if prev, err := lock.Read(path); err == nil {
+			if prevErr == nil {
 				lock.KeepIndexes(f, prev) // pins unchanged: they still come from the indexes it names
 			}
 			j := lockJSON{Path: path, Recipe: r.Path, Packages: len(f.Debs), Debs: []debJSON{}}
@@ -111,6 +120,7 @@ the result and every pin as JSON (docs/commands.md, "Machine-readable output").`
 		},
 	}
 	cmd.Flags().BoolVar(&check, "check", false, "fail if the lock file differs from a fresh resolve; write nothing")
+	cmd.Flags().BoolVar(&upgrade, "upgrade", false, "take the newest version meeting each version-range request, not the lock's pin")
 	addJSONFlag(cmd, &asJSON)
 	return cmd
 }

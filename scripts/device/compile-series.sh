@@ -8,7 +8,8 @@
 #   *.deb             optional: Debian's prepared headers of one kernel
 #                     (linux-headers-R-common, linux-headers-R-amd64, linux-kbuild-R)
 #   zstd              optional: a zstd binary, where the host has none
-# The series is driver/patches/VERSION/series of this checkout.
+# The series is driver/patches/VERSION/series of this checkout (SERIES_REPO: another
+# checkout's root, for a copy of this script run from CARRY).
 #
 # Targets, each a separate build tree:
 #   host     the running kernel's own headers (/lib/modules/$(uname -r)/build), when the
@@ -24,7 +25,7 @@ set -u
 carry=$(cd "$1" && pwd) out=$2
 shift 2
 here=$(cd "$(dirname "$0")" && pwd)
-repo=${PEERBOOT_REPO:-$(cd "$here/../.." && pwd)}
+repo=${SERIES_REPO:-$(cd "$here/../.." && pwd)}
 . "$here/lib.sh"
 mkdir -p "$out"
 jobs=$(nproc)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/peerboot/peerboot/node/modinfo"
 )
 
 // elfWithModinfo is a minimal ELF64 relocatable object with a .modinfo section, the
@@ -111,7 +113,7 @@ func TestWriteKoFixture(t *testing.T) {
 		path := filepath.Join("..", "cmd", "p2pcheck", "testdata", "nvidia-"+v+".ko")
 		if os.Getenv("PEERBOOT_WRITE_KO_FIXTURE") == "" {
 			// Check the committed fixture still reads back instead of rewriting it.
-			info, err := KoModinfo(path)
+			info, err := modinfo.Read(path)
 			if err != nil || info["version"] != v {
 				t.Fatalf("fixture %s: %v %v", path, info, err)
 			}

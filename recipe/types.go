@@ -148,6 +148,24 @@ type Selftest struct {
 	RequireP2P   bool                 `toml:"require_p2p"`    // NCCL must use the P2P transport between every pair
 	Deadlines    Deadlines            `toml:"deadlines"`      // per phase; a phase past its deadline is a verdict, not a hang
 	Thresholds   map[string]Threshold `toml:"thresholds"`     // per topology class of a GPU pair: PIX, PXB, PHB, NODE or SYS
+	Soak         Soak                 `toml:"soak"`           // the burn-in after the self-test (docs/burn-in.md)
+}
+
+// Soak is the burn-in: after the self-test, rounds of verified copies, all-reduces and
+// NVML, PCIe AER and ECC readings, judged over time (p2pcheck --soak, docs/burn-in.md).
+// The thresholds here are the over-time limits; the bandwidth floors stay those of
+// selftest.thresholds.
+type Soak struct {
+	// Duration makes every boot of the image a burn-in of this length after the
+	// self-test (0s..168h); 0s: only a boot that asks soaks (the boot menu's burn-in
+	// entry, or peerboot.soak= on the kernel command line, which wins over this).
+	Duration Duration `toml:"duration"`
+	// Menu is the length of the "burn-in" entry that the PXE menus offer beside the
+	// normal boot (0s..168h); 0s: no burn-in entry, the boot goes straight on.
+	Menu              Duration `toml:"menu"`
+	Rounds            int      `toml:"rounds"`              // stop after this many rounds at the latest (0..1000000); 0: only the duration bounds the soak
+	MaxDriftPct       float64  `toml:"max_drift_pct"`       // warn (soak.drift) when a copy's bandwidth ends more than this many percent below its start (0..99); 0: not checked
+	MaxAERCorrectable int      `toml:"max_aer_correctable"` // correctable PCIe AER errors a device may gain over the soak before soak.aer warns (0..1000000); 0: any gain warns
 }
 
 // Deadlines bound every self-test phase so a hang becomes a verdict, not a frozen box.

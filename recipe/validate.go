@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/peerboot/peerboot/apt"
 	"github.com/peerboot/peerboot/bootproto"
@@ -494,6 +495,24 @@ func (c *checker) selftest(s *Selftest) {
 			c.add(key+".max_latency_us", "want 0..1000 µs, got %g", t.MaxLatencyUS)
 		}
 	}
+	c.soak(&s.Soak)
+}
+
+func (c *checker) soak(s *Soak) {
+	for _, d := range []struct {
+		key string
+		v   Duration
+	}{{"selftest.soak.duration", s.Duration}, {"selftest.soak.menu", s.Menu}} {
+		// The bound of peerboot.soak=: a typo such as 800h should not hold a box for a month.
+		if d.v < 0 || d.v.Std() > bootproto.MaxSoakHours*time.Hour {
+			c.add(d.key, "want 0s..%dh, got %s", bootproto.MaxSoakHours, d.v.Std())
+		}
+	}
+	c.intRange("selftest.soak.rounds", s.Rounds, 0, 1000000)
+	if !(s.MaxDriftPct >= 0 && s.MaxDriftPct < 100) { // NaN fails too
+		c.add("selftest.soak.max_drift_pct", "want at least 0 and below 100 percent, got %g", s.MaxDriftPct)
+	}
+	c.intRange("selftest.soak.max_aer_correctable", s.MaxAERCorrectable, 0, 1000000)
 }
 
 func contains(list []string, s string) bool {

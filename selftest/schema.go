@@ -110,7 +110,36 @@ type NVMLGPU struct {
 	MemClockMHz     *int    `json:"mem_clock_mhz,omitempty"`
 	PowerMW         *int    `json:"power_mw,omitempty"`
 	ThrottleReasons *uint64 `json:"throttle_reasons,omitempty"`
+	// ECC is the card's memory-error state; nil: NVML answered none of it.
+	ECC *ECC `json:"ecc,omitempty"`
 }
+
+// ECC is a GPU's memory-error state as NVML tells it (docs/burn-in.md).
+type ECC struct {
+	// Mode is nvmlDeviceGetEccMode's current state: "on", "off", or "none" when the
+	// card has no ECC to turn on (NOT_SUPPORTED). GeForce cards ship with it off or
+	// without it: then memory errors are not counted at all.
+	Mode string `json:"mode"`
+	// Corrected and Uncorrected are nvmlDeviceGetTotalEccErrors' volatile counts (since
+	// the driver loaded); nil: not answered.
+	Corrected   *uint64 `json:"corrected,omitempty"`
+	Uncorrected *uint64 `json:"uncorrected,omitempty"`
+	// Row remapping (nvmlDeviceGetRemappedRows; A100, H100/H200 and later data-centre
+	// cards): rows remapped for correctable and uncorrectable errors, a remap waiting
+	// for the next GPU reset, and a remap that failed (no spare row left). nil: not
+	// answered.
+	RemappedCorrectable   *int  `json:"remapped_correctable,omitempty"`
+	RemappedUncorrectable *int  `json:"remapped_uncorrectable,omitempty"`
+	RemapPending          *bool `json:"remap_pending,omitempty"`
+	RemapFailure          *bool `json:"remap_failure,omitempty"`
+}
+
+// ECC modes.
+const (
+	ECCOn   = "on"
+	ECCOff  = "off"
+	ECCNone = "none"
+)
 
 // CUDADevice is what the CUDA driver API says about one ordinal.
 type CUDADevice struct {

@@ -29,6 +29,41 @@ type Soak struct {
 	// Pairs summarises every copy over all rounds, downsampled or not: one entry per
 	// ordered pair, method, direction and size.
 	Pairs []SoakPair `json:"pairs"`
+	// AER is the PCIe AER counters of each GPU and each port above it, before the
+	// first round and after the last (absent: the kernel exposes none).
+	AER []SoakAER `json:"aer,omitempty"`
+}
+
+// AERCounts are one PCIe device's Advanced Error Reporting totals, as the kernel
+// counts them since boot in sysfs aer_dev_correctable, aer_dev_nonfatal and
+// aer_dev_fatal (TOTAL_ERR_COR, TOTAL_ERR_NONFATAL, TOTAL_ERR_FATAL). Detail holds
+// every non-zero per-error counter by the kernel's name with its file's kind,
+// e.g. "correctable BadDLLP".
+type AERCounts struct {
+	Correctable int64            `json:"correctable"`
+	NonFatal    int64            `json:"nonfatal"`
+	Fatal       int64            `json:"fatal"`
+	Detail      map[string]int64 `json:"detail,omitempty"`
+}
+
+// SoakAER is one device's AER counters over the soak: a GPU or a port on its path.
+type SoakAER struct {
+	BDF   string    `json:"bdf"`
+	Of    string    `json:"of"` // "GPU1", or "port above GPU1"
+	Start AERCounts `json:"start"`
+	End   AERCounts `json:"end"`
+	// FirstRound is the first round after which a counter had grown (0: none grew),
+	// FirstAtMS when that round started.
+	FirstRound int   `json:"first_round,omitempty"`
+	FirstAtMS  int64 `json:"first_at_ms,omitempty"`
+}
+
+// SoakAERGrowth is what one device's AER counters gained during one round.
+type SoakAERGrowth struct {
+	BDF         string `json:"bdf"`
+	Correctable int64  `json:"correctable"`
+	NonFatal    int64  `json:"nonfatal"`
+	Fatal       int64  `json:"fatal"`
 }
 
 // SoakMaxSeries bounds Soak.Series: an 8-hour soak of 2-second rounds would otherwise
@@ -49,7 +84,9 @@ type SoakRound struct {
 	Latency map[string]float64 `json:"latency_us,omitempty"`
 	GPUs    []SoakGPU          `json:"gpus"`   // NVML after the round
 	Events  []KEvent           `json:"events"` // kernel-log events logged during the round
-	Error   string             `json:"error,omitempty"`
+	// AER lists the devices whose AER counters grew during the round.
+	AER   []SoakAERGrowth `json:"aer,omitempty"`
+	Error string          `json:"error,omitempty"`
 }
 
 // SoakCopy is one copy of a round.
@@ -86,6 +123,7 @@ type SoakGPU struct {
 	MemClockMHz     *int    `json:"mem_clock_mhz,omitempty"`
 	PowerMW         *int    `json:"power_mw,omitempty"`
 	ThrottleReasons *uint64 `json:"throttle_reasons,omitempty"`
+	ECC             *ECC    `json:"ecc,omitempty"`
 }
 
 // Throttle reasons (nvml.h nvmlClocksThrottleReason*) the soak warns about: the clocks
@@ -131,7 +169,7 @@ type SoakPair struct {
 
 // Faulty says whether a round found anything a downsampled series must keep.
 func (r *SoakRound) Faulty() bool {
-	if r.Error != "" || len(r.Events) > 0 || (r.AllReduce != nil && (r.AllReduce.Wrong > 0 || r.AllReduce.Error != "")) {
+	if r.Error != "" || len(r.Events) > 0 || len(r.AER) > 0 || (r.AllReduce != nil && (r.AllReduce.Wrong > 0 || r.AllReduce.Error != "")) {
 		return true
 	}
 	for _, c := range r.Copies {

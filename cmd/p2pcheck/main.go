@@ -59,6 +59,7 @@ type options struct {
 	fake        string
 	phase       string
 	soak        soakOptions
+	set         map[string]bool // flags given on the command line: they win over the recipe
 }
 
 func main() {
@@ -71,6 +72,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err := fl.Parse(args); err != nil {
 		return exitUsage
 	}
+	o.set = map[string]bool{}
+	fl.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	if fl.NArg() > 0 {
 		fmt.Fprintf(stderr, "p2pcheck: unexpected arguments %v\n", fl.Args())
 		return exitUsage
@@ -79,7 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "p2pcheck %s\n", version)
 		return 0
 	}
-	if o.soak.duration < 0 || o.soak.rounds < 0 || o.soak.corruptRound < 0 || o.soak.driftPct < 0 || o.soak.driftPct >= 100 {
+	if o.soak.duration < 0 || o.soak.rounds < 0 || o.soak.corruptRound < 0 || o.soak.aerMax < 0 || o.soak.driftPct < 0 || o.soak.driftPct >= 100 {
 		fmt.Fprintf(stderr, "p2pcheck: --soak %s, --soak-rounds %d, --soak-inject-corruption %d, --soak-drift %g: want a duration, counts >= 0 and a drift in [0, 100)\n", o.soak.duration, o.soak.rounds, o.soak.corruptRound, o.soak.driftPct)
 		return exitUsage
 	}
@@ -123,8 +126,9 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fl.TextVar(&o.highMemBAR1, "high-mem-bar1", recipe.Size(0), "run the above-BAR1 probe as if BAR1 were this size, e.g. 32GiB (to exercise it on a card with a large BAR1)")
 	fl.StringVar(&o.fake, "fake", "", "FAKE backend: replay the NVML/CUDA/NCCL answers of this scenario file (tests only; in binaries built with -tags gpufake)")
 	fl.DurationVar(&o.soak.duration, "soak", 0, "burn-in: after the self-test, repeat verified copies (new pattern and size each round), all-reduces and NVML samples for this long, e.g. 8h (docs/burn-in.md)")
-	fl.IntVar(&o.soak.rounds, "soak-rounds", 0, "with --soak: stop after this many rounds at the latest (0: only the duration bounds it)")
-	fl.Float64Var(&o.soak.driftPct, "soak-drift", 10, "with --soak: warn when a copy's bandwidth ends this many percent below its start (0: not checked)")
+	fl.IntVar(&o.soak.rounds, "soak-rounds", 0, "with --soak: stop after this many rounds at the latest (0: only the duration bounds it; default: the recipe's selftest.soak.rounds)")
+	fl.Float64Var(&o.soak.driftPct, "soak-drift", 10, "with --soak: warn when a copy's bandwidth ends this many percent below its start (0: not checked; default: the recipe's selftest.soak.max_drift_pct, else 10)")
+	fl.Int64Var(&o.soak.aerMax, "soak-aer-correctable", 0, "with --soak: correctable PCIe AER errors a device may gain before soak.aer warns (default: the recipe's selftest.soak.max_aer_correctable, else 0: any gain warns)")
 	fl.IntVar(&o.soak.corruptRound, "soak-inject-corruption", 0, "test hook, with --soak: flip one copied word in this round (the soak must fail there, naming it)")
 	fl.StringVar(&o.phase, "phase", "", "internal: run one phase as a child process")
 	fl.BoolVar(&o.version, "version", false, "print p2pcheck's version (the report's tool field) and exit")
@@ -241,9 +245,15 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 		}
 	}
 	if o.soak.duration > 0 {
-		if r.DeadlineExceeded == "" && r.CUDA.CuInit != nil && r.CUDA.CuInit.Code == selftest.CUDASuccess && len(r.CUDA.Devices) > 0 {
-			soak(ctx, rc, o.soak, r, self, in, deadlines, watch, stderr)
-		} else {
+		switch {
+		case r.DeadlineExceeded == "" && r.CUDA.CuInit != nil && r.CUDA.CuInit.Code == selftest.CUDASuccess && len(r.CUDA.Devices) > 0:
+			soak(ctx, rc, soakSettings(o, rc), r, self, in, deadlines, watch, stderr)
+		case rc != nil && rc.Platform.GPUs == 0 && len(r.GPUs) == 0:
+			// A GPU-less recipe on a GPU-less box (a VM, the default image): nothing to
+			// burn in, and nothing wrong either.
+			r.Add(selftest.SevInfo, "soak.skipped", fmt.Sprintf("the %s soak was skipped: the recipe expects no GPUs (platform.gpus = 0) and the box has none", o.soak.duration),
+				"a burn-in needs GPUs: boot a platform recipe's image on the box to soak its cards")
+		default:
 			r.Add(selftest.SevFail, "soak.start", "the soak did not start: the self-test's copy phase did not reach the GPUs", "the findings above say why; a burn-in needs the self-test to reach the GPUs first")
 		}
 	}

@@ -31,7 +31,29 @@ type soakOptions struct {
 	duration     time.Duration
 	rounds       int     // 0: no bound but the duration
 	driftPct     float64 // a pair ending this many percent below its start warns
+	aerMax       int64   // correctable AER errors a device may gain before soak.aer warns
 	corruptRound int     // test hook: inject one flipped word in this round (0: none)
+}
+
+// soakSettings are the soak's options: a flag given on the command line, else the
+// recipe's [selftest.soak] (the image's recipe, so a boot soaks as its recipe says),
+// else the flag's default.
+func soakSettings(o *options, rc *recipe.Recipe) soakOptions {
+	so := o.soak
+	if rc == nil {
+		return so
+	}
+	rs := rc.Selftest.Soak
+	if !o.set["soak-rounds"] {
+		so.rounds = rs.Rounds
+	}
+	if !o.set["soak-drift"] {
+		so.driftPct = rs.MaxDriftPct
+	}
+	if !o.set["soak-aer-correctable"] {
+		so.aerMax = int64(rs.MaxAERCorrectable)
+	}
+	return so
 }
 
 // soakSizes are the copy sizes a soak cycles through, from the one-shot's size: the

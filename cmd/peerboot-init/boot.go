@@ -86,7 +86,7 @@ type bootState struct {
 // boot is the appliance's whole life after the kernel hands over.
 func (m *machine) boot(st *bootState) {
 	st.start = m.now()
-	st.plan = planBoot(actShell, actShell, "", nil)
+	st.plan = planBoot(actShell, actShell, "", 0, nil)
 	st.record = selftest.InitRecord{Modules: []selftest.Module{}, Findings: []selftest.Finding{}, Durations: []selftest.Duration{}}
 
 	for _, err := range m.mountAll() {
@@ -108,14 +108,14 @@ func (m *machine) boot(st *bootState) {
 	rc, err := recipe.Load(m.path(recipePath))
 	if err != nil {
 		st.finding(selftest.SevFail, "recipe", fmt.Sprintf("cannot load %s: %v", recipePath, err), "the rootfs stage writes the resolved recipe there; rebuild the image")
-		st.plan = planBoot(actShell, actShell, "", cmdline)
+		st.plan = planBoot(actShell, actShell, "", 0, cmdline)
 	} else {
 		st.recipe = rc
 		modules, params, env = rc.Driver.Modules, rc.Driver.Params, rc.Env
 		if d := rc.Selftest.Deadlines.Total.Std(); d > 0 {
 			total = d
 		}
-		st.plan = planBoot(rc.Boot.OnPass, rc.Boot.OnFail, rc.Boot.ReportURL, cmdline)
+		st.plan = planBoot(rc.Boot.OnPass, rc.Boot.OnFail, rc.Boot.ReportURL, rc.Selftest.Soak.Duration.Std(), cmdline)
 		m.say("recipe %s (%s)", rc.Name, rc.Digest)
 	}
 	for _, w := range st.plan.warnings {
@@ -233,12 +233,12 @@ func (m *machine) selftest(st *bootState, env map[string]string, total time.Dura
 	}
 	limit := total
 	if st.plan.soak > 0 {
-		// A burn-in (peerboot.soak=): p2pcheck runs its rounds after the self-test and
+		// A burn-in (peerboot.soak=, the recipe's selftest.soak): p2pcheck runs its rounds after the self-test and
 		// extends its own bound by the soak's length; ours grows by the same. Each
 		// round's progress line goes to the console.
 		args = append(args, "--soak", st.plan.soak.String())
 		limit += st.plan.soak
-		m.say("burn-in: soaking for %s after the self-test (%s)", st.plan.soak, bootproto.ArgSoak)
+		m.say("burn-in: soaking for %s after the self-test (%s)", st.plan.soak, st.plan.soakFrom)
 	}
 	m.say("self-test: %s %s", p2pcheckPath, strings.Join(args, " "))
 	run := runP2PCheck(m.path(p2pcheckPath), args, checkEnv(env), limit, m.console)

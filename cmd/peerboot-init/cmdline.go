@@ -56,7 +56,8 @@ type bootPlan struct {
 	reportURL      string
 	nonce          string        // peerboot.nonce=: the collector's attestation nonce for this boot
 	reportToken    string        // peerboot.token=: sent as Authorization: Bearer, opaque (peerboot serve issues one per node and build)
-	soak           time.Duration // peerboot.soak=: burn-in after the self-test; 0: none
+	soak           time.Duration // burn-in after the self-test (peerboot.soak=, else the recipe's selftest.soak.duration); 0: none
+	soakFrom       string        // what asked for the soak, for the console
 	warnings       []string      // overrides that were ignored, for the console
 }
 
@@ -64,9 +65,11 @@ type bootPlan struct {
 // peerboot.report_url= from the command line; the command line wins so that a QEMU
 // test (or a person at the boot menu) can change the handoff without rebuilding.
 // peerboot.token= (only on the command line: it is per node and build, so no recipe can hold
-// it) is the report collector's token.
-func planBoot(onPass, onFail, reportURL string, cmdline map[string]string) bootPlan {
-	p := bootPlan{onPass: onPass, onFail: onFail, reportURL: reportURL}
+// it) is the report collector's token. soak is the recipe's selftest.soak.duration;
+// peerboot.soak= (the boot menu's burn-in entry) wins, and peerboot.soak=0 turns a
+// recipe's soak off for one boot.
+func planBoot(onPass, onFail, reportURL string, soak time.Duration, cmdline map[string]string) bootPlan {
+	p := bootPlan{onPass: onPass, onFail: onFail, reportURL: reportURL, soak: soak, soakFrom: "the recipe's selftest.soak.duration"}
 	if !validAction(p.onPass) {
 		p.onPass = actShell
 	}
@@ -92,12 +95,14 @@ func planBoot(onPass, onFail, reportURL string, cmdline map[string]string) bootP
 	if v, ok := cmdline[bootproto.ArgSoak]; ok {
 		d, err := time.ParseDuration(v)
 		switch {
-		case err != nil || d <= 0:
-			p.warnings = append(p.warnings, bootproto.ArgSoak+"="+v+" ignored: want a duration such as 30m or 8h")
+		case v == "0" || err == nil && d == 0:
+			p.soak = 0
+		case err != nil || d < 0:
+			p.warnings = append(p.warnings, bootproto.ArgSoak+"="+v+" ignored: want a duration such as 30m or 8h, or 0 for none")
 		case d > bootproto.MaxSoakHours*time.Hour:
 			p.warnings = append(p.warnings, fmt.Sprintf("%s=%s ignored: at most %dh", bootproto.ArgSoak, v, bootproto.MaxSoakHours))
 		default:
-			p.soak = d
+			p.soak, p.soakFrom = d, bootproto.ArgSoak
 		}
 	}
 	return p

@@ -40,7 +40,7 @@ func TestPlanBoot(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := planBoot(tt.onPass, tt.onFail, tt.url, parseCmdline(tt.cmd))
+			p := planBoot(tt.onPass, tt.onFail, tt.url, 0, parseCmdline(tt.cmd))
 			if p.onPass != tt.wantPass || p.onFail != tt.wantFail || p.reportURL != tt.wantURL || p.reportToken != tt.wantToken || len(p.warnings) != tt.warnings {
 				t.Errorf("got %+v", p)
 			}
@@ -52,22 +52,28 @@ func TestPlanBoot(t *testing.T) {
 // or longer than a week, is ignored with a console warning (the boot still self-tests).
 func TestPlanSoak(t *testing.T) {
 	for _, tt := range []struct {
+		recipe   time.Duration // selftest.soak.duration
 		cmd      string
 		want     time.Duration
 		warnings int
 	}{
-		{"", 0, 0},
-		{"peerboot.soak=8h", 8 * time.Hour, 0},
-		{"peerboot.soak=90m peerboot.on_pass=poweroff", 90 * time.Minute, 0},
-		{"peerboot.soak=8", 0, 1},
-		{"peerboot.soak=-1h", 0, 1},
-		{"peerboot.soak=0s", 0, 1},
-		{"peerboot.soak=800h", 0, 1},
-		{"peerboot.soak=", 0, 1},
+		{0, "", 0, 0},
+		{0, "peerboot.soak=8h", 8 * time.Hour, 0},
+		{0, "peerboot.soak=90m peerboot.on_pass=poweroff", 90 * time.Minute, 0},
+		{0, "peerboot.soak=8", 0, 1},
+		{0, "peerboot.soak=-1h", 0, 1},
+		{0, "peerboot.soak=0s", 0, 0},
+		{0, "peerboot.soak=800h", 0, 1},
+		{0, "peerboot.soak=", 0, 1},
+		// The recipe's soak runs unless the command line says otherwise.
+		{12 * time.Hour, "", 12 * time.Hour, 0},
+		{12 * time.Hour, "peerboot.soak=30m", 30 * time.Minute, 0},
+		{12 * time.Hour, "peerboot.soak=0", 0, 0},
+		{12 * time.Hour, "peerboot.soak=eight", 12 * time.Hour, 1},
 	} {
-		p := planBoot("shell", "shell", "", parseCmdline(tt.cmd))
+		p := planBoot("shell", "shell", "", tt.recipe, parseCmdline(tt.cmd))
 		if p.soak != tt.want || len(p.warnings) != tt.warnings {
-			t.Errorf("%q: soak %s, warnings %q; want %s and %d warnings", tt.cmd, p.soak, p.warnings, tt.want, tt.warnings)
+			t.Errorf("recipe %s, %q: soak %s, warnings %q; want %s and %d warnings", tt.recipe, tt.cmd, p.soak, p.warnings, tt.want, tt.warnings)
 		}
 	}
 }

@@ -2,7 +2,9 @@ package gpufake_test
 
 import (
 	"context"
+	"encoding/json"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -345,3 +347,39 @@ func TestNCCLWithoutKernelsForTheArch(t *testing.T) {
 		t.Errorf("findings %v: want nccl.arch, not nccl.error", ids)
 	}
 }
+
+// The real NVML probe's ECC and row-remap reading over the FAKE libnvidia-ml: an
+// H200 with ECC on and remapping, a GeForce with ECC off, one with none, and a
+// library without the calls.
+func TestNVMLProbeECC(t *testing.T) {
+	u := func(v uint64) *uint64 { return &v }
+	for _, tt := range []struct {
+		name string
+		ecc  *gpufake.FakeECC
+		want *selftest.ECC
+	}{
+		{"h200", &gpufake.FakeECC{Mode: 1, Corrected: 4, Uncorrected: 1, Remap: true, RemappedCorrectable: 2, RemapPending: true},
+			&selftest.ECC{Mode: selftest.ECCOn, Corrected: u(4), Uncorrected: u(1), RemappedCorrectable: ptr(2), RemappedUncorrectable: ptr(0), RemapPending: ptr(true), RemapFailure: ptr(false)}},
+		{"remap-failure", &gpufake.FakeECC{Mode: 1, Remap: true, RemapFailure: true},
+			&selftest.ECC{Mode: selftest.ECCOn, Corrected: u(0), Uncorrected: u(0), RemappedCorrectable: ptr(0), RemappedUncorrectable: ptr(0), RemapPending: ptr(false), RemapFailure: ptr(true)}},
+		{"rtx-4090-off", &gpufake.FakeECC{Mode: 0}, &selftest.ECC{Mode: selftest.ECCOff}},
+		{"rtx-3090-none", &gpufake.FakeECC{Mode: -1}, &selftest.ECC{Mode: selftest.ECCNone}},
+		{"no-ecc-calls", nil, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			lib := gpufake.NewNVML(gpufake.FakeNVML{GPUs: []gpufake.FakeNVMLGPU{{BDF: "0000:01:00.0", Replay: -1, ECC: tt.ecc}}})
+			r, err := nvml.ProbeWith(context.Background(), lib)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := r.GPUs["0000:01:00.0"].ECC
+			if !reflect.DeepEqual(got, tt.want) {
+				gj, _ := json.Marshal(got)
+				wj, _ := json.Marshal(tt.want)
+				t.Errorf("ECC %s, want %s", gj, wj)
+			}
+		})
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

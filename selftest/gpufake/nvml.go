@@ -46,6 +46,23 @@ type FakeNVMLGPU struct {
 	MemClockMHz     *uint32 `json:"mem_clock_mhz,omitempty"`
 	PowerMW         *uint32 `json:"power_mw,omitempty"`
 	ThrottleReasons *uint64 `json:"throttle_reasons,omitempty"`
+	// ECC is the card's memory-error answers; nil: the ECC calls answer
+	// NOT_SUPPORTED for this GPU.
+	ECC *FakeECC `json:"ecc,omitempty"`
+}
+
+// FakeECC is what nvmlDeviceGetEccMode, nvmlDeviceGetTotalEccErrors (volatile) and
+// nvmlDeviceGetRemappedRows answer for one GPU.
+type FakeECC struct {
+	Mode        int    `json:"mode"` // nvmlEnableState_t: 1 on, 0 off; -1 NOT_SUPPORTED
+	Corrected   uint64 `json:"corrected"`
+	Uncorrected uint64 `json:"uncorrected"`
+	// Remap says the card answers nvmlDeviceGetRemappedRows (data-centre cards).
+	Remap                 bool `json:"remap"`
+	RemappedCorrectable   int  `json:"remapped_correctable"`
+	RemappedUncorrectable int  `json:"remapped_uncorrectable"`
+	RemapPending          bool `json:"remap_pending"`
+	RemapFailure          bool `json:"remap_failure"`
 }
 
 // After is the NVML a query answers after the copy phases: each GPU's BAR1 used is its
@@ -92,7 +109,7 @@ type fakeNVML struct {
 // it through nvml.ProbeWith.
 func NewNVML(cfg FakeNVML) *FakeLibrary {
 	f := &fakeNVML{cfg: cfg}
-	return &FakeLibrary{name: NVMLName, syms: map[string]any{
+	lib := &FakeLibrary{name: NVMLName, syms: map[string]any{
 		"nvmlInit_v2":                         f.init,
 		"nvmlShutdown":                        f.shutdown,
 		"nvmlSystemGetDriverVersion":          f.driverVersion,
@@ -131,6 +148,68 @@ func NewNVML(cfg FakeNVML) *FakeLibrary {
 		"nvmlDeviceGetP2PStatus":                    f.p2pStatus,
 		"nvmlDeviceGetTopologyCommonAncestor":       f.topology,
 	}}
+	withECC(f, lib.syms)
+	return lib
+}
+
+// withECC adds the ECC entry points when a GPU of cfg answers them: scenarios
+// written without ECC stand for a library that lacks the calls (their reports stay as
+// they were), as an older libnvidia-ml would.
+func withECC(f *fakeNVML, syms map[string]any) {
+	for _, g := range f.cfg.GPUs {
+		if g.ECC == nil {
+			continue
+		}
+		syms["nvmlDeviceGetEccMode"] = f.eccMode
+		syms["nvmlDeviceGetTotalEccErrors"] = f.eccTotal
+		syms["nvmlDeviceGetRemappedRows"] = f.remappedRows
+		return
+	}
+}
+
+func (f *fakeNVML) eccMode(dev uintptr, current, pending *uint32) int32 {
+	g, ok := f.dev(dev)
+	if !ok {
+		return nvmlInvalidArgument
+	}
+	if g.ECC == nil || g.ECC.Mode < 0 {
+		return nvmlNotSupported
+	}
+	*current, *pending = uint32(g.ECC.Mode), uint32(g.ECC.Mode)
+	return nvmlSuccess
+}
+
+func (f *fakeNVML) eccTotal(dev uintptr, errType, counter int32, v *uint64) int32 {
+	g, ok := f.dev(dev)
+	if !ok || counter != 0 || errType < 0 || errType > 1 {
+		return nvmlInvalidArgument
+	}
+	if g.ECC == nil || g.ECC.Mode != 1 {
+		return nvmlNotSupported
+	}
+	*v = g.ECC.Corrected
+	if errType == 1 {
+		*v = g.ECC.Uncorrected
+	}
+	return nvmlSuccess
+}
+
+func (f *fakeNVML) remappedRows(dev uintptr, corr, unc, pending, failure *uint32) int32 {
+	g, ok := f.dev(dev)
+	if !ok {
+		return nvmlInvalidArgument
+	}
+	if g.ECC == nil || !g.ECC.Remap {
+		return nvmlNotSupported
+	}
+	b := func(x bool) uint32 {
+		if x {
+			return 1
+		}
+		return 0
+	}
+	*corr, *unc, *pending, *failure = uint32(g.ECC.RemappedCorrectable), uint32(g.ECC.RemappedUncorrectable), b(g.ECC.RemapPending), b(g.ECC.RemapFailure)
+	return nvmlSuccess
 }
 
 func (f *fakeNVML) init() int32 {

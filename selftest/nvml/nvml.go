@@ -157,6 +157,9 @@ type api struct {
 	clockInfo              func(dev uintptr, clock int32, v *uint32) int32
 	powerUsage             func(dev uintptr, v *uint32) int32
 	throttleReasons        func(dev uintptr, v *uint64) int32
+	eccMode                func(dev uintptr, current, pending *uint32) int32          // nvmlEnableState_t
+	eccTotal               func(dev uintptr, errType, counter int32, v *uint64) int32 // nvmlMemoryErrorType_t, nvmlEccCounterType_t
+	remappedRows           func(dev uintptr, corr, unc, pending, failure *uint32) int32
 	p2pStatus              func(a, b uintptr, caps int32, status *int32) int32
 	topologyCommonAncestor func(a, b uintptr, level *int32) int32
 }
@@ -362,6 +365,9 @@ func (p *probe) bindAll() {
 	_ = p.src.Bind("nvmlDeviceGetClockInfo", &p.clockInfo)
 	_ = p.src.Bind("nvmlDeviceGetPowerUsage", &p.powerUsage)
 	_ = p.src.Bind("nvmlDeviceGetCurrentClocksThrottleReasons", &p.throttleReasons)
+	_ = p.src.Bind("nvmlDeviceGetEccMode", &p.eccMode)
+	_ = p.src.Bind("nvmlDeviceGetTotalEccErrors", &p.eccTotal)
+	_ = p.src.Bind("nvmlDeviceGetRemappedRows", &p.remappedRows)
 	p.bind("nvmlDeviceGetTopologyCommonAncestor", &p.topologyCommonAncestor)
 }
 
@@ -402,6 +408,9 @@ const (
 	nvmlTemperatureGPU = 0 // nvmlTemperatureSensors_t NVML_TEMPERATURE_GPU
 	nvmlClockSM        = 1 // nvmlClockType_t NVML_CLOCK_SM
 	nvmlClockMem       = 2 // NVML_CLOCK_MEM
+	nvmlCorrected      = 0 // nvmlMemoryErrorType_t NVML_MEMORY_ERROR_TYPE_CORRECTED
+	nvmlUncorrected    = 1 // NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+	nvmlVolatileECC    = 0 // nvmlEccCounterType_t NVML_VOLATILE_ECC
 )
 
 // gpu reads one GPU's fields. NOT_SUPPORTED leaves a field at its zero value (or -1
@@ -473,7 +482,53 @@ func (p *probe) gpu(bdf string, dev uintptr) *selftest.NVMLGPU {
 	if p.throttleReasons != nil && quiet(p.throttleReasons(dev, &mask)) {
 		g.ThrottleReasons = &mask
 	}
+	g.ECC = p.ecc(dev)
 	return g
+}
+
+// ecc reads the memory-error state, quietly like the sensors: nil when NVML answers
+// none of it (a library without the calls). A card that says NOT_SUPPORTED to the
+// mode has no ECC ("none"), which is itself worth a line in the soak's findings.
+func (p *probe) ecc(dev uintptr) *selftest.ECC {
+	if p.eccMode == nil && p.remappedRows == nil {
+		return nil
+	}
+	e := &selftest.ECC{}
+	answered := false
+	if p.eccMode != nil {
+		var cur, pend uint32
+		switch rc := p.eccMode(dev, &cur, &pend); {
+		case rc == nvmlSuccess && cur == 1:
+			e.Mode, answered = selftest.ECCOn, true
+		case rc == nvmlSuccess:
+			e.Mode, answered = selftest.ECCOff, true
+		case rc == nvmlNotSupported:
+			e.Mode, answered = selftest.ECCNone, true
+		}
+	}
+	if p.eccTotal != nil && e.Mode == selftest.ECCOn {
+		for _, x := range []struct {
+			kind int32
+			dst  **uint64
+		}{{nvmlCorrected, &e.Corrected}, {nvmlUncorrected, &e.Uncorrected}} {
+			var v uint64
+			if p.eccTotal(dev, x.kind, nvmlVolatileECC, &v) == nvmlSuccess {
+				*x.dst = &v
+			}
+		}
+	}
+	if p.remappedRows != nil {
+		var corr, unc, pending, failure uint32
+		if p.remappedRows(dev, &corr, &unc, &pending, &failure) == nvmlSuccess {
+			c, u, pe, f := int(corr), int(unc), pending != 0, failure != 0
+			e.RemappedCorrectable, e.RemappedUncorrectable, e.RemapPending, e.RemapFailure = &c, &u, &pe, &f
+			answered = true
+		}
+	}
+	if !answered {
+		return nil
+	}
+	return e
 }
 
 // pair asks the topology level and both P2P statuses of a -> b.

@@ -87,6 +87,8 @@ func soak(ctx context.Context, rc *recipe.Recipe, so soakOptions, r *selftest.Re
 	ncclOK := r.NCCL != nil && r.NCCL.Error == ""
 	end := start.Add(so.duration)
 	tr := newSoakTracker()
+	aer := newSoakAER(in.Root, r.GPUs)
+	ecc := newSoakECC(r.GPUs)
 	lastRound := time.Duration(0)
 	// Ctrl-C on the console (SIGINT) or a SIGTERM ends the soak after the round in
 	// flight, and the report of every round so far is written as for any other end.
@@ -97,7 +99,10 @@ func soak(ctx context.Context, rc *recipe.Recipe, so soakOptions, r *selftest.Re
 	defer func() {
 		s.ElapsedMS = time.Since(start).Milliseconds()
 		s.Pairs = tr.pairs()
+		s.AER = aer.summary()
 		judgeSoak(r, s, tr, so)
+		judgeAER(r, aer, so.aerMax)
+		judgeECC(r, ecc)
 		soakFloors(r, s, rc, in.CopyBytes)
 	}()
 	for round := 1; ; round++ {
@@ -152,8 +157,10 @@ func soak(ctx context.Context, rc *recipe.Recipe, so soakOptions, r *selftest.Re
 			}
 		}
 		tr.round(&rd)
+		aer.round(&rd)
+		ecc.round(&rd)
 		if hard == "" {
-			hard = tr.hard(&rd)
+			hard = cmp.Or(tr.hard(&rd), aer.hard(&rd), ecc.hard(&rd))
 		}
 		if rd.Error == "" {
 			rd.Error = hard
@@ -266,7 +273,7 @@ func soakNVML(ctx context.Context, self string, in *phaseInput, round int, deadl
 			i = k
 		}
 		rd.GPUs = append(rd.GPUs, selftest.SoakGPU{GPU: i, LinkGen: g.LinkGen, LinkWidth: g.LinkWidth, ReplayCounter: g.ReplayCounter, BAR1Used: g.BAR1Used,
-			TemperatureC: g.TemperatureC, SMClockMHz: g.SMClockMHz, MemClockMHz: g.MemClockMHz, PowerMW: g.PowerMW, ThrottleReasons: g.ThrottleReasons})
+			TemperatureC: g.TemperatureC, SMClockMHz: g.SMClockMHz, MemClockMHz: g.MemClockMHz, PowerMW: g.PowerMW, ThrottleReasons: g.ThrottleReasons, ECC: g.ECC})
 	}
 	slices.SortFunc(rd.GPUs, func(a, b selftest.SoakGPU) int { return cmp.Compare(a.GPU, b.GPU) })
 }
@@ -305,6 +312,9 @@ func roundLine(rd *selftest.SoakRound) string {
 	}
 	if len(rd.Events) > 0 {
 		line += fmt.Sprintf(", %d kernel events", len(rd.Events))
+	}
+	for _, a := range rd.AER {
+		line += fmt.Sprintf(", AER %s +%d correctable +%d uncorrectable", a.BDF, a.Correctable, a.NonFatal+a.Fatal)
 	}
 	if rd.Error != "" {
 		line += "; STOP: " + rd.Error

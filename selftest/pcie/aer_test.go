@@ -1,0 +1,103 @@
+package pcie
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/selftest/pcie/pcietest"
+)
+
+func TestParseAERStats(t *testing.T) {
+	for _, tt := range []struct {
+		name    string
+		in      string
+		total   string
+		counts  map[string]int64
+		sum     int64
+		wantErr bool
+	}{
+		{"kernel-6.1", "RxErr 0\nBadTLP 2\nBadDLLP 5\nTOTAL_ERR_COR 7\n", "TOTAL_ERR_COR", map[string]int64{"RxErr": 0, "BadTLP": 2, "BadDLLP": 5}, 7, false},
+		// Before 5.4 there was no total line: the sum stands in.
+		{"no-total-line", "DLP 1\nMalfTLP 2\n", "TOTAL_ERR_FATAL", map[string]int64{"DLP": 1, "MalfTLP": 2}, 3, false},
+		// The total is the kernel's own count, not recomputed (it counts errors whose bit has no name too).
+		{"total-wins", "DLP 1\nTOTAL_ERR_NONFATAL 4\n", "TOTAL_ERR_NONFATAL", map[string]int64{"DLP": 1}, 4, false},
+		{"empty", "", "TOTAL_ERR_COR", map[string]int64{}, 0, false},
+		{"three-fields", "RxErr 0 1\n", "TOTAL_ERR_COR", nil, 0, true},
+		{"negative", "RxErr -1\n", "TOTAL_ERR_COR", nil, 0, true},
+		{"not-a-number", "RxErr many\n", "TOTAL_ERR_COR", nil, 0, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			counts, sum, err := ParseAERStats([]byte(tt.in), tt.total)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err %v, want error %v", err, tt.wantErr)
+			}
+			if err == nil && (!reflect.DeepEqual(counts, tt.counts) || sum != tt.sum) {
+				t.Errorf("got %v total %d, want %v total %d", counts, sum, tt.counts, tt.sum)
+			}
+		})
+	}
+}
+
+func FuzzParseAERStats(f *testing.F) {
+	f.Add([]byte("RxErr 0\nBadTLP 2\nTOTAL_ERR_COR 2\n"))
+	f.Add([]byte("DLP 1\n\n  MalfTLP 9223372036854775807\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		counts, total, err := ParseAERStats(b, "TOTAL_ERR_COR")
+		if err != nil {
+			return
+		}
+		if total < 0 {
+			t.Errorf("negative total %d", total)
+		}
+		for k, v := range counts {
+			if v < 0 || k == "TOTAL_ERR_COR" {
+				t.Errorf("count %s = %d", k, v)
+			}
+		}
+	})
+}
+
+// ReadAER over a fixture tree: the kernel's three files, a device without them, and
+// AERDevices' list of a GPU's path.
+func TestReadAER(t *testing.T) {
+	dir := t.TempDir()
+	l := pcietest.EPYC4GPU()
+	if err := pcietest.Build(dir, l); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Scan(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bdfs, of := AERDevices(r.GPUs)
+	if len(bdfs) < len(r.GPUs) || len(bdfs) != len(of) {
+		t.Fatalf("AERDevices: %v %v", bdfs, of)
+	}
+	seen := map[string]bool{}
+	for i, b := range bdfs {
+		if seen[b] {
+			t.Errorf("%s listed twice", b)
+		}
+		seen[b] = true
+		if of[i] == "" {
+			t.Errorf("%s has no name", b)
+		}
+	}
+	g0 := r.GPUs[0].BDF
+	if _, err := ReadAER(dir, g0); !errors.Is(err, ErrNoAER) {
+		t.Errorf("a device without statistics: %v, want ErrNoAER", err)
+	}
+	if err := pcietest.WriteAER(dir, g0, pcietest.AER{Correctable: map[string]int64{"BadDLLP": 3, "RxErr": 1}, NonFatal: map[string]int64{"CmpltTO": 2}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadAER(dir, g0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := selftest.AERCounts{Correctable: 4, NonFatal: 2, Fatal: 0, Detail: map[string]int64{"correctable BadDLLP": 3, "correctable RxErr": 1, "nonfatal CmpltTO": 2}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ReadAER %+v, want %+v", got, want)
+	}
+}

@@ -6,7 +6,11 @@
 // side can rename one alone. It imports nothing of the module: the init links it.
 package bootproto
 
-import "strings"
+import (
+	"fmt"
+	"strings"
+	"time"
+)
 
 // Kernel command-line keys the init reads, each as key=value.
 const (
@@ -37,6 +41,53 @@ const InitrdSysfs = "/sys/firmware/initrd"
 
 // MaxSoakHours bounds peerboot.soak=: a typo such as 800h should not hold a box for a month.
 const MaxSoakHours = 7 * 24
+
+// BootEntry is one entry of a boot menu: what it is called and the kernel
+// arguments it adds to the image's command line.
+type BootEntry struct {
+	Name  string // a menu label: letters, digits and "-"
+	Title string // what the menu shows
+	Args  string // added to the kernel command line; "" none
+}
+
+// BootEntries are the entries a boot menu offers: the normal boot (first, the
+// default) and, when burnIn > 0 (the recipe's selftest.soak.menu), a burn-in of
+// that length: "burn-in (8 h)", which adds peerboot.soak=.
+func BootEntries(burnIn time.Duration) []BootEntry {
+	out := []BootEntry{{Name: "normal", Title: "boot and self-test"}}
+	if burnIn > 0 {
+		out = append(out, BootEntry{Name: "burnin", Title: fmt.Sprintf("burn-in (%s): self-test, then soak", soakLabel(burnIn)), Args: Arg(ArgSoak, burnIn.String())})
+	}
+	return out
+}
+
+// MenuTimeout is how long a boot menu waits before its first entry.
+const MenuTimeout = 5 * time.Second
+
+// IPXEMenu is an iPXE menu of entries whose choice jumps to the label of the entry's
+// name; the first entry is the default after MenuTimeout. An iPXE built without the
+// menu commands falls through to the first entry: the script goes on with that
+// entry's label.
+func IPXEMenu(entries []BootEntry) string {
+	var b strings.Builder
+	first := entries[0].Name
+	fmt.Fprintf(&b, "menu peerboot || goto %s\n", first)
+	for _, e := range entries {
+		fmt.Fprintf(&b, "item %s %s || goto %s\n", e.Name, e.Title, first)
+	}
+	fmt.Fprintf(&b, "choose --default %s --timeout %d entry || goto %s\n", first, MenuTimeout.Milliseconds(), first)
+	b.WriteString("goto ${entry}\n")
+	return b.String()
+}
+
+// soakLabel writes a soak length for a menu: whole hours as "8 h", else the
+// duration ("90m0s").
+func soakLabel(d time.Duration) string {
+	if d >= time.Hour && d%time.Hour == 0 {
+		return fmt.Sprintf("%d h", d/time.Hour)
+	}
+	return d.String()
+}
 
 // Arg is the command-line word key=value.
 func Arg(key, value string) string { return key + "=" + value }

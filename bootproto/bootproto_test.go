@@ -6,9 +6,11 @@ import (
 	"go/token"
 	"io/fs"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestOneHome fails when a string literal in the module's code (not its tests) spells
@@ -102,5 +104,20 @@ func TestActions(t *testing.T) {
 	}
 	if got := strings.Join(ActionNames(), ","); got != "shell,poweroff,reboot,halt" {
 		t.Errorf("ActionNames() = %s", got)
+	}
+}
+
+func TestBootEntries(t *testing.T) {
+	for _, tt := range []struct {
+		burnIn time.Duration
+		want   []BootEntry
+	}{
+		{0, []BootEntry{{"normal", "boot and self-test", ""}}},
+		{8 * time.Hour, []BootEntry{{"normal", "boot and self-test", ""}, {"burnin", "burn-in (8 h): self-test, then soak", "peerboot.soak=8h0m0s"}}},
+		{90 * time.Minute, []BootEntry{{"normal", "boot and self-test", ""}, {"burnin", "burn-in (1h30m0s): self-test, then soak", "peerboot.soak=1h30m0s"}}},
+	} {
+		if got := BootEntries(tt.burnIn); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("BootEntries(%s) = %+v, want %+v", tt.burnIn, got, tt.want)
+		}
 	}
 }

@@ -174,7 +174,7 @@ func imageStage() *stage {
 			}
 			if want(output.KindPXE) {
 				// boot.ipxe names the sums the store recorded: no second hash.
-				px := image.PXE{Kernel: kernelImg, Initrd: initrd, Cmdline: r.Kernel.Cmdline}
+				px := image.PXE{Kernel: kernelImg, Initrd: initrd, Cmdline: r.Kernel.Cmdline, BurnIn: r.Selftest.Soak.Menu.Std()}
 				px.KernelSHA256 = sr.depSum(StageKernel, kernel.ImageFile)
 				px.InitrdSHA256 = sr.depSum(StageInitramfs, initrdFile)
 				if err := image.LinkPXE(filepath.Join(sr.Out, pxeDir), px, kernelPath, initrdPath); err != nil {

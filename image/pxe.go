@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/output"
 )
 
@@ -22,6 +24,10 @@ type PXE struct {
 	// (a builder that already knows them: the store's MANIFEST); otherwise
 	// IPXEScript hashes Kernel and Initrd.
 	KernelSHA256, InitrdSHA256 string
+	// BurnIn > 0 makes boot.ipxe a menu: the normal boot (the default, after a few
+	// seconds) and a "burn-in" entry that adds peerboot.soak= of this length
+	// (bootproto.BootEntries; the recipe's selftest.soak.menu).
+	BurnIn time.Duration
 }
 
 // PXE bundle file names; boot.ipxe refers to them relative to its own URL.
@@ -52,13 +58,27 @@ func IPXEScript(p PXE) (string, error) {
 	}
 	fmt.Fprintf(&b, "# sha256 %s  %s\n", sum(p.KernelSHA256, p.Kernel), pxeKernel)
 	fmt.Fprintf(&b, "# sha256 %s  %s\n", sum(p.InitrdSHA256, p.Initrd), pxeInitrd)
-	line := "kernel " + pxeKernel
-	if p.Cmdline != "" {
-		line += " " + p.Cmdline
+	entries := bootproto.BootEntries(p.BurnIn)
+	if len(entries) > 1 {
+		b.WriteString(bootproto.IPXEMenu(entries))
 	}
-	b.WriteString(line + "\n")
-	b.WriteString("initrd " + pxeInitrd + "\n")
-	b.WriteString("boot\n")
+	for i, e := range entries {
+		if len(entries) > 1 {
+			fmt.Fprintf(&b, ":%s\n", e.Name)
+		}
+		line := "kernel " + pxeKernel
+		for _, w := range []string{p.Cmdline, e.Args} {
+			if w != "" {
+				line += " " + w
+			}
+		}
+		b.WriteString(line + "\n")
+		b.WriteString("initrd " + pxeInitrd + "\n")
+		b.WriteString("boot\n")
+		if i < len(entries)-1 {
+			b.WriteString("\n")
+		}
+	}
 	return b.String(), nil
 }
 

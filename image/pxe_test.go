@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -108,5 +109,38 @@ func TestIPXEScriptKnownSums(t *testing.T) {
 	known.InitrdSHA256 = strings.Repeat("0", 64)
 	if got, _ := IPXEScript(known); got == want {
 		t.Error("the known initrd sum does not reach the script")
+	}
+}
+
+// With a burn-in length boot.ipxe is a menu: the normal boot first (the default, and
+// the first kernel line, which serve reads as the build's command line), then the
+// burn-in entry with peerboot.soak=.
+func TestIPXEScriptBurnInMenu(t *testing.T) {
+	p := PXE{Kernel: []byte("kernel bytes"), Initrd: []byte("initrd bytes"), Cmdline: "console=ttyS0", BurnIn: 8 * time.Hour}
+	got, err := IPXEScript(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "boot-burnin.ipxe.golden")
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./image -run TestIPXEScriptBurnInMenu -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("boot.ipxe differs from %s:\n%s", golden, got)
+	}
+	var kernels []string
+	for _, l := range strings.Split(got, "\n") {
+		if strings.HasPrefix(l, "kernel ") {
+			kernels = append(kernels, l)
+		}
+	}
+	if len(kernels) != 2 || kernels[0] != "kernel vmlinuz console=ttyS0" || kernels[1] != "kernel vmlinuz console=ttyS0 peerboot.soak=8h0m0s" {
+		t.Errorf("kernel lines %q: want the normal boot first, then the burn-in", kernels)
 	}
 }

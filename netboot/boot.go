@@ -135,9 +135,20 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(&sb, "# sha256 %s  vmlinuz\n", b.Files[output.PXEKernelPath])
 	fmt.Fprintf(&sb, "# sha256 %s  initrd.img\n", b.Files[output.PXEInitrdPath])
 	fmt.Fprintf(&sb, "echo peerboot: %s build %s\n", b.Recipe, b.ID)
-	fmt.Fprintf(&sb, "kernel %s %s\n", kernelURL, args)
-	fmt.Fprintf(&sb, "initrd --name initrd.img %s\n", initrdURL)
-	sb.WriteString("boot\n")
+	// The bundle's burn-in entry (the recipe's selftest.soak.menu) is offered here
+	// too, as a menu whose default is the normal boot.
+	entries := bootproto.BootEntries(b.BurnIn)
+	if len(entries) > 1 {
+		sb.WriteString(bootproto.IPXEMenu(entries))
+	}
+	for _, e := range entries {
+		if len(entries) > 1 {
+			fmt.Fprintf(&sb, ":%s\n", e.Name)
+		}
+		fmt.Fprintf(&sb, "kernel %s %s\n", kernelURL, strings.TrimSpace(args+" "+e.Args))
+		fmt.Fprintf(&sb, "initrd --name initrd.img %s\n", initrdURL)
+		sb.WriteString("boot\n")
+	}
 
 	if err := s.opt.Store.RecordBoot(r.Context(), Boot{NodeID: id.ID, MAC: id.MAC, Hostname: id.Host, Serial: id.Serial,
 		Recipe: b.Recipe, Build: b.ID, Remote: remoteIP(r), At: s.opt.Now()}); err != nil {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/output"
 )
 
@@ -28,6 +29,7 @@ type Build struct {
 	Dir          string            // absolute
 	Files        map[string]string // servable path -> sha256 hex (SHA256SUMS when present: it is what `sign` rewrites)
 	Cmdline      string            // the kernel arguments of pxe/boot.ipxe
+	BurnIn       time.Duration     // the length of pxe/boot.ipxe's burn-in entry (peerboot.soak= on a later kernel line); 0: none
 	Loaded       time.Time
 	Built        time.Time // manifest.json's modification time: orders builds loaded together
 	root         *os.Root
@@ -122,6 +124,7 @@ func LoadBuild(dir string) (*Build, error) {
 	b.ID = hex.EncodeToString(sum.Sum(nil))[:16]
 	if ipxe, err := os.ReadFile(filepath.Join(abs, output.PXEScriptPath)); err == nil {
 		b.Cmdline = kernelArgs(ipxe)
+		b.BurnIn = burnIn(ipxe)
 	}
 	if b.root, err = os.OpenRoot(abs); err != nil {
 		return nil, fmt.Errorf("opening the build output: %w", err)
@@ -144,6 +147,25 @@ func kernelArgs(script []byte) string {
 		}
 	}
 	return ""
+}
+
+// burnIn is the soak length a bundle's boot menu offers: the peerboot.soak= of a
+// kernel line (image.IPXEScript writes the burn-in entry after the normal one).
+func burnIn(script []byte) time.Duration {
+	for _, line := range strings.Split(string(script), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 1 || f[0] != "kernel" {
+			continue
+		}
+		for _, w := range f[1:] {
+			if v, ok := strings.CutPrefix(w, bootproto.ArgSoak+"="); ok {
+				if d, err := time.ParseDuration(v); err == nil && d > 0 {
+					return d
+				}
+			}
+		}
+	}
+	return 0
 }
 
 var errRefused = errors.New("refused")

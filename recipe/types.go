@@ -164,7 +164,7 @@ type Soak struct {
 	// normal boot (0s..168h); 0s: no burn-in entry, the boot goes straight on.
 	Menu              Duration `toml:"menu"`
 	Rounds            int      `toml:"rounds"`              // stop after this many rounds at the latest (0..1000000); 0: only the duration bounds the soak
-	MaxDriftPct       float64  `toml:"max_drift_pct"`       // warn (soak.drift) when a copy's bandwidth ends more than this many percent below its start (0..99); 0: not checked
+	MaxDriftPct       float64  `toml:"max_drift_pct"`       // warn (soak.drift) when a copy's bandwidth ends more than this many percent below its start (at least 0, below 100); 0: not checked
 	MaxAERCorrectable int      `toml:"max_aer_correctable"` // correctable PCIe AER errors a device may gain over the soak before soak.aer warns (0..1000000); 0: any gain warns
 }
 

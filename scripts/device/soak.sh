@@ -3,6 +3,10 @@
 #   - p2pcheck --soak $SOAK [2m]: must pass, every round's copies verified, every
 #     all-reduce element checked; prints the per-copy start/end figures and how far
 #     the end is from the start (steady within a few percent on a healthy card);
+#   - every NVML sample has temperature, SM clock and power, and ECC (mode, volatile
+#     counts, row remapping); the PCIe AER counters of the GPU and the ports above it
+#     were read before and after (or a soak.aer info says why not); no ECC, remap or
+#     AER warning or failure;
 #   - p2pcheck --soak 1m --soak-inject-corruption 3: must exit 9 with soak.corrupt
 #     naming round 3 and the soak stopped there.
 # One line per check, then one summary line; non-zero exit when any check failed.
@@ -46,6 +50,23 @@ for p in s.get("pairs") or []:
         print("   ", p["src"], p["dst"], p["method"], p["direction"], p["bytes"], "start %.1f end %.1f min %.1f" % (p["start_gbps"], p["end_gbps"], p["min_gbps"]), "(%.1f %%)" % d, file=sys.stderr)
         worst, n = max(worst, d), n + 1
 print("ok" if n and worst < 5 else "FAIL", "soak-steady", n, "copies with start and end figures; largest start->end change %.1f %%" % worst)
+# NVML sensors, ECC / row remapping and PCIe AER (issue 32's later readings).
+gpus = [g for x in series for g in x.get("gpus") or []]
+sens = [g for g in gpus if all(k in g for k in ("temperature_c", "sm_clock_mhz", "power_mw"))]
+print("ok" if gpus and len(sens) == len(gpus) else "FAIL", "soak-nvml-sensors", len(gpus), "samples,", len(sens), "with temperature, SM clock and power;",
+      "temp %s..%s C, power %s..%s W" % (min((g["temperature_c"] for g in sens), default="-"), max((g["temperature_c"] for g in sens), default="-"),
+      min((g["power_mw"] // 1000 for g in sens), default="-"), max((g["power_mw"] // 1000 for g in sens), default="-")))
+ecc = [g["ecc"] for g in gpus if g.get("ecc")]
+first, last = (ecc[0], ecc[-1]) if ecc else ({}, {})
+print("ok" if ecc and len(ecc) == len(gpus) else "FAIL", "soak-ecc-read", len(ecc), "of", len(gpus), "samples with ECC; mode", last.get("mode"),
+      "uncorrected", first.get("uncorrected"), "->", last.get("uncorrected"), "corrected", first.get("corrected"), "->", last.get("corrected"),
+      "remap pending", last.get("remap_pending"), "failure", last.get("remap_failure"), "rows corr/unc", last.get("remapped_correctable"), last.get("remapped_uncorrectable"))
+aer = s.get("aer") or []
+why = [f["message"] for f in r["findings"] if f["id"] == "soak.aer" and f["status"] == "info"]
+print("ok" if aer or why else "FAIL", "soak-aer-read", len(aer), "devices:",
+      "; ".join("%s %s cor %d->%d nonfatal %d->%d fatal %d->%d" % (a["bdf"], a["of"], a["start"]["correctable"], a["end"]["correctable"], a["start"]["nonfatal"], a["end"]["nonfatal"], a["start"]["fatal"], a["end"]["fatal"]) for a in aer) or (why[0] if why else ""))
+bad = [f["status"] + " " + f["id"] + ": " + f["message"] for f in r["findings"] if f["id"] in ("soak.ecc", "soak.row_remap", "soak.aer", "soak.aer_uncorrectable") and f["status"] != "info"]
+print("ok" if not bad else "FAIL", "soak-no-memory-or-link-errors", "; ".join(bad) or "no soak.ecc / soak.row_remap / soak.aer warnings or failures")
 PY
 results "$out/soak.checks"
 

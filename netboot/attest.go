@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/attest"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/output"
 )
 
@@ -95,10 +96,7 @@ func (s *Server) predict(b *Build) (string, string) {
 // prediction first (once per build and process); "" when the store keeps no
 // attestation.
 func (s *Server) issueNonce(ctx context.Context, node string, b *Build) (string, time.Time, error) {
-	as, ok := s.opt.Store.(AttestStore)
-	if !ok {
-		return "", time.Time{}, nil
-	}
+	as := s.opt.Store
 	pcr11, why := s.predict(b)
 	s.predMu.Lock()
 	saved := s.predictions[b.ID].saved
@@ -181,21 +179,16 @@ type attestation struct {
 func (s *Server) attestReport(w http.ResponseWriter, r *http.Request, node, buildID, remote string, body []byte, sum string) (attestation, bool) {
 	h := r.Header.Get(attest.Header)
 	if h == "" {
-		return attestation{status: Unattested}, true
+		return attestation{status: fleetdb.Unattested}, true
 	}
 	refuse := func(status int, err error) (attestation, bool) {
-		if as, ok := s.opt.Store.(AttestStore); ok {
-			if rerr := as.AddRefusal(r.Context(), AttestRefusal{NodeID: node, At: s.opt.Now(), Reason: err.Error(), ReportSHA256: sum, Remote: remote}, refusalsPerNode); rerr != nil {
-				s.log.Error("recording a refusal", "node", node, "error", rerr.Error())
-			}
+		if rerr := s.opt.Store.AddRefusal(r.Context(), fleetdb.AttestRefusal{NodeID: node, At: s.opt.Now(), Reason: err.Error(), ReportSHA256: sum, Remote: remote}, refusalsPerNode); rerr != nil {
+			s.log.Error("recording a refusal", "node", node, "error", rerr.Error())
 		}
 		s.fail(w, r, status, "attested report refused", err, "node", node)
 		return attestation{}, false
 	}
-	as, ok := s.opt.Store.(AttestStore)
-	if !ok {
-		return refuse(http.StatusNotImplemented, errors.New("this server's store cannot check attestation"))
-	}
+	as := s.opt.Store
 	ev, err := attest.Decode(h)
 	if err != nil {
 		return refuse(http.StatusBadRequest, fmt.Errorf("malformed evidence: %w", err))
@@ -210,7 +203,7 @@ func (s *Server) attestReport(w http.ResponseWriter, r *http.Request, node, buil
 	switch spent, err := as.LookupNonce(r.Context(), ev.Nonce, node); {
 	case err == nil:
 		return refuse(http.StatusConflict, fmt.Errorf("nonce already used: spent at %s (a replayed report)", spent.UsedAt.Format(time.RFC3339)))
-	case !errors.Is(err, ErrNotFound):
+	case !errors.Is(err, fleetdb.ErrNotFound):
 		s.fail(w, r, http.StatusServiceUnavailable, "report not stored", err, "node", node)
 		return attestation{}, false
 	}
@@ -228,7 +221,7 @@ func (s *Server) attestReport(w http.ResponseWriter, r *http.Request, node, buil
 		}
 		return refuse(http.StatusForbidden, fmt.Errorf("no PCR 11 prediction for build %s: %s", nb, why))
 	}
-	n := Nonce{Nonce: ev.Nonce, NodeID: node, Build: nb, PCR11: pcr11, Expires: expires}
+	n := fleetdb.Nonce{Nonce: ev.Nonce, NodeID: node, Build: nb, PCR11: pcr11, Expires: expires}
 	var want attest.Expect
 	want.Nonce = n.Nonce
 	p, _ := hex.DecodeString(n.PCR11)
@@ -251,7 +244,7 @@ func (s *Server) attestReport(w http.ResponseWriter, r *http.Request, node, buil
 		}
 		return refuse(status, err)
 	}
-	return attestation{status: Attested, akName: res.AKName, nonce: n.Nonce, nonceBuild: n.Build, nonceExpires: n.Expires}, true
+	return attestation{status: fleetdb.Attested, akName: res.AKName, nonce: n.Nonce, nonceBuild: n.Build, nonceExpires: n.Expires}, true
 }
 
 // clipText shortens outside text quoted into a reason.
@@ -268,12 +261,12 @@ func (s *Server) attach(ctx context.Context, views ...*ReportSummary) error {
 	var ids []int64
 	for _, v := range views {
 		if v != nil {
-			v.Attestation = Unattested
+			v.Attestation = fleetdb.Unattested
 			ids = append(ids, v.ID)
 		}
 	}
-	as, ok := s.opt.Store.(AttestStore)
-	if !ok || len(ids) == 0 {
+	as := s.opt.Store
+	if len(ids) == 0 {
 		return nil
 	}
 	got, err := as.Attestations(ctx, ids)
@@ -288,10 +281,7 @@ func (s *Server) attach(ctx context.Context, views ...*ReportSummary) error {
 			v.Attestation, v.AKName = a.Status, a.AKName
 		}
 	}
-	vs, ok := s.opt.Store.(VoteStore)
-	if !ok {
-		return nil
-	}
+	vs := s.opt.Store
 	votes, err := vs.Votes(ctx, ids)
 	if err != nil {
 		return err
@@ -309,11 +299,7 @@ func (s *Server) attach(ctx context.Context, views ...*ReportSummary) error {
 
 // refusalCounts is every node's count of refusals (none without an AttestStore).
 func (s *Server) refusalCounts(ctx context.Context) (map[string]int64, error) {
-	as, ok := s.opt.Store.(AttestStore)
-	if !ok {
-		return map[string]int64{}, nil
-	}
-	return as.RefusalCounts(ctx)
+	return s.opt.Store.RefusalCounts(ctx)
 }
 
 // attachNode fills a node view's attestation: its reports' and its refusals.
@@ -328,10 +314,7 @@ func (s *Server) attachNode(ctx context.Context, v *NodeView) error {
 	if err := s.attach(ctx, views...); err != nil {
 		return err
 	}
-	as, ok := s.opt.Store.(AttestStore)
-	if !ok {
-		return nil
-	}
+	as := s.opt.Store
 	var err error
 	if v.Refusals, err = as.Refusals(ctx, v.ID, refusalsPerNode); err != nil {
 		return err
@@ -344,10 +327,8 @@ func (s *Server) attachNode(ctx context.Context, v *NodeView) error {
 	if ak != nil {
 		v.AKName = ak.AKName
 	}
-	if es, ok := s.opt.Store.(EnrollStore); ok {
-		if v.AKConflicts, err = es.AKConflicts(ctx, v.ID); err != nil {
-			return err
-		}
+	if v.AKConflicts, err = s.opt.Store.AKConflicts(ctx, v.ID); err != nil {
+		return err
 	}
 	return nil
 }

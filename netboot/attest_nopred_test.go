@@ -34,7 +34,7 @@ func TestAttestationNeedsAPrediction(t *testing.T) {
 	if n, _ := e.store.Count(context.Background()); n != 0 {
 		t.Fatalf("%d reports stored", n)
 	}
-	if ak, _ := e.store.(AttestStore).NodeAK(context.Background(), mac); ak != nil {
+	if ak, _ := e.store.NodeAK(context.Background(), mac); ak != nil {
 		t.Fatalf("an AK was recorded from a refused quote: %+v", ak)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/peerboot/peerboot/attest"
 	"github.com/peerboot/peerboot/internal/swtpmtest"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 )
 
 // stubPCR11 is a FAKE predictor standing in for measure.Predict (systemd-stub's
@@ -119,12 +120,12 @@ func TestAttestedReports(t *testing.T) {
 		t.Fatalf("attested PASS: %d %s", resp.StatusCode, out)
 	}
 	akName, _ := attest.AKName(ev.AKPublic)
-	if ak, err := e.store.(AttestStore).NodeAK(context.Background(), mac); err != nil || ak == nil || ak.AKName != akName {
+	if ak, err := e.store.NodeAK(context.Background(), mac); err != nil || ak == nil || ak.AKName != akName {
 		t.Fatalf("AK not recorded on first use: %+v %v", ak, err)
 	}
 	var nv NodeView
 	_, api := e.get(t, "/api/nodes/"+mac)
-	if err := json.Unmarshal([]byte(api), &nv); err != nil || nv.Latest == nil || nv.Latest.Attestation != Attested || nv.Latest.AKName != akName {
+	if err := json.Unmarshal([]byte(api), &nv); err != nil || nv.Latest == nil || nv.Latest.Attestation != fleetdb.Attested || nv.Latest.AKName != akName {
 		t.Fatalf("API: %v %s", err, api)
 	}
 	if _, page := e.get(t, "/"); !strings.Contains(page, `data-attestation="attested"`) {
@@ -239,74 +240,6 @@ func TestAttestedReports(t *testing.T) {
 	}
 }
 
-// TestNonceSpentOnce: of concurrent spenders of one nonce exactly one wins, on
-// SQLite and on PostgreSQL (replicas share the database).
-func TestNonceSpentOnce(t *testing.T) {
-	for _, tc := range storeKinds {
-		t.Run(tc.name, func(t *testing.T) {
-			st := tc.open(t)
-			defer st.Close()
-			as := st.(AttestStore)
-			ctx := context.Background()
-			now := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-			n2 := Nonce{Nonce: "n2", NodeID: "node", Build: "b", PCR11: "00", UsedAt: now.Add(time.Minute), Expires: now.Add(time.Hour)}
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			wins := 0
-			for range 8 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					ok, err := as.SpendNonce(ctx, n2)
-					if err != nil {
-						t.Error(err)
-					}
-					if ok {
-						mu.Lock()
-						wins++
-						mu.Unlock()
-					}
-				}()
-			}
-			wg.Wait()
-			if wins != 1 {
-				t.Errorf("%d spenders won, want 1", wins)
-			}
-			if ok, _ := as.SpendNonce(ctx, Nonce{Nonce: "n3", NodeID: "node", UsedAt: now.Add(2 * time.Hour), Expires: now.Add(time.Hour)}); ok {
-				t.Error("an expired nonce was spent")
-			}
-			if n, err := as.LookupNonce(ctx, "n2", "node"); err != nil || n.UsedAt.IsZero() {
-				t.Errorf("spent nonce reads unspent: %+v %v", n, err)
-			}
-			if _, err := as.LookupNonce(ctx, "n2", "other"); err != ErrNotFound {
-				t.Errorf("another node's spent nonce found: %v", err)
-			}
-			// Spent nonces are kept until they expire, then dropped by the next spend.
-			if ok, _ := as.SpendNonce(ctx, Nonce{Nonce: "n4", NodeID: "node", UsedAt: now.Add(90 * time.Minute), Expires: now.Add(3 * time.Hour)}); !ok {
-				t.Error("n4 not spent")
-			}
-			if _, err := as.LookupNonce(ctx, "n2", "node"); err != ErrNotFound {
-				t.Errorf("an expired spent nonce is kept: %v", err)
-			}
-			// TOFU: the first AK recorded stays.
-			a, _ := as.RecordAK(ctx, NodeAK{NodeID: "node", AKName: "first", AKPublic: []byte{1}, RecordedAt: now})
-			b, _ := as.RecordAK(ctx, NodeAK{NodeID: "node", AKName: "second", AKPublic: []byte{2}, RecordedAt: now})
-			if a == nil || b == nil || a.AKName != "first" || b.AKName != "first" {
-				t.Errorf("AK records %+v %+v", a, b)
-			}
-			for i := range 5 {
-				if err := as.AddRefusal(ctx, AttestRefusal{NodeID: "node", At: now, Reason: string(rune('a' + i))}, 3); err != nil {
-					t.Fatal(err)
-				}
-			}
-			rs, err := as.Refusals(ctx, "node", 10)
-			if err != nil || len(rs) != 3 || rs[0].Reason != "e" {
-				t.Errorf("refusals kept %+v %v", rs, err)
-			}
-		})
-	}
-}
-
 // TestNonceEndpoint: POST /attest/nonce takes the report token (a build's, or a
 // static one: then the node's build by the inventory), and refuses the rest.
 func TestNonceEndpoint(t *testing.T) {
@@ -342,7 +275,7 @@ func TestNonceEndpoint(t *testing.T) {
 				var v struct{ Nonce string }
 				json.Unmarshal(buf.Bytes(), &v)
 				build, _, ok := e.srv.openNonce(v.Nonce, tc.node)
-				pcr11, _, _, err := e.store.(AttestStore).Prediction(context.Background(), b.ID)
+				pcr11, _, _, err := e.store.Prediction(context.Background(), b.ID)
 				if !ok || build != b.ID || err != nil || pcr11 == "" {
 					t.Fatalf("nonce %s: build %s ok %t, prediction %q %v", v.Nonce, build, ok, pcr11, err)
 				}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/mirror"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/output"
 )
 
@@ -150,7 +151,7 @@ func (s *Server) bootScript(w http.ResponseWriter, r *http.Request) {
 		sb.WriteString("boot\n")
 	}
 
-	if err := s.opt.Store.RecordBoot(r.Context(), Boot{NodeID: id.ID, MAC: id.MAC, Hostname: id.Host, Serial: id.Serial,
+	if err := s.opt.Store.RecordBoot(r.Context(), fleetdb.Boot{NodeID: id.ID, MAC: id.MAC, Hostname: id.Host, Serial: id.Serial,
 		Recipe: b.Recipe, Build: b.ID, Remote: remoteIP(r), At: s.opt.Now()}); err != nil {
 		s.log.Error("recording a boot", "node", id.ID, "error", err.Error())
 	} else {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/bootproto"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/output"
 )
 
@@ -375,7 +376,7 @@ func (bs *Builds) Get(recipe string) (*Build, error) {
 			return bs.refresh(b), nil
 		}
 	}
-	return nil, fmt.Errorf("recipe %q is not served (serving %s): %w", recipe, strings.Join(bs.recipes(), ", "), ErrNotFound)
+	return nil, fmt.Errorf("recipe %q is not served (serving %s): %w", recipe, strings.Join(bs.recipes(), ", "), fleetdb.ErrNotFound)
 }
 
 // ByID returns the build with id, reloading its directory if it changed (nil: none

@@ -119,34 +119,6 @@ func (s *Server) prune(r *http.Request, node string) {
 	}
 }
 
-// Summary bounds: the fleet page shows finding ids, the node page the whole report.
-const (
-	maxFailing = 8
-	maxMessage = 200
-)
-
-// summarize fills the summary columns of sr from its decoded report.
-func summarize(sr *StoredReport, rep *selftest.Report) {
-	sr.Size = int64(len(sr.Body))
-	sr.GPUs = len(rep.GPUs)
-	if rep.NCCL != nil {
-		sr.BusBWAtMax = rep.NCCL.BusBWAtMax
-	}
-	sr.Failing = []selftest.Finding{}
-	for _, status := range []string{selftest.SevFail, selftest.SevWarn} {
-		for _, f := range rep.Findings {
-			if f.Status != status || len(sr.Failing) == maxFailing {
-				continue
-			}
-			msg := f.Message
-			if len(msg) > maxMessage {
-				msg = strings.ToValidUTF8(msg[:maxMessage], "") + "…"
-			}
-			sr.Failing = append(sr.Failing, selftest.Finding{ID: f.ID, Status: f.Status, Message: msg, Subject: f.Subject})
-		}
-	}
-}
-
 // bearer takes the token from Authorization: Bearer, X-Peerboot-Token or ?token=.
 func bearer(r *http.Request) string {
 	if a := r.Header.Get("Authorization"); a != "" {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerboot/peerboot/netboot/fleetdb/sqldb"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -40,7 +41,7 @@ func helperMain() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	st, err := OpenSQLite(context.Background(), os.Getenv("NETBOOT_DB"))
+	st, err := sqldb.OpenSQLite(context.Background(), os.Getenv("NETBOOT_DB"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -156,7 +157,7 @@ func TestKillDuringPosts(t *testing.T) {
 		t.Fatalf("only %d reports acknowledged before the deadline", ackN.Load())
 	}
 
-	st, err := OpenSQLite(context.Background(), db)
+	st, err := sqldb.OpenSQLite(context.Background(), db)
 	if err != nil {
 		t.Fatalf("reopening after the kill: %v", err)
 	}

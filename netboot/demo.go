@@ -8,6 +8,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/verdict"
 )
@@ -203,7 +204,7 @@ func hexOf(s string) string {
 
 // SeedDemo stores fixture histories for two made-up nodes: an 8-GPU node whose latest
 // boot fails after a passing one, and a 4-GPU node that passes twice.
-func SeedDemo(ctx context.Context, st Store, now time.Time) error {
+func SeedDemo(ctx context.Context, st fleetdb.Store, now time.Time) error {
 	nodes := []struct {
 		id, host, serial string
 		p                DemoPlatform
@@ -215,7 +216,7 @@ func SeedDemo(ctx context.Context, st Store, now time.Time) error {
 	for _, n := range nodes {
 		for i, broken := range n.broken {
 			at := now.Add(time.Duration(i-len(n.broken)) * time.Hour)
-			if err := st.RecordBoot(ctx, Boot{NodeID: n.id, MAC: n.id, Hostname: n.host, Serial: n.serial, Recipe: "demo", Build: "demo", Remote: "demo", At: at}); err != nil {
+			if err := st.RecordBoot(ctx, fleetdb.Boot{NodeID: n.id, MAC: n.id, Hostname: n.host, Serial: n.serial, Recipe: "demo", Build: "demo", Remote: "demo", At: at}); err != nil {
 				return err
 			}
 			body, err := selftest.Encode(DemoReport(n.p, i, broken))
@@ -228,11 +229,11 @@ func SeedDemo(ctx context.Context, st Store, now time.Time) error {
 				return fmt.Errorf("demo report for %s: %w", n.id, err)
 			}
 			sum := sha256.Sum256(body)
-			sr := &StoredReport{NodeID: n.id, ReceivedAt: at.Add(5 * time.Minute), Recipe: rep.Recipe.Name, Build: "demo",
+			sr := &fleetdb.StoredReport{NodeID: n.id, ReceivedAt: at.Add(5 * time.Minute), Recipe: rep.Recipe.Name, Build: "demo",
 				Verdict: rep.Verdict, SHA256: hex.EncodeToString(sum[:]), Remote: "demo", Body: body}
-			summarize(sr, rep)
+			fleetdb.Summarize(sr, rep)
 			_, err = st.AddReport(ctx, sr)
-			if err != nil && err != ErrDuplicate {
+			if err != nil && err != fleetdb.ErrDuplicate {
 				return err
 			}
 		}

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
 
 	"github.com/peerboot/peerboot/attest"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 )
 
 // Which AK a node may quote with (issue 28: trust on first use let an
@@ -29,8 +29,7 @@ const conflictsPerNode = 8 // AK conflicts kept per node
 // for the first time. The status is the POST's answer when it is refused (503:
 // the store failed).
 func (s *Server) trustAK(ctx context.Context, node, remote string, res *attest.Result, akPublic []byte) (int, error) {
-	as := s.opt.Store.(AttestStore)
-	es, _ := s.opt.Store.(EnrollStore)
+	as, es := s.opt.Store, s.opt.Store
 	f := attest.AKFacts{Node: node}
 	if mac, err := NormalizeMAC(node); err == nil {
 		pin, _ := s.opt.Inventory.ByMAC(mac)
@@ -43,17 +42,15 @@ func (s *Server) trustAK(ctx context.Context, node, remote string, res *attest.R
 	if rec != nil {
 		f.Recorded = rec.AKName
 	}
-	if es != nil && f.PinnedAK == "" && f.Recorded == "" {
+	if f.PinnedAK == "" && f.Recorded == "" {
 		if f.Enrolling, err = es.Enrolling(ctx, node, s.opt.Now()); err != nil {
 			return http.StatusServiceUnavailable, err
 		}
 	}
 	refuse := func(why error) (int, error) {
-		if es != nil {
-			c := AKConflict{NodeID: node, AKName: res.AKName, EKName: res.EKName, Last: s.opt.Now(), Remote: remote}
-			if err := es.AddAKConflict(ctx, c, conflictsPerNode); err != nil {
-				s.log.Error("recording an AK conflict", "node", node, "error", err.Error())
-			}
+		c := fleetdb.AKConflict{NodeID: node, AKName: res.AKName, EKName: res.EKName, Last: s.opt.Now(), Remote: remote}
+		if err := es.AddAKConflict(ctx, c, conflictsPerNode); err != nil {
+			s.log.Error("recording an AK conflict", "node", node, "error", err.Error())
 		}
 		return http.StatusForbidden, why
 	}
@@ -64,7 +61,7 @@ func (s *Server) trustAK(ctx context.Context, node, remote string, res *attest.R
 	if !adm.Record {
 		return 0, nil
 	}
-	got, err := as.RecordAK(ctx, NodeAK{NodeID: node, AKName: res.AKName, AKPublic: akPublic, EKName: res.EKName, RecordedAt: s.opt.Now()})
+	got, err := as.RecordAK(ctx, fleetdb.NodeAK{NodeID: node, AKName: res.AKName, AKPublic: akPublic, EKName: res.EKName, RecordedAt: s.opt.Now()})
 	if err != nil {
 		return http.StatusServiceUnavailable, err
 	}
@@ -73,7 +70,7 @@ func (s *Server) trustAK(ctx context.Context, node, remote string, res *attest.R
 		return refuse(fmt.Errorf("AK changed: node %s recorded AK %s first, this quote is signed by %s", node, clipText(got.AKName), clipText(res.AKName)))
 	}
 	s.log.Info("AK recorded", "node", node, "ak", res.AKName, "how", adm.How)
-	if f.Enrolling && es != nil {
+	if f.Enrolling {
 		// A node's own window admits one AK: whoever quotes next is a conflict.
 		if err := es.CloseEnrollment(ctx, node); err != nil {
 			s.log.Error("closing an enrollment window", "node", node, "error", err.Error())
@@ -93,11 +90,7 @@ type enrollBody struct {
 const maxEnrollment = 7 * 24 * time.Hour
 
 func (s *Server) apiEnroll(w http.ResponseWriter, r *http.Request) {
-	es, ok := s.opt.Store.(EnrollStore)
-	if !ok {
-		s.fail(w, r, http.StatusNotImplemented, "enroll refused", errors.New("this store keeps no attestation"))
-		return
-	}
+	es := s.opt.Store
 	var b enrollBody
 	data, err := io.ReadAll(io.LimitReader(r.Body, maxActionBody+1))
 	if err == nil && len(data) > maxActionBody {
@@ -142,11 +135,7 @@ func (s *Server) apiEnroll(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) apiAKReset(w http.ResponseWriter, r *http.Request) {
-	es, ok := s.opt.Store.(EnrollStore)
-	if !ok {
-		s.fail(w, r, http.StatusNotImplemented, "ak-reset refused", errors.New("this store keeps no attestation"))
-		return
-	}
+	es := s.opt.Store
 	if _, ok := s.readAction(w, r); !ok {
 		return
 	}
@@ -164,7 +153,7 @@ func (s *Server) apiAKReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if old == nil {
-		s.fail(w, r, http.StatusNotFound, "ak-reset refused", fmt.Errorf("node %s has no AK on record: %w", id, ErrNotFound))
+		s.fail(w, r, http.StatusNotFound, "ak-reset refused", fmt.Errorf("node %s has no AK on record: %w", id, fleetdb.ErrNotFound))
 		return
 	}
 	s.log.Info("AK reset", "node", id, "ak", old.AKName)

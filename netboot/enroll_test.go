@@ -80,7 +80,7 @@ func TestAKEnrollment(t *testing.T) {
 	if nv := node(); nv.AKName != realAK {
 		t.Fatalf("AK on record %q, want the real node's %s", nv.AKName, realAK)
 	}
-	if open, err := e.store.(EnrollStore).Enrolling(context.Background(), mac, clk.now()); err != nil || open {
+	if open, err := e.store.Enrolling(context.Background(), mac, clk.now()); err != nil || open {
 		t.Errorf("the node's window admitted an AK and stays open: %t %v", open, err)
 	}
 

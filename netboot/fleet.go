@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -59,28 +60,28 @@ func (s *Server) pages(h http.HandlerFunc) http.Handler {
 
 // NodeView is a node as the pages and the API show it.
 type NodeView struct {
-	ID        string          `json:"id"`
-	Name      string          `json:"name,omitempty"` // from the inventory
-	MAC       string          `json:"mac,omitempty"`
-	Hostname  string          `json:"hostname,omitempty"`
-	Serial    string          `json:"serial,omitempty"`
-	FirstSeen time.Time       `json:"first_seen"`
-	LastSeen  time.Time       `json:"last_seen"`
-	Boots     int64           `json:"boots"`
-	Reports   int64           `json:"reports"`
-	Latest    *ReportView     `json:"latest"`
-	History   []ReportSummary `json:"history,omitempty"`
-	Changes   []Change        `json:"changes_since_previous"`
-	Previous  *ReportSummary  `json:"previous,omitempty"`
-	Rollout   *NodeRollout    `json:"rollout,omitempty"` // the build last served, and its hold; only /api/nodes/{node}
+	ID        string               `json:"id"`
+	Name      string               `json:"name,omitempty"` // from the inventory
+	MAC       string               `json:"mac,omitempty"`
+	Hostname  string               `json:"hostname,omitempty"`
+	Serial    string               `json:"serial,omitempty"`
+	FirstSeen time.Time            `json:"first_seen"`
+	LastSeen  time.Time            `json:"last_seen"`
+	Boots     int64                `json:"boots"`
+	Reports   int64                `json:"reports"`
+	Latest    *ReportView          `json:"latest"`
+	History   []ReportSummary      `json:"history,omitempty"`
+	Changes   []Change             `json:"changes_since_previous"`
+	Previous  *ReportSummary       `json:"previous,omitempty"`
+	Rollout   *fleetdb.NodeRollout `json:"rollout,omitempty"` // the build last served, and its hold; only /api/nodes/{node}
 	// Refused counts the node's attested POSTs refused by a check; Refusals (node
 	// page) lists the newest with their reasons.
-	Refused  int64           `json:"refused"`
-	Refusals []AttestRefusal `json:"refusals,omitempty"`
+	Refused  int64                   `json:"refused"`
+	Refusals []fleetdb.AttestRefusal `json:"refusals,omitempty"`
 	// AKName is the AK on record (node page); AKConflicts the AKs refused
 	// after their quotes verified (enroll.go), for the operator to decide.
-	AKName      string       `json:"ak_name,omitempty"`
-	AKConflicts []AKConflict `json:"ak_conflicts,omitempty"`
+	AKName      string               `json:"ak_name,omitempty"`
+	AKConflicts []fleetdb.AKConflict `json:"ak_conflicts,omitempty"`
 }
 
 // ReportSummary is a report without its body.
@@ -97,7 +98,7 @@ type ReportSummary struct {
 	AKName      string `json:"ak_name,omitempty"`
 	// Vote says whether the report counted toward its recipe's rollout, and why
 	// not (nil: no rollout decided on it).
-	Vote *Vote `json:"vote,omitempty"`
+	Vote *fleetdb.Vote `json:"vote,omitempty"`
 }
 
 // ReportView is a decoded report with what the pages draw from it.
@@ -113,12 +114,12 @@ type ReportView struct {
 	Error      string             `json:"error,omitempty"`
 }
 
-func summary(r *StoredReport) ReportSummary {
+func summary(r *fleetdb.StoredReport) ReportSummary {
 	return ReportSummary{ID: r.ID, ReceivedAt: r.ReceivedAt, Recipe: r.Recipe, Build: r.Build, Verdict: r.Verdict, SHA256: r.SHA256}
 }
 
 // listView is what the lists show of a report: its summary columns, no body.
-func listView(r *StoredReport) *ReportView {
+func listView(r *fleetdb.StoredReport) *ReportView {
 	v := &ReportView{ReportSummary: summary(r), GPUs: r.GPUs, BusBWAtMax: r.BusBWAtMax, Findings: r.Failing, Failing: r.Failing}
 	if v.Findings == nil {
 		v.Findings = []selftest.Finding{}
@@ -127,7 +128,7 @@ func listView(r *StoredReport) *ReportView {
 }
 
 // reportView decodes a report's body: only the node page and its API do.
-func reportView(r *StoredReport, full bool) *ReportView {
+func reportView(r *fleetdb.StoredReport, full bool) *ReportView {
 	v := &ReportView{ReportSummary: summary(r), Findings: []selftest.Finding{}}
 	rep, err := selftest.Decode(r.Body)
 	if err != nil {
@@ -152,7 +153,7 @@ func reportView(r *StoredReport, full bool) *ReportView {
 	return v
 }
 
-func (s *Server) nodeView(n *NodeSummary) NodeView {
+func (s *Server) nodeView(n *fleetdb.NodeSummary) NodeView {
 	v := NodeView{ID: n.ID, MAC: n.MAC, Hostname: n.Hostname, Serial: n.Serial, FirstSeen: n.FirstSeen, LastSeen: n.LastSeen,
 		Boots: n.Boots, Reports: n.Reports, Changes: []Change{}}
 	if m, ok := s.opt.Inventory.Lookup(n.MAC, n.Hostname); ok {
@@ -168,8 +169,8 @@ type fleetData struct {
 	Nodes                []NodeView
 	Pass, Fail, NoReport int
 	Builds               []*Build
-	Rollouts             []RolloutStatus // recipes with a [[rollout]]
-	Held                 map[string]bool // node ids held back by a rollout
+	Rollouts             []fleetdb.RolloutStatus // recipes with a [[rollout]]
+	Held                 map[string]bool         // node ids held back by a rollout
 	Generated            time.Time
 }
 
@@ -239,17 +240,15 @@ func (s *Server) apiNodes(w http.ResponseWriter, r *http.Request) {
 // change since the report before it, and its history.
 func (s *Server) node(r *http.Request) (*NodeView, int, error) {
 	n, err := s.opt.Store.Node(r.Context(), r.PathValue("node"))
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, fleetdb.ErrNotFound) {
 		return nil, http.StatusNotFound, err
 	}
 	if err != nil {
 		return nil, http.StatusInternalServerError, err
 	}
 	v := s.nodeView(n)
-	if rs, ok := s.rolloutStore(); ok {
-		if v.Rollout, err = rs.NodeRollout(r.Context(), n.ID); err != nil {
-			return nil, http.StatusInternalServerError, err
-		}
+	if v.Rollout, err = s.opt.Store.NodeRollout(r.Context(), n.ID); err != nil {
+		return nil, http.StatusInternalServerError, err
 	}
 	hist, err := s.opt.Store.Reports(r.Context(), n.ID, 50)
 	if err != nil {
@@ -324,7 +323,7 @@ func (s *Server) apiReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rep, err := s.opt.Store.Report(r.Context(), id)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, fleetdb.ErrNotFound) {
 		s.fail(w, r, http.StatusNotFound, "report", err)
 		return
 	}

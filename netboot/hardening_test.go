@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerboot/peerboot/netboot/fleetdb"
+	"github.com/peerboot/peerboot/netboot/fleetdb/sqldb"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -26,7 +28,7 @@ import (
 // MACs fetching them were each a node row for ever (200 fetches, 200 rows). Nodes
 // that never reported are kept up to a bound, the least recently seen dropped.
 func TestBootScriptRowsBounded(t *testing.T) {
-	e := newEnv(t, Options{Retention: Retention{UnreportedNodes: 50, BootsPerNode: 3}})
+	e := newEnv(t, Options{Retention: fleetdb.Retention{UnreportedNodes: 50, BootsPerNode: 3}})
 	for i := 0; i < 200; i++ {
 		if resp, body := e.get(t, fmt.Sprintf("/boot.ipxe?mac=02:00:00:00:%02x:%02x", i>>8, i&0xff)); resp.StatusCode != 200 {
 			t.Fatalf("%d %s", resp.StatusCode, body)
@@ -112,7 +114,7 @@ func TestSlowClients(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := OpenSQLite(context.Background(), filepath.Join(root, "reports.db"))
+	st, err := sqldb.OpenSQLite(context.Background(), filepath.Join(root, "reports.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +346,7 @@ func bigReport(t testing.TB, size int) *selftest.Report {
 
 // fillFleet stores one report of body's structure per node, as POST would (the
 // summary from the decoded report), each made unique in started_at.
-func fillFleet(t testing.TB, st Store, nodes int, rep *selftest.Report) int64 {
+func fillFleet(t testing.TB, st fleetdb.Store, nodes int, rep *selftest.Report) int64 {
 	rep.StartedAt = "2026-11-20T08:00:00Z-000000"
 	body, err := selftest.Encode(rep)
 	if err != nil {
@@ -366,9 +368,9 @@ func fillFleet(t testing.TB, st Store, nodes int, rep *selftest.Report) int64 {
 				copy(b[at:], fmt.Sprintf("-%06d", n))
 				sum := sha256.Sum256(b)
 				node := fmt.Sprintf("52:54:00:%02x:%02x:%02x", n>>16, (n>>8)&0xff, n&0xff)
-				st.RecordBoot(context.Background(), Boot{NodeID: node, MAC: node, Recipe: "default", Build: "b"})
-				sr := &StoredReport{NodeID: node, Recipe: "default", Build: "b", Verdict: rep.Verdict, SHA256: hex.EncodeToString(sum[:]), Remote: "127.0.0.1", Body: b}
-				summarize(sr, rep)
+				st.RecordBoot(context.Background(), fleetdb.Boot{NodeID: node, MAC: node, Recipe: "default", Build: "b"})
+				sr := &fleetdb.StoredReport{NodeID: node, Recipe: "default", Build: "b", Verdict: rep.Verdict, SHA256: hex.EncodeToString(sum[:]), Remote: "127.0.0.1", Body: b}
+				fleetdb.Summarize(sr, rep)
 				if _, err := st.AddReport(context.Background(), sr); err != nil {
 					firstErr.CompareAndSwap(nil, err)
 				}

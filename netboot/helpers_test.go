@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/peerboot/peerboot/netboot/fleetdb"
+	"github.com/peerboot/peerboot/netboot/fleetdb/sqldb"
 	"github.com/peerboot/peerboot/output"
 )
 
@@ -96,7 +98,8 @@ func (s *syncBuffer) String() string {
 type testEnv struct {
 	srv   *Server
 	http  *httptest.Server
-	store Store
+	store fleetdb.Store
+	db    string // the SQLite file of store
 	log   *syncBuffer
 	out   string // the output root
 }
@@ -115,7 +118,8 @@ func newEnv(t testing.TB, opt Options, extra ...string) *testEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "reports.db"))
+	dbPath := filepath.Join(t.TempDir(), "reports.db")
+	st, err := sqldb.OpenSQLite(context.Background(), dbPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +133,7 @@ func newEnv(t testing.TB, opt Options, extra ...string) *testEnv {
 	}
 	hs := httptest.NewServer(s)
 	t.Cleanup(hs.Close)
-	return &testEnv{srv: s, http: hs, store: st, log: logs, out: root}
+	return &testEnv{srv: s, http: hs, store: st, db: dbPath, log: logs, out: root}
 }
 
 func (e *testEnv) get(t testing.TB, path string, hdr ...string) (*http.Response, string) {

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 )
 
 // Limits are the HTTP server's deadlines and caps. A client that stops sending or
@@ -58,8 +60,8 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-func withDefaults(r Retention) Retention {
-	d := DefaultRetention()
+func withDefaults(r fleetdb.Retention) fleetdb.Retention {
+	d := fleetdb.DefaultRetention()
 	if r.ReportsPerNode == 0 {
 		r.ReportsPerNode = d.ReportsPerNode
 	}

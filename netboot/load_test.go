@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerboot/peerboot/netboot/fleetdb/sqldb"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -43,7 +44,7 @@ func TestLoad200Nodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := OpenSQLite(context.Background(), filepath.Join(root, "reports.db"))
+	st, err := sqldb.OpenSQLite(context.Background(), filepath.Join(root, "reports.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package netboot
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	_ "modernc.org/sqlite"
+
 	"github.com/peerboot/peerboot/internal/swtpmtest"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 )
 
 // TestNonceNotEvicted: issue 28's item 5. Anonymous script fetches for a node
@@ -62,17 +66,22 @@ func flip(c byte) string {
 // pruned (--keep-unreported); nothing of theirs may stay behind. Before: every
 // fetch left a nonce row that outlived its node.
 func TestNoOrphanRows(t *testing.T) {
-	e := newEnv(t, Options{PredictPCR11: stubPCR11, Retention: Retention{UnreportedNodes: 5}})
-	as := e.store.(AttestStore)
+	e := newEnv(t, Options{PredictPCR11: stubPCR11, Retention: fleetdb.Retention{UnreportedNodes: 5}})
+	as := e.store
 	ctx := context.Background()
 	for i := range 40 {
 		mac := fmt.Sprintf("02:00:00:00:01:%02x", i)
 		e.bootNonce(t, mac)
-		if err := as.AddRefusal(ctx, AttestRefusal{NodeID: mac, At: time.Now(), Reason: "test"}, 10); err != nil {
+		if err := as.AddRefusal(ctx, fleetdb.AttestRefusal{NodeID: mac, At: time.Now(), Reason: "test"}, 10); err != nil {
 			t.Fatal(err)
 		}
 	}
-	db := e.store.(*sqlStore).db
+	// Read beside the server's store, as an operator's sqlite3 would.
+	db, err := sql.Open("sqlite", e.db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
 	for _, table := range []string{"attest_nonces", "attest_refusals", "ak_conflicts"} {
 		var n int
 		if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM `+table+` x WHERE NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = x.node_id)`).Scan(&n); err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -74,20 +75,20 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 
 // storeReport commits in with its attestation. dup: this node's same report
 // was already stored (sr is that one). On false the refusal is written.
-func (s *Server) storeReport(w http.ResponseWriter, r *http.Request, in *incoming, att attestation) (sr *StoredReport, dup, ok bool) {
-	sr = &StoredReport{NodeID: in.node, ReceivedAt: s.opt.Now(), Recipe: in.recipe, Build: in.buildID, Verdict: in.rep.Verdict,
+func (s *Server) storeReport(w http.ResponseWriter, r *http.Request, in *incoming, att attestation) (sr *fleetdb.StoredReport, dup, ok bool) {
+	sr = &fleetdb.StoredReport{NodeID: in.node, ReceivedAt: s.opt.Now(), Recipe: in.recipe, Build: in.buildID, Verdict: in.rep.Verdict,
 		SHA256: in.sum, Remote: in.remote, Body: in.body, Attestation: att.status, AKName: att.akName, Nonce: att.nonce,
 		NonceBuild: att.nonceBuild, NonceExpires: att.nonceExpires}
-	summarize(sr, in.rep)
+	fleetdb.Summarize(sr, in.rep)
 	id, err := s.opt.Store.AddReport(r.Context(), sr)
 	switch {
-	case errors.Is(err, ErrDuplicate) && id > 0:
+	case errors.Is(err, fleetdb.ErrDuplicate) && id > 0:
 		sr.ID = id
 		return sr, true, true
-	case errors.Is(err, ErrDuplicate):
+	case errors.Is(err, fleetdb.ErrDuplicate):
 		s.fail(w, r, http.StatusConflict, "report refused", fmt.Errorf("replayed: report sha256 %s was already received", sr.SHA256[:16]), "node", in.node)
 		return nil, false, false
-	case errors.Is(err, ErrNonceSpent):
+	case errors.Is(err, fleetdb.ErrNonceSpent):
 		s.nonceRaceLost(w, r, in.node, in.remote, sr.SHA256)
 		return nil, false, false
 	case err != nil:

@@ -1,14 +1,13 @@
 package netboot
 
 import (
-	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 
 	"github.com/peerboot/peerboot/attest"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 )
 
 // duplicate answers a report this node already stored: 200 with the stored report's
@@ -26,17 +25,11 @@ func (s *Server) duplicate(w http.ResponseWriter, node string, id int64, verdict
 // retry whose answer was lost) before its evidence is checked: the first try
 // spent the nonce it carries, so the check would refuse the retry as a replay.
 // Another body under that nonce still is one. nil: not such a retry.
-func (s *Server) storedRetry(r *http.Request, in *incoming) *StoredReport {
+func (s *Server) storedRetry(r *http.Request, in *incoming) *fleetdb.StoredReport {
 	if r.Header.Get(attest.Header) == "" {
 		return nil // unattested: AddReport's duplicate answers it
 	}
-	l, ok := s.opt.Store.(interface {
-		storedReportID(ctx context.Context, node, sum string) (int64, error)
-	})
-	if !ok {
-		return nil
-	}
-	id, err := l.storedReportID(r.Context(), in.node, in.sum)
+	id, err := s.opt.Store.StoredReportID(r.Context(), in.node, in.sum)
 	if err != nil {
 		s.log.Error("looking up a retried report", "node", in.node, "error", err.Error())
 		return nil
@@ -44,27 +37,15 @@ func (s *Server) storedRetry(r *http.Request, in *incoming) *StoredReport {
 	if id == 0 {
 		return nil
 	}
-	return &StoredReport{ID: id, NodeID: in.node, Recipe: in.recipe, Build: in.buildID, Verdict: in.rep.Verdict, SHA256: in.sum, ReceivedAt: s.opt.Now()}
-}
-
-// storedReportID is the id of node's stored report with this sha256, 0 if none.
-func (s *sqlStore) storedReportID(ctx context.Context, node, sum string) (int64, error) {
-	var id int64
-	err := s.db.QueryRowContext(ctx, `SELECT id FROM reports WHERE sha256 = $1 AND node_id = $2`, sum, node).Scan(&id)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	}
-	return id, err
+	return &fleetdb.StoredReport{ID: id, NodeID: in.node, Recipe: in.recipe, Build: in.buildID, Verdict: in.rep.Verdict, SHA256: in.sum, ReceivedAt: s.opt.Now()}
 }
 
 // nonceRaceLost refuses an attested POST whose nonce another POST spent between its
 // check and its commit, and records the refusal as attestReport records its own.
 func (s *Server) nonceRaceLost(w http.ResponseWriter, r *http.Request, node, remote, sum string) {
 	err := errors.New("nonce already used: another POST spent it first (a replayed report)")
-	if as, ok := s.opt.Store.(AttestStore); ok {
-		if rerr := as.AddRefusal(r.Context(), AttestRefusal{NodeID: node, At: s.opt.Now(), Reason: err.Error(), ReportSHA256: sum, Remote: remote}, refusalsPerNode); rerr != nil {
-			s.log.Error("recording a refusal", "node", node, "error", rerr.Error())
-		}
+	if rerr := s.opt.Store.AddRefusal(r.Context(), fleetdb.AttestRefusal{NodeID: node, At: s.opt.Now(), Reason: err.Error(), ReportSHA256: sum, Remote: remote}, refusalsPerNode); rerr != nil {
+		s.log.Error("recording a refusal", "node", node, "error", rerr.Error())
 	}
 	s.fail(w, r, http.StatusConflict, "attested report refused", err, "node", node)
 }

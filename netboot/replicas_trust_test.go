@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/internal/swtpmtest"
+	"github.com/peerboot/peerboot/netboot/fleetdb/sqldb"
 )
 
 // TestReplicasTrust: two servers over one PostgreSQL database, the way serve's
@@ -37,7 +38,7 @@ func TestReplicasTrust(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, err := OpenPostgres(context.Background(), dsn)
+		st, err := sqldb.OpenPostgres(context.Background(), dsn)
 		if err != nil {
 			t.Fatal(err)
 		}

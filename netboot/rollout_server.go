@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/rollout"
 )
 
@@ -23,18 +24,12 @@ type rollouts struct {
 	seen map[string]bool // build ids recorded with SeeBuild
 }
 
-// rolloutStore is the store's rollout side, when it has one.
-func (s *Server) rolloutStore() (RolloutStore, bool) {
-	rs, ok := s.opt.Store.(RolloutStore)
-	return rs, ok
-}
-
 // syncRollouts rescans the catalogue and records every build of a recipe with a
 // rollout the store has not been told of by this process, in entry order: the first
 // time the store sees one, the rules put it on channels.
 func (s *Server) syncRollouts(ctx context.Context) {
-	rs, ok := s.rolloutStore()
-	if !ok || len(s.opt.Inventory.Rollouts) == 0 {
+	rs := s.opt.Store
+	if len(s.opt.Inventory.Rollouts) == 0 {
 		return
 	}
 	for _, b := range s.opt.Builds.Rescan() {
@@ -74,8 +69,8 @@ func (s *Server) logEvent(ev rollout.Event) {
 // holds) the newest, logged.
 func (s *Server) chooseBuild(ctx context.Context, m Match, node string) (*Build, error) {
 	p, ok := s.opt.Inventory.Policy(m.Recipe)
-	rs, rok := s.rolloutStore()
-	if !ok || !rok {
+	rs := s.opt.Store
+	if !ok {
 		return s.opt.Builds.Get(m.Recipe)
 	}
 	s.syncRollouts(ctx)
@@ -108,9 +103,9 @@ func (s *Server) chooseBuild(ctx context.Context, m Match, node string) (*Build,
 // stored and for a retry of one (idempotent in the store), so a replica that died
 // between storing a report and deciding on it loses nothing once the node
 // retries. A failure is logged: the report itself is stored.
-func (s *Server) applyRollout(ctx context.Context, sr *StoredReport) {
-	rs, ok := s.rolloutStore()
-	if !ok || sr.Build == "" {
+func (s *Server) applyRollout(ctx context.Context, sr *fleetdb.StoredReport) {
+	rs := s.opt.Store
+	if sr.Build == "" {
 		return
 	}
 	recipe := sr.Recipe
@@ -129,15 +124,15 @@ func (s *Server) applyRollout(ctx context.Context, sr *StoredReport) {
 	counted, why := rollout.Counts(p, recipe, v)
 	if !counted {
 		s.log.Warn("rollout: report not counted", "node", sr.NodeID, "build", sr.Build, "verdict", sr.Verdict, "why", why)
-		if vs, ok := s.opt.Store.(VoteStore); ok && sr.ID > 0 {
-			if err := vs.RecordVote(ctx, sr.ID, Vote{Recipe: recipe, Reason: why}); err != nil {
+		if vs := s.opt.Store; sr.ID > 0 {
+			if err := vs.RecordVote(ctx, sr.ID, fleetdb.Vote{Recipe: recipe, Reason: why}); err != nil {
 				s.log.Error("rollout: recording a vote", "node", sr.NodeID, "error", err.Error())
 			}
 		}
 		return
 	}
 	// A vote: recorded with its consequences, in one transaction.
-	out, err := rs.RecordVerdict(ctx, p, RolloutVerdict{ReportID: sr.ID, Recipe: recipe, Build: sr.Build, Node: sr.NodeID, Channel: v.Channel,
+	out, err := rs.RecordVerdict(ctx, p, fleetdb.RolloutVerdict{ReportID: sr.ID, Recipe: recipe, Build: sr.Build, Node: sr.NodeID, Channel: v.Channel,
 		Verdict: sr.Verdict, SHA256: sr.SHA256, At: sr.ReceivedAt})
 	if err != nil {
 		s.log.Error("rollout: recording a verdict", "node", sr.NodeID, "build", sr.Build, "error", err.Error())
@@ -151,15 +146,15 @@ func (s *Server) applyRollout(ctx context.Context, sr *StoredReport) {
 // voter is what the inventory and the store say of a stored report's node. The
 // report's attestation is read back from the store (a retry carries none of its
 // own); the node is listed only by a [[node]] rule naming its MAC.
-func (s *Server) voter(ctx context.Context, sr *StoredReport) (rollout.Voter, error) {
-	v := rollout.Voter{Node: sr.NodeID, Attested: sr.Attestation == Attested}
-	as, hasAttest := s.opt.Store.(AttestStore)
-	if hasAttest && sr.ID > 0 {
+func (s *Server) voter(ctx context.Context, sr *fleetdb.StoredReport) (rollout.Voter, error) {
+	v := rollout.Voter{Node: sr.NodeID, Attested: sr.Attestation == fleetdb.Attested}
+	as := s.opt.Store
+	if sr.ID > 0 {
 		got, err := as.Attestations(ctx, []int64{sr.ID})
 		if err != nil {
 			return v, err
 		}
-		v.Attested = got[sr.ID].Status == Attested
+		v.Attested = got[sr.ID].Status == fleetdb.Attested
 	}
 	mac, err := NormalizeMAC(sr.NodeID)
 	if err != nil {
@@ -175,7 +170,7 @@ func (s *Server) voter(ctx context.Context, sr *StoredReport) (rollout.Voter, er
 		v.MustAttest = "its TPM is pinned in the inventory"
 	case r.TPM:
 		v.MustAttest = "tpm = true in the inventory"
-	case hasAttest:
+	default:
 		ak, err := as.NodeAK(ctx, sr.NodeID)
 		if err != nil {
 			return v, err
@@ -197,12 +192,9 @@ func (s *Server) rolloutRoutes(m *http.ServeMux) {
 }
 
 // rolloutStatuses is every recipe's rollout, by recipe name.
-func (s *Server) rolloutStatuses(ctx context.Context) ([]RolloutStatus, error) {
-	out := []RolloutStatus{}
-	rs, ok := s.rolloutStore()
-	if !ok {
-		return out, nil
-	}
+func (s *Server) rolloutStatuses(ctx context.Context) ([]fleetdb.RolloutStatus, error) {
+	out := []fleetdb.RolloutStatus{}
+	rs := s.opt.Store
 	s.syncRollouts(ctx)
 	pols := append([]RolloutPolicy(nil), s.opt.Inventory.Rollouts...)
 	sort.Slice(pols, func(i, j int) bool { return pols[i].Recipe < pols[j].Recipe })
@@ -227,12 +219,12 @@ func (s *Server) apiRollouts(w http.ResponseWriter, r *http.Request) {
 }
 
 // policyOf is the rollout of the request's {recipe}; it answers 404 when there is none.
-func (s *Server) policyOf(w http.ResponseWriter, r *http.Request) (rollout.Policy, RolloutStore, bool) {
+func (s *Server) policyOf(w http.ResponseWriter, r *http.Request) (rollout.Policy, fleetdb.RolloutStore, bool) {
 	recipe := r.PathValue("recipe")
 	p, ok := s.opt.Inventory.Policy(recipe)
-	rs, rok := s.rolloutStore()
-	if !ok || !rok {
-		s.fail(w, r, http.StatusNotFound, "rollout", fmt.Errorf("recipe %q has no [[rollout]] in the inventory: %w", recipe, ErrNotFound))
+	rs := fleetdb.RolloutStore(s.opt.Store)
+	if !ok {
+		s.fail(w, r, http.StatusNotFound, "rollout", fmt.Errorf("recipe %q has no [[rollout]] in the inventory: %w", recipe, fleetdb.ErrNotFound))
 		return p, nil, false
 	}
 	return p, rs, true
@@ -312,9 +304,9 @@ func parseAction(body []byte) (actionBody, error) {
 
 func (s *Server) actionResult(w http.ResponseWriter, r *http.Request, ev rollout.Event, err error) {
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, fleetdb.ErrNotFound):
 		s.fail(w, r, http.StatusNotFound, "rollout action refused", err)
-	case errors.Is(err, ErrRolloutState):
+	case errors.Is(err, fleetdb.ErrRolloutState):
 		s.fail(w, r, http.StatusConflict, "rollout action refused", err)
 	case err != nil:
 		s.fail(w, r, http.StatusInternalServerError, "rollout action failed", err)
@@ -351,11 +343,7 @@ func (s *Server) apiRolloutAction(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) apiClear(w http.ResponseWriter, r *http.Request) {
-	rs, ok := s.rolloutStore()
-	if !ok {
-		s.fail(w, r, http.StatusNotFound, "clear refused", errors.New("this store keeps no rollouts"))
-		return
-	}
+	rs := s.opt.Store
 	if _, ok := s.readAction(w, r); !ok {
 		return
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/internal/testguard"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
+	"github.com/peerboot/peerboot/netboot/fleetdb/sqldb"
 )
 
 const rolloutTestInventory = rolloutPolicy + `
@@ -51,7 +53,7 @@ func newRolloutEnvWith(t *testing.T, inventory string, opt Options) *rolloutEnv 
 		t.Fatal(err)
 	}
 	bs.WatchRoot(root)
-	st, err := OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "reports.db"))
+	st, err := sqldb.OpenSQLite(context.Background(), filepath.Join(t.TempDir(), "reports.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,10 +106,10 @@ func (e *rolloutEnv) boot(t *testing.T, mac string) (string, string) {
 	return m[1], m[2]
 }
 
-func (e *rolloutEnv) rollout(t *testing.T, hdr ...string) RolloutStatus {
+func (e *rolloutEnv) rollout(t *testing.T, hdr ...string) fleetdb.RolloutStatus {
 	t.Helper()
 	resp, body := e.get(t, "/api/rollouts", hdr...)
-	var out []RolloutStatus
+	var out []fleetdb.RolloutStatus
 	if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &out) != nil || len(out) != 1 {
 		t.Fatalf("/api/rollouts: %d %s", resp.StatusCode, body)
 	}

@@ -38,6 +38,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 )
 
 // Options configure a Server; Builds and Store are required.
@@ -46,7 +48,7 @@ type Options struct {
 	Inventory *Inventory // nil: every node boots DefaultRecipe
 	// DefaultRecipe is used without an inventory; "" picks the only build, or "default".
 	DefaultRecipe string
-	Store         Store
+	Store         fleetdb.Store
 	// PublicURL is the base the nodes reach this server at ("http://10.0.0.1:8080"),
 	// written into boot scripts and report URLs. "": the Host the node asked for.
 	PublicURL string
@@ -62,7 +64,7 @@ type Options struct {
 	SourceRateEvery time.Duration
 	SourceBurst     int
 	// Retention bounds the store; zero fields take DefaultRetention's.
-	Retention Retention
+	Retention fleetdb.Retention
 	// Limits are the HTTP deadlines and caps; zero fields take DefaultLimits'.
 	Limits Limits
 	// StaticTokens are accepted for any build: for UKI and disk boots, whose report
@@ -123,7 +125,7 @@ func DefaultOptions() Options {
 		RateBurst:       3,
 		SourceRateEvery: time.Second,
 		SourceBurst:     30,
-		Retention:       DefaultRetention(),
+		Retention:       fleetdb.DefaultRetention(),
 		Limits:          DefaultLimits(),
 	}
 }
@@ -210,12 +212,8 @@ func New(ctx context.Context, opt Options) (*Server, error) {
 		s.issued[b.ID] = b.Recipe
 	}
 	if opt.EnrollAll > 0 {
-		es, ok := opt.Store.(EnrollStore)
-		if !ok {
-			return nil, errors.New("enrollment: this store keeps no attestation")
-		}
 		now := opt.Now()
-		if err := es.OpenEnrollment(ctx, "*", now, now.Add(opt.EnrollAll)); err != nil {
+		if err := opt.Store.OpenEnrollment(ctx, "*", now, now.Add(opt.EnrollAll)); err != nil {
 			return nil, err
 		}
 		s.log.Info("AK enrollment window opened for every node", "until", now.Add(opt.EnrollAll))

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/selftest"
 )
@@ -69,7 +70,7 @@ func TestBootScript(t *testing.T) {
 		t.Errorf("script lacks a nonce:\n%s", body)
 	} else if build, _, ok := e.srv.openNonce(m[1], "52:54:00:12:34:56"); !ok || build != x.ID {
 		t.Errorf("nonce %s: build %s, ok %t", m[1], build, ok)
-	} else if _, err := e.store.(AttestStore).LookupNonce(context.Background(), m[1], "52:54:00:12:34:56"); err != ErrNotFound {
+	} else if _, err := e.store.LookupNonce(context.Background(), m[1], "52:54:00:12:34:56"); err != fleetdb.ErrNotFound {
 		t.Errorf("a nonce just issued reads spent: %v", err)
 	}
 	n, err := e.store.Node(context.Background(), "SN1")

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 )
 
 // TestRolloutVotes: issue 28's items 3 and 4. A report moves a rollout only when
@@ -52,7 +54,7 @@ window = "6h"
 				t.Fatalf("B did not enter canary: %+v", st.Channels)
 			}
 			if c.akOnFile {
-				if _, err := e.store.(AttestStore).RecordAK(context.Background(), NodeAK{NodeID: c.node, AKName: akName, AKPublic: []byte{1}, RecordedAt: time.Now()}); err != nil {
+				if _, err := e.store.RecordAK(context.Background(), fleetdb.NodeAK{NodeID: c.node, AKName: akName, AKPublic: []byte{1}, RecordedAt: time.Now()}); err != nil {
 					t.Fatal(err)
 				}
 			}

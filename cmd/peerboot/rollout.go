@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/peerboot/peerboot/exitcode"
-	"github.com/peerboot/peerboot/netboot"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/rollout"
 )
 
@@ -23,7 +23,7 @@ import (
 // rollout it keeps (or the one named), as GET /api/rollouts gives them.
 type rolloutStatusJSON struct {
 	Server   string                  `json:"server"`
-	Rollouts []netboot.RolloutStatus `json:"rollouts"`
+	Rollouts []fleetdb.RolloutStatus `json:"rollouts"`
 }
 
 // The actions' --json is the event the server recorded, as the API returns it
@@ -81,11 +81,11 @@ a state the action does not apply to, wrong credentials).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var out rolloutStatusJSON
 			if len(args) == 1 {
-				var one netboot.RolloutStatus
+				var one fleetdb.RolloutStatus
 				if err := f.call(cmd, "GET", "/api/rollouts/"+url.PathEscape(args[0]), nil, &one); err != nil {
 					return err
 				}
-				out.Rollouts = []netboot.RolloutStatus{one}
+				out.Rollouts = []fleetdb.RolloutStatus{one}
 			} else if err := f.call(cmd, "GET", "/api/rollouts", nil, &out.Rollouts); err != nil {
 				return err
 			}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/netboot"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
+	"github.com/peerboot/peerboot/netboot/fleetdb/sqldb"
 	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/recipe"
 )
@@ -213,7 +215,7 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 	opt := netboot.Options{Builds: builds, DefaultRecipe: f.recipe, PublicURL: f.publicURL, MaxReportBytes: int64(max),
 		RateEvery: f.rate, RateBurst: f.burst, StaticTokens: f.reportTokens, PageToken: f.pageToken,
 		SourceRateEvery: f.sourceRate, SourceBurst: f.sourceBurst,
-		Retention: netboot.Retention{ReportsPerNode: f.keepReports, ReportBytes: keepBytes, UnreportedNodes: f.keepUnreported},
+		Retention: fleetdb.Retention{ReportsPerNode: f.keepReports, ReportBytes: keepBytes, UnreportedNodes: f.keepUnreported},
 		Limits:    netboot.Limits{MaxConns: f.maxConns, BodyTimeout: f.bodyTimeout, WriteIdle: f.writeIdle}}
 	opt.FilesURL = f.filesURL
 	opt.PredictPCR11 = predictPCR11
@@ -261,7 +263,7 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 			return err
 		}
 	}
-	store, err := netboot.OpenStore(ctx, db)
+	store, err := sqldb.Open(ctx, db)
 	if err != nil {
 		return usage(err)
 	}

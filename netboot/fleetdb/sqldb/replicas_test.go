@@ -1,4 +1,4 @@
-package netboot
+package sqldb
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/internal/testguard"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 )
 
 func t0() time.Time { return time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC) }
@@ -26,7 +27,7 @@ func TestReplicasPGStartTogether(t *testing.T) {
 	for round := 0; round < 3; round++ {
 		dsn := postgresDSN(t)
 		const n = 4
-		stores := make([]Store, n)
+		stores := make([]*DB, n)
 		secrets := make([][]byte, n)
 		errs := make([]error, n)
 		var wg sync.WaitGroup
@@ -60,7 +61,7 @@ func TestReplicasPGStartTogether(t *testing.T) {
 			}
 		}
 		var applied int
-		if err := stores[0].(*sqlStore).db.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&applied); err != nil || applied != len(migrations) {
+		if err := stores[0].db.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&applied); err != nil || applied != len(migrations) {
 			t.Errorf("round %d: %d migrations recorded, want %d (%v)", round, applied, len(migrations), err)
 		}
 		for _, st := range stores {
@@ -84,7 +85,7 @@ func TestReplicasPGSameReport(t *testing.T) {
 		ids := make([]int64, 2)
 		errs := make([]error, 2)
 		var wg sync.WaitGroup
-		for j, st := range []Store{a, b} {
+		for j, st := range []*DB{a, b} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -95,7 +96,7 @@ func TestReplicasPGSameReport(t *testing.T) {
 		dups := 0
 		for j := range errs {
 			switch {
-			case errors.Is(errs[j], ErrDuplicate):
+			case errors.Is(errs[j], fleetdb.ErrDuplicate):
 				dups++
 			case errs[j] != nil:
 				t.Fatalf("report %d, replica %d: %v", i, j, errs[j])
@@ -106,7 +107,7 @@ func TestReplicasPGSameReport(t *testing.T) {
 		}
 		if i == 0 {
 			id, err := b.AddReport(ctx, report("another-node", body, t0()))
-			if !errors.Is(err, ErrDuplicate) || id != 0 {
+			if !errors.Is(err, fleetdb.ErrDuplicate) || id != 0 {
 				t.Errorf("the body under another node: id %d, %v; want 0, ErrDuplicate", id, err)
 			}
 		}
@@ -118,13 +119,13 @@ func TestReplicasPGSameReport(t *testing.T) {
 
 // pgReplicas opens two stores on one fresh PostgreSQL database, as two
 // replicas do, closed at cleanup. -short skips: it starts PostgreSQL.
-func pgReplicas(t *testing.T) [2]Store {
+func pgReplicas(t *testing.T) [2]*DB {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
 	}
 	dsn := postgresDSN(t)
-	var stores [2]Store
+	var stores [2]*DB
 	for i := range stores {
 		st, err := OpenPostgres(context.Background(), dsn)
 		if err != nil {
@@ -142,7 +143,7 @@ func pgReplicas(t *testing.T) [2]Store {
 func TestReplicasPGPruneTogether(t *testing.T) {
 	stores := pgReplicas(t)
 	ctx := context.Background()
-	ret := Retention{ReportsPerNode: 5, BootsPerNode: 5}
+	ret := fleetdb.Retention{ReportsPerNode: 5, BootsPerNode: 5}
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
@@ -160,7 +161,7 @@ func TestReplicasPGPruneTogether(t *testing.T) {
 					failed = append(failed, err)
 					mu.Unlock()
 				}
-				if err := st.RecordBoot(ctx, Boot{NodeID: "shared", Recipe: "default", Build: "b1"}); err != nil {
+				if err := st.RecordBoot(ctx, fleetdb.Boot{NodeID: "shared", Recipe: "default", Build: "b1"}); err != nil {
 					mu.Lock()
 					failed = append(failed, err)
 					mu.Unlock()
@@ -194,7 +195,7 @@ func TestReplicasPGPruneTogether(t *testing.T) {
 		t.Errorf("%d deleted + %d kept, want %d", deleted, total, 2*each)
 	}
 	var boots int
-	stores[0].(*sqlStore).db.QueryRow(`SELECT COUNT(*) FROM boots WHERE node_id = 'shared'`).Scan(&boots)
+	stores[0].db.QueryRow(`SELECT COUNT(*) FROM boots WHERE node_id = 'shared'`).Scan(&boots)
 	if boots != ret.BootsPerNode {
 		t.Errorf("%d boots kept, want %d", boots, ret.BootsPerNode)
 	}
@@ -206,7 +207,7 @@ func TestReplicasPGPruneTogether(t *testing.T) {
 func TestReplicasPGPruneUnreported(t *testing.T) {
 	stores := pgReplicas(t)
 	ctx := context.Background()
-	ret := Retention{UnreportedNodes: 3}
+	ret := fleetdb.Retention{UnreportedNodes: 3}
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
@@ -229,10 +230,10 @@ func TestReplicasPGPruneUnreported(t *testing.T) {
 				for i := 0; i < each; i++ {
 					// Both replicas see the same nodes boot: node i of goroutine g.
 					node := fmt.Sprintf("n-%d-%d", g, i)
-					note(st.RecordBoot(ctx, Boot{NodeID: node, Recipe: "default", Build: "b1"}))
+					note(st.RecordBoot(ctx, fleetdb.Boot{NodeID: node, Recipe: "default", Build: "b1"}))
 					if i%4 == 0 {
 						_, err := st.AddReport(ctx, report(node, fmt.Sprintf(`{"g":%d,"i":%d}`, g, i), t0()))
-						if errors.Is(err, ErrDuplicate) {
+						if errors.Is(err, fleetdb.ErrDuplicate) {
 							err = nil
 						} else if err == nil {
 							mu.Lock()
@@ -263,7 +264,7 @@ func TestReplicasPGPruneUnreported(t *testing.T) {
 		t.Fatal(err)
 	}
 	var unreported int
-	stores[0].(*sqlStore).db.QueryRow(`SELECT COUNT(*) FROM nodes n WHERE NOT EXISTS (SELECT 1 FROM reports r WHERE r.node_id = n.id)`).Scan(&unreported)
+	stores[0].db.QueryRow(`SELECT COUNT(*) FROM nodes n WHERE NOT EXISTS (SELECT 1 FROM reports r WHERE r.node_id = n.id)`).Scan(&unreported)
 	if unreported != ret.UnreportedNodes {
 		t.Errorf("%d nodes without reports kept, want %d", unreported, ret.UnreportedNodes)
 	}

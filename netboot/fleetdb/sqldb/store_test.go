@@ -1,4 +1,4 @@
-package netboot
+package sqldb
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/internal/testguard"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 )
 
 // Both stores pass the same tests: open returns a store on a fresh database, and
@@ -20,22 +21,22 @@ import (
 func TestStoreSQLite(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "reports.db")
-	testStore(t, func() (Store, error) { return OpenStore(context.Background(), path) })
+	testStore(t, func() (*DB, error) { return Open(context.Background(), path) })
 }
 
 func TestStorePostgres(t *testing.T) {
 	testguard.Short(t, "starts PostgreSQL")
 	dsn := postgresDSN(t)
-	testStore(t, func() (Store, error) { return OpenStore(context.Background(), dsn) })
+	testStore(t, func() (*DB, error) { return Open(context.Background(), dsn) })
 }
 
-func report(node, body string, at time.Time) *StoredReport {
+func report(node, body string, at time.Time) *fleetdb.StoredReport {
 	sum := sha256.Sum256([]byte(body))
-	return &StoredReport{NodeID: node, ReceivedAt: at, Recipe: "default", Build: "b1", Verdict: "pass",
+	return &fleetdb.StoredReport{NodeID: node, ReceivedAt: at, Recipe: "default", Build: "b1", Verdict: "pass",
 		SHA256: hex.EncodeToString(sum[:]), Remote: "127.0.0.1:1", Body: []byte(body)}
 }
 
-func testStore(t *testing.T, open func() (Store, error)) {
+func testStore(t *testing.T, open func() (*DB, error)) {
 	ctx := context.Background()
 	s, err := open()
 	if err != nil {
@@ -45,11 +46,11 @@ func testStore(t *testing.T, open func() (Store, error)) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
 	t.Run("boot then reports, history newest first", func(t *testing.T) {
-		if err := s.RecordBoot(ctx, Boot{NodeID: "52-54-00-00-00-01", MAC: "52:54:00:00:00:01", Hostname: "n1", Serial: "S1", Recipe: "default", Build: "b1", At: t0}); err != nil {
+		if err := s.RecordBoot(ctx, fleetdb.Boot{NodeID: "52-54-00-00-00-01", MAC: "52:54:00:00:00:01", Hostname: "n1", Serial: "S1", Recipe: "default", Build: "b1", At: t0}); err != nil {
 			t.Fatal(err)
 		}
 		// A later boot without a hostname keeps the one known.
-		if err := s.RecordBoot(ctx, Boot{NodeID: "52-54-00-00-00-01", MAC: "52:54:00:00:00:01", At: t0.Add(time.Second)}); err != nil {
+		if err := s.RecordBoot(ctx, fleetdb.Boot{NodeID: "52-54-00-00-00-01", MAC: "52:54:00:00:00:01", At: t0.Add(time.Second)}); err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < 3; i++ {
@@ -89,7 +90,7 @@ func testStore(t *testing.T, open func() (Store, error)) {
 	t.Run("replay refused, nothing changes", func(t *testing.T) {
 		before, _ := s.Count(ctx)
 		_, err := s.AddReport(ctx, report("52-54-00-00-00-01", `{"n":1}`, t0.Add(time.Hour)))
-		if !errors.Is(err, ErrDuplicate) {
+		if !errors.Is(err, fleetdb.ErrDuplicate) {
 			t.Fatalf("replay: %v, want ErrDuplicate", err)
 		}
 		after, _ := s.Count(ctx)
@@ -100,10 +101,10 @@ func testStore(t *testing.T, open func() (Store, error)) {
 	})
 
 	t.Run("unknown", func(t *testing.T) {
-		if _, err := s.Node(ctx, "nope"); !errors.Is(err, ErrNotFound) {
+		if _, err := s.Node(ctx, "nope"); !errors.Is(err, fleetdb.ErrNotFound) {
 			t.Errorf("Node: %v", err)
 		}
-		if _, err := s.Report(ctx, 99999); !errors.Is(err, ErrNotFound) {
+		if _, err := s.Report(ctx, 99999); !errors.Is(err, fleetdb.ErrNotFound) {
 			t.Errorf("Report: %v", err)
 		}
 	})
@@ -119,7 +120,7 @@ func testStore(t *testing.T, open func() (Store, error)) {
 				// Every body twice: exactly one of each pair is stored.
 				for j := 0; j < 2; j++ {
 					_, err := s.AddReport(ctx, report(fmt.Sprintf("node-%d", i%10), fmt.Sprintf(`{"c":%d}`, i), t0))
-					if err != nil && !errors.Is(err, ErrDuplicate) {
+					if err != nil && !errors.Is(err, fleetdb.ErrDuplicate) {
 						errs <- err
 					}
 				}

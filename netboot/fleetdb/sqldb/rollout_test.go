@@ -1,4 +1,4 @@
-package netboot
+package sqldb
 
 import (
 	"context"
@@ -10,39 +10,40 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/internal/testguard"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/rollout"
 )
 
 func TestRolloutStoreSQLite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "reports.db")
-	testRolloutStore(t, func() (Store, error) { return OpenStore(context.Background(), path) })
+	testRolloutStore(t, func() (*DB, error) { return Open(context.Background(), path) })
 }
 
 func TestRolloutStorePostgres(t *testing.T) {
 	testguard.Short(t, "starts PostgreSQL")
 	dsn := postgresDSN(t)
-	testRolloutStore(t, func() (Store, error) { return OpenStore(context.Background(), dsn) })
+	testRolloutStore(t, func() (*DB, error) { return Open(context.Background(), dsn) })
 }
 
 // Two stores over one database, as two replicas are: concurrent PASS verdicts for
 // one build make exactly one promotion.
 func TestRolloutConcurrentSQLite(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "reports.db")
-	testRolloutConcurrent(t, func() (Store, error) { return OpenStore(context.Background(), path) })
+	testRolloutConcurrent(t, func() (*DB, error) { return Open(context.Background(), path) })
 }
 
 func TestRolloutConcurrentPostgres(t *testing.T) {
 	testguard.Short(t, "starts PostgreSQL")
 	dsn := postgresDSN(t)
-	testRolloutConcurrent(t, func() (Store, error) { return OpenStore(context.Background(), dsn) })
+	testRolloutConcurrent(t, func() (*DB, error) { return Open(context.Background(), dsn) })
 }
 
 func testPolicy() rollout.Policy {
 	return rollout.Policy{Recipe: "default", Channels: []string{"canary", "stable"}, PromoteAfter: 2, Window: 6 * time.Hour}
 }
 
-func rv(node, ch, build, v string, at time.Time) RolloutVerdict {
-	return RolloutVerdict{Recipe: "default", Build: build, Node: node, Channel: ch, Verdict: v,
+func rv(node, ch, build, v string, at time.Time) fleetdb.RolloutVerdict {
+	return fleetdb.RolloutVerdict{Recipe: "default", Build: build, Node: node, Channel: ch, Verdict: v,
 		SHA256: fmt.Sprintf("%s-%s-%s-%d", node, build, v, at.UnixNano()), At: at}
 }
 
@@ -54,14 +55,14 @@ func kinds(evs []rollout.Event) string {
 	return s
 }
 
-func testRolloutStore(t *testing.T, open func() (Store, error)) {
+func testRolloutStore(t *testing.T, open func() (*DB, error)) {
 	ctx := context.Background()
 	st, err := open()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rs := st.(RolloutStore)
+	rs := fleetdb.RolloutStore(st)
 	p := testPolicy()
 	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 	at := func(m int) time.Time { return t0.Add(time.Duration(m) * time.Minute) }
@@ -72,7 +73,7 @@ func testRolloutStore(t *testing.T, open func() (Store, error)) {
 		}
 		return s.Channels[0].Build + "," + s.Channels[1].Build
 	}
-	must := func(o *VerdictOutcome, err error) *VerdictOutcome {
+	must := func(o *fleetdb.VerdictOutcome, err error) *fleetdb.VerdictOutcome {
 		t.Helper()
 		if err != nil {
 			t.Fatal(err)
@@ -132,22 +133,22 @@ func testRolloutStore(t *testing.T, open func() (Store, error)) {
 	if len(s.Builds) != 3 || s.Builds[2].Build != "C" || s.Builds[2].Pass != 2 || s.Builds[2].Fail != 1 || s.Builds[1].Pass != 2 {
 		t.Fatalf("builds: %+v", s.Builds)
 	}
-	if _, err := rs.Halt(ctx, p, "", at(24)); !errors.Is(err, ErrRolloutState) {
+	if _, err := rs.Halt(ctx, p, "", at(24)); !errors.Is(err, fleetdb.ErrRolloutState) {
 		t.Fatalf("halting a halted rollout: %v", err)
 	}
 	if _, err := rs.Resume(ctx, p, at(25)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rs.Resume(ctx, p, at(25)); !errors.Is(err, ErrRolloutState) {
+	if _, err := rs.Resume(ctx, p, at(25)); !errors.Is(err, fleetdb.ErrRolloutState) {
 		t.Fatalf("resuming a running rollout: %v", err)
 	}
-	if _, err := rs.Promote(ctx, p, "Z", at(26)); !errors.Is(err, ErrNotFound) {
+	if _, err := rs.Promote(ctx, p, "Z", at(26)); !errors.Is(err, fleetdb.ErrNotFound) {
 		t.Fatalf("promoting an unknown build: %v", err)
 	}
 	if ev, err := rs.Promote(ctx, p, "", at(26)); err != nil || ev.Build != "C" || ev.To != "stable" || ev.Reason != "manual" || chans() != "C,C" {
 		t.Fatalf("manual promotion: %+v %v %s", ev, err, chans())
 	}
-	if _, err := rs.Promote(ctx, p, "C", at(27)); !errors.Is(err, ErrRolloutState) {
+	if _, err := rs.Promote(ctx, p, "C", at(27)); !errors.Is(err, fleetdb.ErrRolloutState) {
 		t.Fatalf("promoting past the last channel: %v", err)
 	}
 
@@ -155,7 +156,7 @@ func testRolloutStore(t *testing.T, open func() (Store, error)) {
 	if _, err := rs.ClearHold(ctx, "n1", at(30)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rs.ClearHold(ctx, "n1", at(30)); !errors.Is(err, ErrNotFound) {
+	if _, err := rs.ClearHold(ctx, "n1", at(30)); !errors.Is(err, fleetdb.ErrNotFound) {
 		t.Fatalf("clearing twice: %v", err)
 	}
 	rs.SeeBuild(ctx, p, "D", at(40))
@@ -171,7 +172,7 @@ func testRolloutStore(t *testing.T, open func() (Store, error)) {
 		t.Fatalf("a newer build passing: %s", kinds(o.Events))
 	}
 
-	if err := st.RecordBoot(ctx, Boot{NodeID: "n2", Recipe: "default", Build: "E", At: at(52)}); err != nil {
+	if err := st.RecordBoot(ctx, fleetdb.Boot{NodeID: "n2", Recipe: "default", Build: "E", At: at(52)}); err != nil {
 		t.Fatal(err)
 	}
 	if nr, err := rs.NodeRollout(ctx, "n2"); err != nil || nr.LastServedBuild != "E" || nr.HeldBack {
@@ -184,7 +185,7 @@ func testRolloutStore(t *testing.T, open func() (Store, error)) {
 		t.Fatal(err)
 	}
 	defer st2.Close()
-	s2, err := st2.(RolloutStore).RolloutStatus(ctx, p)
+	s2, err := st2.RolloutStatus(ctx, p)
 	if err != nil || !s2.Halted || len(s2.Builds) != 5 || s2.Channels[1].Build != "C" {
 		t.Fatalf("after reopening: %+v %v", s2, err)
 	}
@@ -199,9 +200,9 @@ func testRolloutStore(t *testing.T, open func() (Store, error)) {
 	}
 }
 
-func testRolloutConcurrent(t *testing.T, open func() (Store, error)) {
+func testRolloutConcurrent(t *testing.T, open func() (*DB, error)) {
 	ctx := context.Background()
-	var stores [2]Store
+	var stores [2]*DB
 	for i := range stores {
 		st, err := open()
 		if err != nil {
@@ -213,13 +214,13 @@ func testRolloutConcurrent(t *testing.T, open func() (Store, error)) {
 	p := testPolicy()
 	p.PromoteAfter = 5
 	t0 := time.Now()
-	a, b := stores[0].(RolloutStore), stores[1].(RolloutStore)
+	a, b := fleetdb.RolloutStore(stores[0]), fleetdb.RolloutStore(stores[1])
 	if _, err := a.SeeBuild(ctx, p, "A", t0); err != nil {
 		t.Fatal(err)
 	}
 	// Both replicas see B at once: it enters canary once.
 	var wg sync.WaitGroup
-	for _, rs := range []RolloutStore{a, b} {
+	for _, rs := range []fleetdb.RolloutStore{a, b} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -234,7 +235,7 @@ func testRolloutConcurrent(t *testing.T, open func() (Store, error)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rs := []RolloutStore{a, b}[i%2]
+			rs := []fleetdb.RolloutStore{a, b}[i%2]
 			_, err := rs.RecordVerdict(ctx, p, rv(fmt.Sprintf("n%02d", i), "canary", "B", "pass", t0.Add(time.Duration(2+i)*time.Second)))
 			errs <- err
 		}()

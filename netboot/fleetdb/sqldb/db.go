@@ -1,4 +1,4 @@
-package netboot
+package sqldb
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	_ "modernc.org/sqlite"             // database/sql driver "sqlite", no cgo
 
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -34,6 +35,8 @@ var (
 	sqliteDialect   = dialect{name: "sqlite", id: "INTEGER PRIMARY KEY AUTOINCREMENT", blob: "BLOB", serialize: true}
 	postgresDialect = dialect{name: "postgres", id: "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", blob: "BYTEA", lockTx: "SELECT pg_advisory_xact_lock(727265)"}
 )
+
+var _ fleetdb.Store = (*DB)(nil)
 
 // migrations are applied in order, each in its own transaction, and recorded in
 // schema_migrations; never edit a released one, append a new one. {{ID}} and {{BLOB}}
@@ -99,7 +102,9 @@ UPDATE reports SET size = (SELECT length(b.body) FROM report_bodies b WHERE b.re
 	trustMigration,
 }
 
-type sqlStore struct {
+// DB is the report database: SQLite or PostgreSQL, one schema and one set of
+// migrations for both. It implements every store interface of fleetdb.
+type DB struct {
 	db  *sql.DB
 	d   dialect
 	wmu sync.Mutex // held around write transactions when d.serialize
@@ -110,10 +115,10 @@ type sqlStore struct {
 	closed  bool
 }
 
-// OpenStore opens the report store named by spec: a PostgreSQL DSN
+// Open opens the report store named by spec: a PostgreSQL DSN
 // ("postgres://..." or "postgresql://...", or key=value with host=) or else the path of
 // an SQLite database file, created if missing. Migrations run before it returns.
-func OpenStore(ctx context.Context, spec string) (Store, error) {
+func Open(ctx context.Context, spec string) (*DB, error) {
 	if strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://") || strings.Contains(spec, "host=") {
 		return OpenPostgres(ctx, spec)
 	}
@@ -124,7 +129,7 @@ func OpenStore(ctx context.Context, spec string) (Store, error) {
 // report acknowledged to a node survives a crash of the server or the machine. The
 // file holds the token secret: it is created 0600 (SQLite gives its -wal and -shm
 // files the same mode), and an existing one readable by others is narrowed to 0600.
-func OpenSQLite(ctx context.Context, path string) (Store, error) {
+func OpenSQLite(ctx context.Context, path string) (*DB, error) {
 	if err := privateFile(path); err != nil {
 		return nil, fmt.Errorf("report database %s: %w", path, err)
 	}
@@ -137,7 +142,7 @@ func OpenSQLite(ctx context.Context, path string) (Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening report database %s: %w", path, err)
 	}
-	s := &sqlStore{db: db, d: sqliteDialect}
+	s := &DB{db: db, d: sqliteDialect}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("report database %s: %w", path, err)
@@ -185,7 +190,7 @@ func privateFile(path string) error {
 const pgConns = 24
 
 // OpenPostgres connects to PostgreSQL with pgx and applies the migrations.
-func OpenPostgres(ctx context.Context, dsn string) (Store, error) {
+func OpenPostgres(ctx context.Context, dsn string) (*DB, error) {
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("opening PostgreSQL: %w", err)
@@ -199,7 +204,7 @@ func OpenPostgres(ctx context.Context, dsn string) (Store, error) {
 	// server's max_connections (100 by default). A request beyond the bound waits.
 	db.SetMaxOpenConns(pgConns)
 	db.SetMaxIdleConns(pgConns)
-	s := &sqlStore{db: db, d: postgresDialect}
+	s := &DB{db: db, d: postgresDialect}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("PostgreSQL: %w", err)
@@ -207,7 +212,7 @@ func OpenPostgres(ctx context.Context, dsn string) (Store, error) {
 	return s, nil
 }
 
-func (s *sqlStore) Close() error {
+func (s *DB) Close() error {
 	if s.reqs != nil {
 		s.closeMu.Lock()
 		if !s.closed {
@@ -221,7 +226,7 @@ func (s *sqlStore) Close() error {
 }
 
 // migrate applies the migrations the database has not seen, each in a transaction.
-func (s *sqlStore) migrate(ctx context.Context) error {
+func (s *DB) migrate(ctx context.Context) error {
 	if err := s.migrateTo(ctx, migrations); err != nil {
 		return err
 	}
@@ -229,7 +234,7 @@ func (s *sqlStore) migrate(ctx context.Context) error {
 }
 
 // migrateTo applies list (migrations, or the first of them in the upgrade tests).
-func (s *sqlStore) migrateTo(ctx context.Context, migrations []string) error {
+func (s *DB) migrateTo(ctx context.Context, migrations []string) error {
 	// Under the migration lock too: two replicas starting on an empty PostgreSQL would
 	// otherwise both create it, and one fails (CREATE ... IF NOT EXISTS is not atomic).
 	err := s.write(ctx, func(tx *sql.Tx) error {
@@ -287,21 +292,21 @@ func (s *sqlStore) migrateTo(ctx context.Context, migrations []string) error {
 
 // backfill writes the summary columns of reports stored before migration 3, a batch
 // at a time, decoding each body once.
-func (s *sqlStore) backfill(ctx context.Context) error {
+func (s *DB) backfill(ctx context.Context) error {
 	for {
 		rows, err := s.db.QueryContext(ctx, `SELECT r.id, b.body FROM reports r JOIN report_bodies b ON b.report_id = r.id WHERE r.summarized = 0 ORDER BY r.id LIMIT 64`)
 		if err != nil {
 			return fmt.Errorf("summarizing old reports: %w", err)
 		}
-		var batch []StoredReport
+		var batch []fleetdb.StoredReport
 		for rows.Next() {
-			var r StoredReport
+			var r fleetdb.StoredReport
 			if err := rows.Scan(&r.ID, &r.Body); err != nil {
 				rows.Close()
 				return fmt.Errorf("summarizing old reports: %w", err)
 			}
 			if rep, err := selftest.Decode(r.Body); err == nil {
-				summarize(&r, rep)
+				fleetdb.Summarize(&r, rep)
 			}
 			r.Size = int64(len(r.Body))
 			r.Body = nil
@@ -331,7 +336,7 @@ func (s *sqlStore) backfill(ctx context.Context) error {
 }
 
 // write runs fn in a transaction, committed when fn returns nil.
-func (s *sqlStore) write(ctx context.Context, fn func(*sql.Tx) error) error {
+func (s *DB) write(ctx context.Context, fn func(*sql.Tx) error) error {
 	if s.d.serialize {
 		s.wmu.Lock()
 		defer s.wmu.Unlock()
@@ -349,14 +354,14 @@ func (s *sqlStore) write(ctx context.Context, fn func(*sql.Tx) error) error {
 
 // addReq is one AddReport waiting for the committer.
 type addReq struct {
-	r    *StoredReport
+	r    *fleetdb.StoredReport
 	done chan error
 }
 
 // AddReport commits the report before it returns. On SQLite, reports that arrive
 // together share one transaction (group commit): one fsync for a burst instead of one
 // per report, each report still all-or-nothing behind its own savepoint.
-func (s *sqlStore) AddReport(ctx context.Context, r *StoredReport) (int64, error) {
+func (s *DB) AddReport(ctx context.Context, r *fleetdb.StoredReport) (int64, error) {
 	if r.ReceivedAt.IsZero() {
 		r.ReceivedAt = time.Now()
 	}
@@ -373,8 +378,8 @@ func (s *sqlStore) AddReport(ctx context.Context, r *StoredReport) (int64, error
 		s.closeMu.RUnlock()
 	}
 	err := <-req.done
-	if errors.Is(err, ErrDuplicate) {
-		return r.ID, ErrDuplicate
+	if errors.Is(err, fleetdb.ErrDuplicate) {
+		return r.ID, fleetdb.ErrDuplicate
 	}
 	if err != nil {
 		return 0, fmt.Errorf("storing report: %w", err)
@@ -383,7 +388,7 @@ func (s *sqlStore) AddReport(ctx context.Context, r *StoredReport) (int64, error
 }
 
 // committer commits whatever AddReport calls are queued, up to 256 at a time.
-func (s *sqlStore) committer() {
+func (s *DB) committer() {
 	defer close(s.stopped)
 	for req := range s.reqs {
 		batch := []*addReq{req}
@@ -403,7 +408,7 @@ func (s *sqlStore) committer() {
 	}
 }
 
-func (s *sqlStore) commitBatch(ctx context.Context, batch []*addReq) {
+func (s *DB) commitBatch(ctx context.Context, batch []*addReq) {
 	results := make([]error, len(batch))
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		for i, req := range batch {
@@ -431,7 +436,7 @@ func (s *sqlStore) commitBatch(ctx context.Context, batch []*addReq) {
 	}
 }
 
-func insertReport(ctx context.Context, tx *sql.Tx, r *StoredReport) error {
+func insertReport(ctx context.Context, tx *sql.Tx, r *fleetdb.StoredReport) error {
 	at := r.ReceivedAt.UnixMicro()
 	if _, err := tx.ExecContext(ctx, `INSERT INTO nodes (id, first_seen, last_seen) VALUES ($1, $2, $2)
 ON CONFLICT (id) DO UPDATE SET last_seen = excluded.last_seen`, r.NodeID, at); err != nil {
@@ -454,7 +459,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1) ON CONFLICT (sha256) DO
 		if err := tx.QueryRowContext(ctx, `SELECT id FROM reports WHERE sha256 = $1 AND node_id = $2`, r.SHA256, r.NodeID).Scan(&r.ID); err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return err
 		}
-		return ErrDuplicate
+		return fleetdb.ErrDuplicate
 	}
 	if err != nil {
 		return err
@@ -466,7 +471,20 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 1) ON CONFLICT (sha256) DO
 	return insertAttestation(ctx, tx, r)
 }
 
-func (s *sqlStore) RecordBoot(ctx context.Context, b Boot) error {
+// StoredReportID is the id of node's stored report with this sha256, 0 if none.
+func (s *DB) StoredReportID(ctx context.Context, node, sum string) (int64, error) {
+	var id int64
+	err := s.db.QueryRowContext(ctx, `SELECT id FROM reports WHERE sha256 = $1 AND node_id = $2`, sum, node).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("looking up a report of %s: %w", node, err)
+	}
+	return id, nil
+}
+
+func (s *DB) RecordBoot(ctx context.Context, b fleetdb.Boot) error {
 	if b.At.IsZero() {
 		b.At = time.Now()
 	}
@@ -499,9 +517,9 @@ const nodeColumns = `n.id, n.mac, n.hostname, n.serial, n.first_seen, n.last_see
 	r.id, r.received_at, r.recipe, r.build, r.verdict, r.sha256, r.remote, r.size, r.gpus, r.busbw_at_max, r.failing
 FROM nodes n LEFT JOIN reports r ON r.id = (SELECT MAX(x.id) FROM reports x WHERE x.node_id = n.id)`
 
-func scanNode(sc interface{ Scan(...any) error }) (*NodeSummary, error) {
+func scanNode(sc interface{ Scan(...any) error }) (*fleetdb.NodeSummary, error) {
 	var (
-		n                                            NodeSummary
+		n                                            fleetdb.NodeSummary
 		first, last                                  int64
 		rid, rat, size, gpus                         sql.NullInt64
 		busbw                                        sql.NullFloat64
@@ -513,7 +531,7 @@ func scanNode(sc interface{ Scan(...any) error }) (*NodeSummary, error) {
 	}
 	n.FirstSeen, n.LastSeen = time.UnixMicro(first).UTC(), time.UnixMicro(last).UTC()
 	if rid.Valid {
-		n.Latest = &StoredReport{ID: rid.Int64, NodeID: n.ID, ReceivedAt: time.UnixMicro(rat.Int64).UTC(), Recipe: recipe.String,
+		n.Latest = &fleetdb.StoredReport{ID: rid.Int64, NodeID: n.ID, ReceivedAt: time.UnixMicro(rat.Int64).UTC(), Recipe: recipe.String,
 			Build: build.String, Verdict: verdict.String, SHA256: sum.String, Remote: remote.String,
 			Size: size.Int64, GPUs: int(gpus.Int64), BusBWAtMax: busbw.Float64}
 		if err := json.Unmarshal([]byte(failing.String), &n.Latest.Failing); err != nil {
@@ -523,8 +541,8 @@ func scanNode(sc interface{ Scan(...any) error }) (*NodeSummary, error) {
 	return &n, nil
 }
 
-func scanReport(sc interface{ Scan(...any) error }, body *[]byte) (*StoredReport, error) {
-	var r StoredReport
+func scanReport(sc interface{ Scan(...any) error }, body *[]byte) (*fleetdb.StoredReport, error) {
+	var r fleetdb.StoredReport
 	var at int64
 	var failing string
 	dst := []any{&r.ID, &r.NodeID, &at, &r.Recipe, &r.Build, &r.Verdict, &r.SHA256, &r.Remote, &r.Size, &r.GPUs, &r.BusBWAtMax, &failing}
@@ -541,13 +559,13 @@ func scanReport(sc interface{ Scan(...any) error }, body *[]byte) (*StoredReport
 	return &r, nil
 }
 
-func (s *sqlStore) Nodes(ctx context.Context) ([]NodeSummary, error) {
+func (s *DB) Nodes(ctx context.Context) ([]fleetdb.NodeSummary, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+nodeColumns+` ORDER BY COALESCE(r.received_at, n.last_seen) DESC, n.id`)
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	defer rows.Close()
-	out := []NodeSummary{}
+	out := []fleetdb.NodeSummary{}
 	for rows.Next() {
 		n, err := scanNode(rows)
 		if err != nil {
@@ -561,12 +579,12 @@ func (s *sqlStore) Nodes(ctx context.Context) ([]NodeSummary, error) {
 	return out, nil
 }
 
-func (s *sqlStore) Node(ctx context.Context, key string) (*NodeSummary, error) {
+func (s *DB) Node(ctx context.Context, key string) (*fleetdb.NodeSummary, error) {
 	n, err := scanNode(s.db.QueryRowContext(ctx, `SELECT `+nodeColumns+`
 WHERE n.id = $1 OR n.mac = $1 OR n.hostname = $1 OR n.serial = $1
 ORDER BY CASE WHEN n.id = $1 THEN 0 ELSE 1 END, n.last_seen DESC LIMIT 1`, key))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("node %q: %w", key, ErrNotFound)
+		return nil, fmt.Errorf("node %q: %w", key, fleetdb.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading node %q: %w", key, err)
@@ -574,7 +592,7 @@ ORDER BY CASE WHEN n.id = $1 THEN 0 ELSE 1 END, n.last_seen DESC LIMIT 1`, key))
 	return n, nil
 }
 
-func (s *sqlStore) Reports(ctx context.Context, nodeID string, limit int) ([]StoredReport, error) {
+func (s *DB) Reports(ctx context.Context, nodeID string, limit int) ([]fleetdb.StoredReport, error) {
 	q := `SELECT ` + summaryColumns + ` FROM reports WHERE node_id = $1 ORDER BY id DESC`
 	args := []any{nodeID}
 	if limit > 0 {
@@ -586,7 +604,7 @@ func (s *sqlStore) Reports(ctx context.Context, nodeID string, limit int) ([]Sto
 		return nil, fmt.Errorf("listing reports of %s: %w", nodeID, err)
 	}
 	defer rows.Close()
-	out := []StoredReport{}
+	out := []fleetdb.StoredReport{}
 	for rows.Next() {
 		r, err := scanReport(rows, nil)
 		if err != nil {
@@ -600,12 +618,12 @@ func (s *sqlStore) Reports(ctx context.Context, nodeID string, limit int) ([]Sto
 	return out, nil
 }
 
-func (s *sqlStore) Report(ctx context.Context, id int64) (*StoredReport, error) {
+func (s *DB) Report(ctx context.Context, id int64) (*fleetdb.StoredReport, error) {
 	var body []byte
 	r, err := scanReport(s.db.QueryRowContext(ctx, `SELECT r.id, r.node_id, r.received_at, r.recipe, r.build, r.verdict, r.sha256, r.remote, r.size, r.gpus, r.busbw_at_max, r.failing, b.body
 FROM reports r JOIN report_bodies b ON b.report_id = r.id WHERE r.id = $1`, id), &body)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("report %d: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("report %d: %w", id, fleetdb.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading report %d: %w", id, err)
@@ -619,7 +637,7 @@ FROM reports r JOIN report_bodies b ON b.report_id = r.id WHERE r.id = $1`, id),
 // bodies exceed ReportBytes (every node's latest report goes only after all older
 // ones), then the least recently seen nodes without a report beyond UnreportedNodes.
 // It reads before it writes, so a store within its bounds pays no write.
-func (s *sqlStore) Prune(ctx context.Context, nodeID string, ret Retention) (int64, error) {
+func (s *DB) Prune(ctx context.Context, nodeID string, ret fleetdb.Retention) (int64, error) {
 	var deleted int64
 	del := func(q string, args ...any) error {
 		return s.write(ctx, func(tx *sql.Tx) error {
@@ -789,7 +807,7 @@ func inChunks[T any](vals []T, f func(in string, args []any) error) error {
 	return nil
 }
 
-func (s *sqlStore) Count(ctx context.Context) (int64, error) {
+func (s *DB) Count(ctx context.Context) (int64, error) {
 	var n int64
 	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM reports`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("counting reports: %w", err)
@@ -797,7 +815,7 @@ func (s *sqlStore) Count(ctx context.Context) (int64, error) {
 	return n, nil
 }
 
-func (s *sqlStore) Secret(ctx context.Context, create func() ([]byte, error)) ([]byte, error) {
+func (s *DB) Secret(ctx context.Context, create func() ([]byte, error)) ([]byte, error) {
 	read := func() ([]byte, error) {
 		var v string
 		err := s.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'token_secret'`).Scan(&v)

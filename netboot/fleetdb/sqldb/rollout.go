@@ -1,4 +1,4 @@
-package netboot
+package sqldb
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/rollout"
 	"github.com/peerboot/peerboot/selftest"
 )
@@ -67,99 +68,6 @@ CREATE TABLE rollout_holds (
 	since BIGINT NOT NULL
 )`
 
-// ErrRolloutState is a manual action the rollout's state refuses (halting a halted
-// rollout, promoting a build that cannot move): the API answers 409.
-var ErrRolloutState = errors.New("rollout state")
-
-// RolloutStore keeps the rollouts. Every decision runs in one write transaction that
-// first locks the recipe (pg_advisory_xact_lock in PostgreSQL; SQLite has one writer),
-// reads the state, applies the rollout rules and records their events, so replicas
-// over one database never decide twice.
-type RolloutStore interface {
-	// SeeBuild records a build of p's recipe; the first time, the rules put it on
-	// channels. It returns the events it recorded.
-	SeeBuild(ctx context.Context, p rollout.Policy, build string, at time.Time) ([]rollout.Event, error)
-	// RecordVerdict records a node's verdict on a build and its consequences, once per
-	// report (SHA256): a replayed report returns Replay and changes nothing.
-	RecordVerdict(ctx context.Context, p rollout.Policy, v RolloutVerdict) (*VerdictOutcome, error)
-	// ServeBuild says which build a node on channel gets.
-	ServeBuild(ctx context.Context, p rollout.Policy, channel, node string) (*ServeChoice, error)
-	// Promote, Halt and Resume are the operator's.
-	Promote(ctx context.Context, p rollout.Policy, build string, at time.Time) (rollout.Event, error)
-	Halt(ctx context.Context, p rollout.Policy, reason string, at time.Time) (rollout.Event, error)
-	Resume(ctx context.Context, p rollout.Policy, at time.Time) (rollout.Event, error)
-	// ClearHold ends a node's hold (ErrNotFound: it has none).
-	ClearHold(ctx context.Context, node string, at time.Time) (rollout.Event, error)
-	// RolloutStatus is a recipe's channels, builds, holds and recent events.
-	RolloutStatus(ctx context.Context, p rollout.Policy) (*RolloutStatus, error)
-	// NodeRollout is a node's hold and the build last served to it.
-	NodeRollout(ctx context.Context, node string) (*NodeRollout, error)
-}
-
-// RolloutVerdict is one stored report as the rollout sees it.
-type RolloutVerdict struct {
-	// ReportID, when set, is the stored report: its vote (counted) is recorded in
-	// the verdict's transaction (report_votes).
-	ReportID                     int64
-	Recipe, Build, Node, Channel string
-	Verdict                      string // selftest.Pass; anything else counts as a failure
-	SHA256                       string // of the report: its consequences happen once
-	At                           time.Time
-}
-
-// VerdictOutcome is what a verdict changed.
-type VerdictOutcome struct {
-	Replay bool
-	Events []rollout.Event
-}
-
-// ServeChoice is the build a node gets, and why.
-type ServeChoice struct {
-	Build        string        // "" when the channel has no build yet
-	Channel      string        // the node's channel (its rollout's default when it names none)
-	ChannelBuild string        // the channel's build
-	Hold         *rollout.Hold // nil: not held back
-}
-
-// ChannelStatus is one channel of a rollout.
-type ChannelStatus struct {
-	Name  string    `json:"name"`
-	Build string    `json:"build"` // "" none yet
-	Since time.Time `json:"since"`
-}
-
-// BuildStatus is one build of a rollout, in the order it was first seen, with the
-// nodes whose latest verdict on it passed and failed.
-type BuildStatus struct {
-	Build     string    `json:"build"`
-	Seq       int64     `json:"seq"`
-	FirstSeen time.Time `json:"first_seen"`
-	Pass      int       `json:"pass"`
-	Fail      int       `json:"fail"`
-	Channels  []string  `json:"channels"` // the channels serving it
-}
-
-// RolloutStatus is a recipe's rollout.
-type RolloutStatus struct {
-	Recipe       string          `json:"recipe"`
-	Channels     []ChannelStatus `json:"channels"`
-	PromoteAfter int             `json:"promote_after"`
-	Window       string          `json:"window"`
-	Halted       bool            `json:"halted"`
-	HaltReason   string          `json:"halt_reason,omitempty"`
-	Builds       []BuildStatus   `json:"builds"`
-	HeldBack     []rollout.Hold  `json:"held_back"`
-	Events       []rollout.Event `json:"events"` // newest first, at most maxEvents
-}
-
-// NodeRollout is a node's part in a rollout.
-type NodeRollout struct {
-	LastServedBuild  string        `json:"last_served_build"`
-	LastServedRecipe string        `json:"last_served_recipe"`
-	HeldBack         bool          `json:"held_back"`
-	Hold             *rollout.Hold `json:"hold,omitempty"`
-}
-
 const maxEvents = 50
 
 // rolloutLockKey keeps the recipe locks apart from the migration lock (727265).
@@ -167,7 +75,7 @@ const rolloutLockKey = 727266
 
 // lockRecipe serializes the decisions about one recipe across replicas until the
 // transaction ends.
-func (s *sqlStore) lockRecipe(ctx context.Context, tx *sql.Tx, recipe string) error {
+func (s *DB) lockRecipe(ctx context.Context, tx *sql.Tx, recipe string) error {
 	if s.d.name != "postgres" {
 		return nil // SQLite: the write transaction is the only writer
 	}
@@ -176,7 +84,7 @@ func (s *sqlStore) lockRecipe(ctx context.Context, tx *sql.Tx, recipe string) er
 }
 
 // decide runs fn in a write transaction holding recipe's lock.
-func (s *sqlStore) decide(ctx context.Context, recipe string, fn func(*sql.Tx) error) error {
+func (s *DB) decide(ctx context.Context, recipe string, fn func(*sql.Tx) error) error {
 	return s.write(ctx, func(tx *sql.Tx) error {
 		if err := s.lockRecipe(ctx, tx, recipe); err != nil {
 			return fmt.Errorf("locking the rollout of %s: %w", recipe, err)
@@ -250,7 +158,7 @@ ON CONFLICT (recipe) DO UPDATE SET halted = excluded.halted, reason = excluded.r
 	return err
 }
 
-func (s *sqlStore) SeeBuild(ctx context.Context, p rollout.Policy, build string, at time.Time) ([]rollout.Event, error) {
+func (s *DB) SeeBuild(ctx context.Context, p rollout.Policy, build string, at time.Time) ([]rollout.Event, error) {
 	var evs []rollout.Event
 	err := s.decide(ctx, p.Recipe, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO rollout_builds (recipe, build, first_seen) VALUES ($1, $2, $3) ON CONFLICT (recipe, build) DO NOTHING`, p.Recipe, build, micros(at))
@@ -292,8 +200,8 @@ func loadHold(ctx context.Context, q querier, node string) (*rollout.Hold, error
 	return h, nil
 }
 
-func (s *sqlStore) RecordVerdict(ctx context.Context, p rollout.Policy, v RolloutVerdict) (*VerdictOutcome, error) {
-	out := &VerdictOutcome{}
+func (s *DB) RecordVerdict(ctx context.Context, p rollout.Policy, v fleetdb.RolloutVerdict) (*fleetdb.VerdictOutcome, error) {
+	out := &fleetdb.VerdictOutcome{}
 	if v.At.IsZero() {
 		v.At = time.Now()
 	}
@@ -432,7 +340,7 @@ func buildSeqs(ctx context.Context, q querier, recipe string) (map[string]int64,
 	return out, rows.Err()
 }
 
-func (s *sqlStore) ServeBuild(ctx context.Context, p rollout.Policy, channel, node string) (*ServeChoice, error) {
+func (s *DB) ServeBuild(ctx context.Context, p rollout.Policy, channel, node string) (*fleetdb.ServeChoice, error) {
 	if channel == "" {
 		channel = p.Default()
 	}
@@ -447,10 +355,10 @@ func (s *sqlStore) ServeBuild(ctx context.Context, p rollout.Policy, channel, no
 	if h != nil && h.Recipe != p.Recipe {
 		h = nil
 	}
-	return &ServeChoice{Build: rollout.Serve(p, st, channel, h), Channel: channel, ChannelBuild: st.Channels[channel].Build, Hold: h}, nil
+	return &fleetdb.ServeChoice{Build: rollout.Serve(p, st, channel, h), Channel: channel, ChannelBuild: st.Channels[channel].Build, Hold: h}, nil
 }
 
-func (s *sqlStore) manual(ctx context.Context, p rollout.Policy, what string, fn func(tx *sql.Tx, st rollout.State) (rollout.Event, error)) (rollout.Event, error) {
+func (s *DB) manual(ctx context.Context, p rollout.Policy, what string, fn func(tx *sql.Tx, st rollout.State) (rollout.Event, error)) (rollout.Event, error) {
 	var ev rollout.Event
 	err := s.decide(ctx, p.Recipe, func(tx *sql.Tx) error {
 		st, _, err := loadRolloutState(ctx, tx, p.Recipe)
@@ -468,7 +376,7 @@ func (s *sqlStore) manual(ctx context.Context, p rollout.Policy, what string, fn
 	return ev, nil
 }
 
-func (s *sqlStore) Promote(ctx context.Context, p rollout.Policy, build string, at time.Time) (rollout.Event, error) {
+func (s *DB) Promote(ctx context.Context, p rollout.Policy, build string, at time.Time) (rollout.Event, error) {
 	return s.manual(ctx, p, "promoting", func(tx *sql.Tx, st rollout.State) (rollout.Event, error) {
 		if build != "" {
 			var n int
@@ -476,21 +384,21 @@ func (s *sqlStore) Promote(ctx context.Context, p rollout.Policy, build string, 
 				return rollout.Event{}, err
 			}
 			if n == 0 {
-				return rollout.Event{}, fmt.Errorf("build %s is not a build of %s the service has seen: %w", build, p.Recipe, ErrNotFound)
+				return rollout.Event{}, fmt.Errorf("build %s is not a build of %s the service has seen: %w", build, p.Recipe, fleetdb.ErrNotFound)
 			}
 		}
 		ev, err := rollout.ManualPromote(p, st, build, at)
 		if err != nil {
-			return ev, fmt.Errorf("%w: %w", ErrRolloutState, err)
+			return ev, fmt.Errorf("%w: %w", fleetdb.ErrRolloutState, err)
 		}
 		return ev, nil
 	})
 }
 
-func (s *sqlStore) Halt(ctx context.Context, p rollout.Policy, reason string, at time.Time) (rollout.Event, error) {
+func (s *DB) Halt(ctx context.Context, p rollout.Policy, reason string, at time.Time) (rollout.Event, error) {
 	return s.manual(ctx, p, "halting", func(tx *sql.Tx, st rollout.State) (rollout.Event, error) {
 		if st.Halted {
-			return rollout.Event{}, fmt.Errorf("%w: already halted", ErrRolloutState)
+			return rollout.Event{}, fmt.Errorf("%w: already halted", fleetdb.ErrRolloutState)
 		}
 		if reason == "" {
 			reason = "manual"
@@ -499,22 +407,22 @@ func (s *sqlStore) Halt(ctx context.Context, p rollout.Policy, reason string, at
 	})
 }
 
-func (s *sqlStore) Resume(ctx context.Context, p rollout.Policy, at time.Time) (rollout.Event, error) {
+func (s *DB) Resume(ctx context.Context, p rollout.Policy, at time.Time) (rollout.Event, error) {
 	return s.manual(ctx, p, "resuming", func(tx *sql.Tx, st rollout.State) (rollout.Event, error) {
 		if !st.Halted {
-			return rollout.Event{}, fmt.Errorf("%w: not halted", ErrRolloutState)
+			return rollout.Event{}, fmt.Errorf("%w: not halted", fleetdb.ErrRolloutState)
 		}
 		return rollout.Event{Kind: rollout.Resume, Recipe: p.Recipe, Reason: "manual", At: at}, nil
 	})
 }
 
-func (s *sqlStore) ClearHold(ctx context.Context, node string, at time.Time) (rollout.Event, error) {
+func (s *DB) ClearHold(ctx context.Context, node string, at time.Time) (rollout.Event, error) {
 	h, err := loadHold(ctx, s.db, node)
 	if err != nil {
 		return rollout.Event{}, fmt.Errorf("reading the hold of %s: %w", node, err)
 	}
 	if h == nil {
-		return rollout.Event{}, fmt.Errorf("node %s is not held back: %w", node, ErrNotFound)
+		return rollout.Event{}, fmt.Errorf("node %s is not held back: %w", node, fleetdb.ErrNotFound)
 	}
 	var ev rollout.Event
 	err = s.decide(ctx, h.Recipe, func(tx *sql.Tx) error {
@@ -525,7 +433,7 @@ func (s *sqlStore) ClearHold(ctx context.Context, node string, at time.Time) (ro
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 {
-			return fmt.Errorf("node %s is not held back: %w", node, ErrNotFound)
+			return fmt.Errorf("node %s is not held back: %w", node, fleetdb.ErrNotFound)
 		}
 		ev = rollout.Event{Kind: rollout.Cleared, Recipe: h.Recipe, Build: h.Failed, Node: node, Reason: "manual", At: at}
 		return record(ctx, tx, ev)
@@ -536,23 +444,23 @@ func (s *sqlStore) ClearHold(ctx context.Context, node string, at time.Time) (ro
 	return ev, nil
 }
 
-func (s *sqlStore) RolloutStatus(ctx context.Context, p rollout.Policy) (*RolloutStatus, error) {
-	fail := func(err error) (*RolloutStatus, error) {
+func (s *DB) RolloutStatus(ctx context.Context, p rollout.Policy) (*fleetdb.RolloutStatus, error) {
+	fail := func(err error) (*fleetdb.RolloutStatus, error) {
 		return nil, fmt.Errorf("reading the rollout of %s: %w", p.Recipe, err)
 	}
 	st, reason, err := loadRolloutState(ctx, s.db, p.Recipe)
 	if err != nil {
 		return fail(err)
 	}
-	out := &RolloutStatus{Recipe: p.Recipe, PromoteAfter: p.PromoteAfter, Window: p.Window.String(), Halted: st.Halted,
-		Channels: []ChannelStatus{}, Builds: []BuildStatus{}, HeldBack: []rollout.Hold{}, Events: []rollout.Event{}}
+	out := &fleetdb.RolloutStatus{Recipe: p.Recipe, PromoteAfter: p.PromoteAfter, Window: p.Window.String(), Halted: st.Halted,
+		Channels: []fleetdb.ChannelStatus{}, Builds: []fleetdb.BuildStatus{}, HeldBack: []rollout.Hold{}, Events: []rollout.Event{}}
 	if st.Halted {
 		out.HaltReason = reason
 	}
 	on := map[string][]string{}
 	for _, ch := range p.Channels {
 		a := st.Channels[ch]
-		out.Channels = append(out.Channels, ChannelStatus{Name: ch, Build: a.Build, Since: a.Since})
+		out.Channels = append(out.Channels, fleetdb.ChannelStatus{Name: ch, Build: a.Build, Since: a.Since})
 		if a.Build != "" {
 			on[a.Build] = append(on[a.Build], ch)
 		}
@@ -565,7 +473,7 @@ FROM rollout_builds b WHERE b.recipe = $1 ORDER BY b.seq`, p.Recipe, selftest.Pa
 		return fail(err)
 	}
 	for rows.Next() {
-		var b BuildStatus
+		var b fleetdb.BuildStatus
 		var first int64
 		if err := rows.Scan(&b.Build, &b.Seq, &first, &b.Pass, &b.Fail); err != nil {
 			rows.Close()
@@ -619,8 +527,8 @@ FROM rollout_builds b WHERE b.recipe = $1 ORDER BY b.seq`, p.Recipe, selftest.Pa
 	return out, nil
 }
 
-func (s *sqlStore) NodeRollout(ctx context.Context, node string) (*NodeRollout, error) {
-	out := &NodeRollout{}
+func (s *DB) NodeRollout(ctx context.Context, node string) (*fleetdb.NodeRollout, error) {
+	out := &fleetdb.NodeRollout{}
 	err := s.db.QueryRowContext(ctx, `SELECT build, recipe FROM boots WHERE node_id = $1 ORDER BY id DESC LIMIT 1`, node).Scan(&out.LastServedBuild, &out.LastServedRecipe)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("reading the boots of %s: %w", node, err)
@@ -631,5 +539,3 @@ func (s *sqlStore) NodeRollout(ctx context.Context, node string) (*NodeRollout, 
 	out.HeldBack = out.Hold != nil
 	return out, nil
 }
-
-var _ RolloutStore = (*sqlStore)(nil)

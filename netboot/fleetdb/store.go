@@ -1,4 +1,10 @@
-package netboot
+// Package fleetdb is what peerboot serve keeps about its fleet: nodes, their
+// boots and reports, each report's attestation and vote, spent nonces, AKs,
+// enrollment windows and the rollouts' state. It holds the records and the
+// small interfaces each stage of the report pipeline takes (docs/design.md,
+// "serve's report pipeline"); sqldb implements them all over SQLite or
+// PostgreSQL. Nothing here knows SQL or HTTP.
+package fleetdb
 
 import (
 	"context"
@@ -15,19 +21,51 @@ var ErrDuplicate = errors.New("report already received")
 // ErrNotFound is returned for a node or report the store does not hold.
 var ErrNotFound = errors.New("not found")
 
-// Store keeps nodes, their boots and their self-test reports. SQLite (the default) and
-// PostgreSQL implement it with the same schema and migrations; both pass the same
-// tests (testStore in store_test.go).
+// Store is everything serve keeps; sqldb.DB (SQLite, PostgreSQL) implements
+// it, and both dialects pass the same tests. Each stage of the report pipeline
+// takes only the part it uses.
 type Store interface {
+	ReportStore
+	BootStore
+	FleetReader
+	SecretStore
+	NonceStore
+	PredictionStore
+	AKStore
+	RefusalStore
+	AttestationReader
+	EnrollStore
+	VoteStore
+	RolloutStore
+	Close() error
+}
+
+// ReportStore is the pipeline's store stage.
+type ReportStore interface {
 	// AddReport stores one report atomically: it is durable when AddReport returns nil.
 	// A report whose SHA256 is already stored gives ErrDuplicate and changes nothing;
 	// the id is then the stored report's when it is the same node's (a retry), else 0.
 	// An attested report's nonce is spent in the same transaction: ErrNonceSpent when
 	// another report spent it first.
 	AddReport(ctx context.Context, r *StoredReport) (int64, error)
+	// StoredReportID is the id of node's stored report with this sha256, 0 if
+	// none: a retry of a report whose answer was lost.
+	StoredReportID(ctx context.Context, node, sum string) (int64, error)
+	// Prune applies a retention policy after a write concerning nodeID ("": only the
+	// global bounds) and says how many reports it deleted.
+	Prune(ctx context.Context, nodeID string, r Retention) (int64, error)
+}
+
+// BootStore records the boot-script fetches.
+type BootStore interface {
 	// RecordBoot notes that a node fetched its boot script, updating its MAC, hostname
 	// and serial when given.
 	RecordBoot(ctx context.Context, b Boot) error
+	Prune(ctx context.Context, nodeID string, r Retention) (int64, error)
+}
+
+// FleetReader is what the fleet pages read.
+type FleetReader interface {
 	// Nodes lists every node with its latest report, newest report first.
 	Nodes(ctx context.Context) ([]NodeSummary, error)
 	// Node finds a node by id, MAC, hostname or serial.
@@ -36,14 +74,14 @@ type Store interface {
 	Reports(ctx context.Context, nodeID string, limit int) ([]StoredReport, error)
 	// Report returns one report with its body.
 	Report(ctx context.Context, id int64) (*StoredReport, error)
-	// Secret returns the server's token secret, creating it on first use.
-	Secret(ctx context.Context, create func() ([]byte, error)) ([]byte, error)
 	// Count is how many reports the store holds (tests and the load figures).
 	Count(ctx context.Context) (int64, error)
-	// Prune applies a retention policy after a write concerning nodeID ("": only the
-	// global bounds) and says how many reports it deleted.
-	Prune(ctx context.Context, nodeID string, r Retention) (int64, error)
-	Close() error
+}
+
+// SecretStore keeps the token secret, shared by the replicas.
+type SecretStore interface {
+	// Secret returns the server's token secret, creating it on first use.
+	Secret(ctx context.Context, create func() ([]byte, error)) ([]byte, error)
 }
 
 // StoredReport is one received report and where it came from.
@@ -61,8 +99,8 @@ type StoredReport struct {
 	Size       int64   // bytes of Body
 	GPUs       int     // len(gpus)
 	BusBWAtMax float64 // nccl.busbw_at_max
-	// Failing are the fail, then warn, findings: at most maxFailing, without
-	// evidence and hints, messages cut to maxMessage bytes.
+	// Failing are the fail, then warn, findings: at most MaxFailing, without
+	// evidence and hints, messages cut to MaxMessage bytes.
 	Failing []selftest.Finding
 	// Attestation is Attested or Unattested ("" reads as Unattested); AKName and
 	// Nonce are the attested report's AK and the nonce it spent, NonceBuild and

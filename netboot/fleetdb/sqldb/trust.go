@@ -1,10 +1,12 @@
-package netboot
+package sqldb
 
 import (
 	"context"
 	"database/sql"
 	"fmt"
 	"time"
+
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 )
 
 // trustMigration is migration 6 (issue 28): who is believed.
@@ -50,25 +52,7 @@ CREATE TABLE ak_conflicts (
 	PRIMARY KEY (node_id, ak_name)
 )`
 
-// Vote is whether a report counted toward its recipe's rollout.
-type Vote struct {
-	Recipe  string `json:"recipe"`
-	Counted bool   `json:"counted"`
-	Reason  string `json:"reason,omitempty"` // why it did not
-}
-
-// VoteStore records the votes; the SQL stores implement it.
-type VoteStore interface {
-	// RecordVote records report id's vote once: the first decision stands (a
-	// retry of the report decides nothing new).
-	RecordVote(ctx context.Context, id int64, v Vote) error
-	// Votes returns the vote of each report id that has one.
-	Votes(ctx context.Context, ids []int64) (map[int64]Vote, error)
-}
-
-var _ VoteStore = (*sqlStore)(nil)
-
-func (s *sqlStore) RecordVote(ctx context.Context, id int64, v Vote) error {
+func (s *DB) RecordVote(ctx context.Context, id int64, v fleetdb.Vote) error {
 	counted := 0
 	if v.Counted {
 		counted = 1
@@ -84,8 +68,8 @@ func (s *sqlStore) RecordVote(ctx context.Context, id int64, v Vote) error {
 	return nil
 }
 
-func (s *sqlStore) Votes(ctx context.Context, ids []int64) (map[int64]Vote, error) {
-	out := map[int64]Vote{}
+func (s *DB) Votes(ctx context.Context, ids []int64) (map[int64]fleetdb.Vote, error) {
+	out := map[int64]fleetdb.Vote{}
 	err := inChunks(ids, func(in string, args []any) error {
 		rows, err := s.db.QueryContext(ctx, `SELECT report_id, recipe, counted, reason FROM report_votes WHERE report_id IN `+in, args...)
 		if err != nil {
@@ -94,7 +78,7 @@ func (s *sqlStore) Votes(ctx context.Context, ids []int64) (map[int64]Vote, erro
 		defer rows.Close()
 		for rows.Next() {
 			var id, counted int64
-			var v Vote
+			var v fleetdb.Vote
 			if err := rows.Scan(&id, &v.Recipe, &counted, &v.Reason); err != nil {
 				return err
 			}
@@ -109,42 +93,7 @@ func (s *sqlStore) Votes(ctx context.Context, ids []int64) (map[int64]Vote, erro
 	return out, nil
 }
 
-// AKConflict is an AK whose quote verified for a node that has another on
-// record (or none, outside an enrollment window): the operator decides
-// (peerboot rollout ak-reset, enroll, or a pin in the inventory).
-type AKConflict struct {
-	NodeID string    `json:"node"`
-	AKName string    `json:"ak_name"`
-	EKName string    `json:"ek_name"`
-	First  time.Time `json:"first"`
-	Last   time.Time `json:"last"`
-	Tries  int64     `json:"tries"`
-	Remote string    `json:"remote"` // of the last try
-	Why    string    `json:"why"`    // not stored: what the node page says
-}
-
-// EnrollStore keeps the AK enrollment windows and conflicts; the SQL stores
-// implement it.
-type EnrollStore interface {
-	// OpenEnrollment lets node ("*": every node) record its first AK until until.
-	OpenEnrollment(ctx context.Context, node string, at, until time.Time) error
-	// Enrolling says whether node may record its first AK at at.
-	Enrolling(ctx context.Context, node string, at time.Time) (bool, error)
-	// CloseEnrollment ends node's own window (not the every-node one).
-	CloseEnrollment(ctx context.Context, node string) error
-	// AddAKConflict records (or counts again) an AK seen for a node, keeping
-	// the node's keep most recent.
-	AddAKConflict(ctx context.Context, c AKConflict, keep int) error
-	// AKConflicts lists a node's, the most recent first.
-	AKConflicts(ctx context.Context, node string) ([]AKConflict, error)
-	// ResetAK forgets node's AK and its conflicts; it returns the AK it had (nil:
-	// none).
-	ResetAK(ctx context.Context, node string) (*NodeAK, error)
-}
-
-var _ EnrollStore = (*sqlStore)(nil)
-
-func (s *sqlStore) OpenEnrollment(ctx context.Context, node string, at, until time.Time) error {
+func (s *DB) OpenEnrollment(ctx context.Context, node string, at, until time.Time) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, `DELETE FROM ak_enrollment WHERE until_at < $1`, at.UnixMicro()); err != nil {
 			return err
@@ -159,7 +108,7 @@ ON CONFLICT (node_id) DO UPDATE SET opened_at = excluded.opened_at, until_at = e
 	return nil
 }
 
-func (s *sqlStore) Enrolling(ctx context.Context, node string, at time.Time) (bool, error) {
+func (s *DB) Enrolling(ctx context.Context, node string, at time.Time) (bool, error) {
 	var n int
 	err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM ak_enrollment WHERE node_id IN ($1, '*') AND opened_at <= $2 AND until_at > $2`, node, at.UnixMicro()).Scan(&n)
 	if err != nil {
@@ -168,7 +117,7 @@ func (s *sqlStore) Enrolling(ctx context.Context, node string, at time.Time) (bo
 	return n > 0, nil
 }
 
-func (s *sqlStore) CloseEnrollment(ctx context.Context, node string) error {
+func (s *DB) CloseEnrollment(ctx context.Context, node string) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM ak_enrollment WHERE node_id = $1`, node)
 		return err
@@ -179,7 +128,7 @@ func (s *sqlStore) CloseEnrollment(ctx context.Context, node string) error {
 	return nil
 }
 
-func (s *sqlStore) AddAKConflict(ctx context.Context, c AKConflict, keep int) error {
+func (s *DB) AddAKConflict(ctx context.Context, c fleetdb.AKConflict, keep int) error {
 	err := s.write(ctx, func(tx *sql.Tx) error {
 		at := c.Last.UnixMicro()
 		if _, err := tx.ExecContext(ctx, `INSERT INTO ak_conflicts (node_id, ak_name, ek_name, first_at, last_at, tries, remote) VALUES ($1, $2, $3, $4, $4, 1, $5)
@@ -200,15 +149,15 @@ ON CONFLICT (node_id, ak_name) DO UPDATE SET last_at = excluded.last_at, tries =
 	return nil
 }
 
-func (s *sqlStore) AKConflicts(ctx context.Context, node string) ([]AKConflict, error) {
+func (s *DB) AKConflicts(ctx context.Context, node string) ([]fleetdb.AKConflict, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT node_id, ak_name, ek_name, first_at, last_at, tries, remote FROM ak_conflicts WHERE node_id = $1 ORDER BY last_at DESC, ak_name`, node)
 	if err != nil {
 		return nil, fmt.Errorf("listing the AK conflicts of %s: %w", node, err)
 	}
 	defer rows.Close()
-	out := []AKConflict{}
+	out := []fleetdb.AKConflict{}
 	for rows.Next() {
-		var c AKConflict
+		var c fleetdb.AKConflict
 		var first, last int64
 		if err := rows.Scan(&c.NodeID, &c.AKName, &c.EKName, &first, &last, &c.Tries, &c.Remote); err != nil {
 			return nil, fmt.Errorf("listing the AK conflicts of %s: %w", node, err)
@@ -219,7 +168,7 @@ func (s *sqlStore) AKConflicts(ctx context.Context, node string) ([]AKConflict, 
 	return out, rows.Err()
 }
 
-func (s *sqlStore) ResetAK(ctx context.Context, node string) (*NodeAK, error) {
+func (s *DB) ResetAK(ctx context.Context, node string) (*fleetdb.NodeAK, error) {
 	old, err := s.NodeAK(ctx, node)
 	if err != nil {
 		return nil, err

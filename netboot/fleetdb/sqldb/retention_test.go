@@ -1,9 +1,8 @@
-package netboot
+package sqldb
 
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerboot/peerboot/netboot"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -31,7 +32,7 @@ func TestRetentionPostgres(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts PostgreSQL")
 	}
-	s, err := OpenStore(context.Background(), postgresDSN(t))
+	s, err := Open(context.Background(), postgresDSN(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +40,7 @@ func TestRetentionPostgres(t *testing.T) {
 	testRetention(t, s)
 }
 
-func testRetention(t *testing.T, s Store) {
+func testRetention(t *testing.T, s *DB) {
 	ctx := context.Background()
 	t0 := time.Date(2026, 2, 1, 0, 0, 0, 0, time.UTC)
 	body := func(node string, i int) string {
@@ -50,7 +51,7 @@ func testRetention(t *testing.T, s Store) {
 			t.Fatal(err)
 		}
 	}
-	n, err := s.Prune(ctx, "ret-a", Retention{ReportsPerNode: 5})
+	n, err := s.Prune(ctx, "ret-a", fleetdb.Retention{ReportsPerNode: 5})
 	if err != nil || n != 7 {
 		t.Fatalf("per-node prune deleted %d (%v), want 7", n, err)
 	}
@@ -58,7 +59,7 @@ func testRetention(t *testing.T, s Store) {
 	if len(hist) != 5 || !strings.Contains(mustBody(t, s, hist[0].ID), `"i":11`) || !strings.Contains(mustBody(t, s, hist[4].ID), `"i":7`) {
 		t.Fatalf("kept %d reports, want the newest 5 (i 7..11)", len(hist))
 	}
-	if n, _ := s.Prune(ctx, "ret-a", Retention{ReportsPerNode: 5}); n != 0 {
+	if n, _ := s.Prune(ctx, "ret-a", fleetdb.Retention{ReportsPerNode: 5}); n != 0 {
 		t.Errorf("a second prune deleted %d", n)
 	}
 	// Three more nodes, one report each; then a byte bound that holds six reports:
@@ -70,14 +71,14 @@ func testRetention(t *testing.T, s Store) {
 	}
 	size := int64(len(body("ret-a", 0)))
 	// i 10 and 11 are a byte longer.
-	if n, err := s.Prune(ctx, "", Retention{ReportBytes: 6*size + 2}); err != nil || n != 2 {
+	if n, err := s.Prune(ctx, "", fleetdb.Retention{ReportBytes: 6*size + 2}); err != nil || n != 2 {
 		t.Fatalf("byte prune deleted %d (%v), want 2", n, err)
 	}
 	if hist, _ := s.Reports(ctx, "ret-a", 0); len(hist) != 3 {
 		t.Errorf("ret-a kept %d, want 3", len(hist))
 	}
 	// A bound below the latest reports themselves: the oldest latest goes too.
-	if n, err := s.Prune(ctx, "", Retention{ReportBytes: 2 * size}); err != nil || n != 4 {
+	if n, err := s.Prune(ctx, "", fleetdb.Retention{ReportBytes: 2 * size}); err != nil || n != 4 {
 		t.Fatalf("tight byte prune deleted %d (%v), want 4", n, err)
 	}
 	for _, node := range []string{"ret-a", "ret-b"} {
@@ -87,14 +88,14 @@ func testRetention(t *testing.T, s Store) {
 	}
 	// Boots per node, and nodes known only from script fetches.
 	for i := 0; i < 30; i++ {
-		if err := s.RecordBoot(ctx, Boot{NodeID: fmt.Sprintf("ghost-%02d", i), At: t0.Add(time.Duration(i) * time.Second)}); err != nil {
+		if err := s.RecordBoot(ctx, fleetdb.Boot{NodeID: fmt.Sprintf("ghost-%02d", i), At: t0.Add(time.Duration(i) * time.Second)}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := 0; i < 8; i++ {
-		s.RecordBoot(ctx, Boot{NodeID: "ret-c", At: t0.Add(time.Hour + time.Duration(i)*time.Second)})
+		s.RecordBoot(ctx, fleetdb.Boot{NodeID: "ret-c", At: t0.Add(time.Hour + time.Duration(i)*time.Second)})
 	}
-	if _, err := s.Prune(ctx, "ret-c", Retention{BootsPerNode: 3, UnreportedNodes: 10}); err != nil {
+	if _, err := s.Prune(ctx, "ret-c", fleetdb.Retention{BootsPerNode: 3, UnreportedNodes: 10}); err != nil {
 		t.Fatal(err)
 	}
 	nodes, _ := s.Nodes(ctx)
@@ -117,7 +118,7 @@ func testRetention(t *testing.T, s Store) {
 	}
 }
 
-func mustBody(t *testing.T, s Store, id int64) string {
+func mustBody(t *testing.T, s *DB, id int64) string {
 	t.Helper()
 	r, err := s.Report(context.Background(), id)
 	if err != nil {
@@ -138,11 +139,11 @@ func TestStoreUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := &sqlStore{db: db, d: sqliteDialect}
+	old := &DB{db: db, d: sqliteDialect}
 	if err := old.migrateTo(ctx, migrations[:2]); err != nil {
 		t.Fatal(err)
 	}
-	body, _ := selftest.Encode(DemoReport(Xeon8GPU, 0, true))
+	body, _ := selftest.Encode(netboot.DemoReport(netboot.Xeon8GPU, 0, true))
 	if _, err := db.Exec(`INSERT INTO nodes (id, first_seen, last_seen) VALUES ('n1', 1, 1)`); err != nil {
 		t.Fatal(err)
 	}
@@ -200,26 +201,5 @@ func TestStoreFileMode(t *testing.T) {
 	s.Close()
 	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
 		t.Errorf("reopened database is %v, want 0600", fi.Mode().Perm())
-	}
-}
-
-// TestSummaryBounds: the summary written at POST time is bounded whatever the
-// report holds, fail findings first.
-func TestSummaryBounds(t *testing.T) {
-	r := DemoReport(Epyc4GPU, 0, false)
-	for i := 0; i < 40; i++ {
-		r.Add(selftest.SevWarn, fmt.Sprintf("w.%d", i), strings.Repeat("é", 400), "")
-	}
-	r.Add(selftest.SevFail, "last.fail", "x", "")
-	r.Settle()
-	body, _ := selftest.Encode(r)
-	sr := &StoredReport{Body: body}
-	summarize(sr, r)
-	if len(sr.Failing) != maxFailing || sr.Failing[0].ID != "last.fail" || sr.GPUs != 4 || sr.Size != int64(len(body)) {
-		t.Fatalf("summary: %d failing, first %q, %d GPUs", len(sr.Failing), sr.Failing[0].ID, sr.GPUs)
-	}
-	js, _ := json.Marshal(sr.Failing)
-	if len(js) > maxFailing*(maxMessage+200) {
-		t.Errorf("summary is %d bytes", len(js))
 	}
 }

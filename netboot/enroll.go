@@ -2,82 +2,17 @@ package netboot
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"time"
 
-	"github.com/peerboot/peerboot/attest"
 	"github.com/peerboot/peerboot/netboot/fleetdb"
 )
 
-// Which AK a node may quote with (issue 28: trust on first use let an
-// attacker's swtpm register a node's first AK and lock the real node out) is
-// attest.Admit's decision: an ak_name pinned in the inventory, else the AK on
-// record, else one recorded inside an enrollment window an operator opened
-// (peerboot rollout enroll, or serve --enroll DURATION for every node); an
-// ek_name pin is a check only. Here are its facts and its consequences: every
-// AK refused after its quote verified is kept as a conflict (the node page and
-// the API list them), so a replaced TPM or a forger shows instead of silently
-// failing; peerboot rollout ak-reset NODE forgets the AK on record.
-
-const conflictsPerNode = 8 // AK conflicts kept per node
-
-// trustAK admits res's AK for node or refuses it, recording it when admitted
-// for the first time. The status is the POST's answer when it is refused (503:
-// the store failed).
-func (s *Server) trustAK(ctx context.Context, node, remote string, res *attest.Result, akPublic []byte) (int, error) {
-	as, es := s.opt.Store, s.opt.Store
-	f := attest.AKFacts{Node: node}
-	if mac, err := NormalizeMAC(node); err == nil {
-		pin, _ := s.opt.Inventory.ByMAC(mac)
-		f.PinnedAK, f.PinnedEK = pin.AKName, pin.EKName
-	}
-	rec, err := as.NodeAK(ctx, node)
-	if err != nil {
-		return http.StatusServiceUnavailable, err
-	}
-	if rec != nil {
-		f.Recorded = rec.AKName
-	}
-	if f.PinnedAK == "" && f.Recorded == "" {
-		if f.Enrolling, err = es.Enrolling(ctx, node, s.opt.Now()); err != nil {
-			return http.StatusServiceUnavailable, err
-		}
-	}
-	refuse := func(why error) (int, error) {
-		c := fleetdb.AKConflict{NodeID: node, AKName: res.AKName, EKName: res.EKName, Last: s.opt.Now(), Remote: remote}
-		if err := es.AddAKConflict(ctx, c, conflictsPerNode); err != nil {
-			s.log.Error("recording an AK conflict", "node", node, "error", err.Error())
-		}
-		return http.StatusForbidden, why
-	}
-	adm, err := attest.Admit(f, res)
-	if err != nil {
-		return refuse(err)
-	}
-	if !adm.Record {
-		return 0, nil
-	}
-	got, err := as.RecordAK(ctx, fleetdb.NodeAK{NodeID: node, AKName: res.AKName, AKPublic: akPublic, EKName: res.EKName, RecordedAt: s.opt.Now()})
-	if err != nil {
-		return http.StatusServiceUnavailable, err
-	}
-	if got.AKName != res.AKName && f.PinnedAK == "" {
-		// Another POST (at another replica, perhaps) recorded its AK first.
-		return refuse(fmt.Errorf("AK changed: node %s recorded AK %s first, this quote is signed by %s", node, clipText(got.AKName), clipText(res.AKName)))
-	}
-	s.log.Info("AK recorded", "node", node, "ak", res.AKName, "how", adm.How)
-	if f.Enrolling {
-		// A node's own window admits one AK: whoever quotes next is a conflict.
-		if err := es.CloseEnrollment(ctx, node); err != nil {
-			s.log.Error("closing an enrollment window", "node", node, "error", err.Error())
-		}
-	}
-	return 0, nil
-}
+// The operator's side of AK enrollment (package attestation decides which AK
+// a node may quote with): opening a window, forgetting a node's AK.
 
 // enrollBody is POST /api/attest/enroll's body.
 type enrollBody struct {

@@ -13,6 +13,7 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/peerboot/peerboot/internal/swtpmtest"
+	"github.com/peerboot/peerboot/netboot/attestation"
 	"github.com/peerboot/peerboot/netboot/fleetdb"
 )
 
@@ -50,7 +51,7 @@ func TestNonceNotEvicted(t *testing.T) {
 			t.Errorf("%s nonce opens for %s", name, mac)
 		}
 	}
-	if build, expires, ok := e.srv.openNonce(nonce, mac); !ok || build != b.ID || !expires.Equal(clk.now().Add(defaultNonceTTL).Truncate(time.Second)) {
+	if build, expires, ok := e.srv.openNonce(nonce, mac); !ok || build != b.ID || !expires.Equal(clk.now().Add(attestation.DefaultNonceTTL).Truncate(time.Second)) {
 		t.Errorf("the node's nonce opens as %s %s %t", build, expires, ok)
 	}
 }

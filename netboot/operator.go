@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+
+	"github.com/peerboot/peerboot/netboot/attestation"
 )
 
 // Writes (rollout promote, halt, resume, a node's clear, AK reset, enrollment)
@@ -58,7 +60,7 @@ func crossSite(r *http.Request) error {
 	switch site := r.Header.Get("Sec-Fetch-Site"); site {
 	case "", "same-origin", "none":
 	default:
-		return fmt.Errorf("a cross-site request (Sec-Fetch-Site: %s): writes come from peerboot rollout or this server's own pages", clipText(site))
+		return fmt.Errorf("a cross-site request (Sec-Fetch-Site: %s): writes come from peerboot rollout or this server's own pages", attestation.Clip(site))
 	}
 	o := r.Header.Get("Origin")
 	if o == "" {
@@ -66,7 +68,7 @@ func crossSite(r *http.Request) error {
 	}
 	u, err := url.Parse(o)
 	if err != nil || u.Host == "" || !strings.EqualFold(u.Host, r.Host) {
-		return fmt.Errorf("a cross-origin request (Origin: %s, this server is %s)", clipText(o), clipText(r.Host))
+		return fmt.Errorf("a cross-origin request (Origin: %s, this server is %s)", attestation.Clip(o), attestation.Clip(r.Host))
 	}
 	return nil
 }

@@ -1,23 +1,31 @@
 package netboot
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
+	"github.com/peerboot/peerboot/attest"
+	"github.com/peerboot/peerboot/netboot/attestation"
 	"github.com/peerboot/peerboot/netboot/fleetdb"
+	"github.com/peerboot/peerboot/netboot/vote"
 	"github.com/peerboot/peerboot/selftest"
 )
 
-// The report path is one pipeline, each stage entered once per report:
+// The report path is one pipeline, each stage a package entered once per
+// report (docs/design.md, "serve's report pipeline"):
 //
-//	receive  who posts, and what (HTTP: rates, the token, the body, the JSON)   receiveReport, collector.go
-//	attest   the evidence, when sent: the nonce, attest.Verify, attest.Admit    attestReport, attest.go and enroll.go
-//	store    one transaction: the report, its attestation, its nonce spent     storeReport, below; Store.AddReport
-//	vote     whether it is a vote (rollout.Counts), then the rollout's rules,  applyRollout, rollout_server.go
-//	         recorded with the vote in one transaction (RolloutStore.RecordVerdict)
+//	receive  who posts, and what: rates, the token, the body, the JSON     receiveReport (collector.go)
+//	attest   the evidence, when sent: the nonce, the quote, the AK         attestation.Stage.Verify
+//	store    one transaction: the report, its attestation, its nonce spent  fleetdb.ReportStore.AddReport (sqldb)
+//	vote     whether it is a vote (rollout.Counts), then the rollout's      vote.Stage.Cast
+//	         rules, recorded with the vote in one transaction
+//
+// This file is the pipeline and its answers: each stage returns, and only
+// here does a result become an HTTP status (refused, below).
 //
 // A retry of a stored report (its answer lost) skips attest and store and is
 // answered as the duplicate it is; it still passes vote, which records a
@@ -39,62 +47,158 @@ type incoming struct {
 // postReport is POST /reports. 201 means the report is committed to the
 // database; 200 that this node's same report already was (a retry whose
 // answer was lost, perhaps sent to another replica): the POST is idempotent.
-// Refusals: receiveReport's, attestReport's (400 malformed evidence, 409 nonce
-// spent, 403 a failed check), a replay of another node's stored report (409).
+// Refusals: receiveReport's, the attest stage's (400 malformed evidence, 409
+// nonce spent, 403 a failed check), a replay of another node's stored report
+// (409).
 func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
 	in, ok := s.receiveReport(w, r)
 	if !ok {
 		return
 	}
-	if sr := s.storedRetry(r, in); sr != nil {
-		s.applyRollout(r.Context(), sr)
+	if sr := s.storedRetry(ctx, r, in); sr != nil {
+		s.votes.Cast(ctx, sr)
 		s.duplicate(w, in.node, sr.ID, in.rep.Verdict, in.sum)
 		return
 	}
-	att, ok := s.attestReport(w, r, in.node, in.buildID, in.remote, in.body, in.sum)
-	if !ok {
+	att, err := s.attest.Verify(ctx, attestation.Report{Node: in.node, Build: in.buildID, Evidence: r.Header.Get(attest.Header),
+		Body: in.body, SHA256: in.sum, Remote: in.remote})
+	if err != nil {
+		s.refused(w, r, in, err)
 		return
 	}
-	sr, dup, ok := s.storeReport(w, r, in, att)
-	if !ok {
+	sr, dup, err := s.storeReport(ctx, in, att)
+	if err != nil {
+		s.refused(w, r, in, err)
 		return
 	}
-	s.applyRollout(r.Context(), sr)
+	s.votes.Cast(ctx, sr)
 	if dup {
 		s.duplicate(w, in.node, sr.ID, in.rep.Verdict, sr.SHA256)
 		return
 	}
 	s.prune(r, in.node)
-	s.log.Info("report stored", "id", sr.ID, "node", in.node, "recipe", in.recipe, "build", in.buildID, "verdict", in.rep.Verdict, "attestation", att.status,
+	s.log.Info("report stored", "id", sr.ID, "node", in.node, "recipe", in.recipe, "build", in.buildID, "verdict", in.rep.Verdict, "attestation", att.Status,
 		"bytes", len(in.body), "ms", s.opt.Now().Sub(in.start).Milliseconds())
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Location", fmt.Sprintf("/api/reports/%d", sr.ID))
 	w.WriteHeader(http.StatusCreated)
-	json.NewEncoder(w).Encode(map[string]any{"id": sr.ID, "node": in.node, "verdict": in.rep.Verdict, "sha256": sr.SHA256, "attestation": att.status})
+	json.NewEncoder(w).Encode(map[string]any{"id": sr.ID, "node": in.node, "verdict": in.rep.Verdict, "sha256": sr.SHA256, "attestation": att.Status})
 }
 
+// errReplayed is a report whose body another node already stored.
+var errReplayed = errors.New("replayed")
+
 // storeReport commits in with its attestation. dup: this node's same report
-// was already stored (sr is that one). On false the refusal is written.
-func (s *Server) storeReport(w http.ResponseWriter, r *http.Request, in *incoming, att attestation) (sr *fleetdb.StoredReport, dup, ok bool) {
+// was already stored (sr is that one).
+func (s *Server) storeReport(ctx context.Context, in *incoming, att attestation.Result) (sr *fleetdb.StoredReport, dup bool, err error) {
 	sr = &fleetdb.StoredReport{NodeID: in.node, ReceivedAt: s.opt.Now(), Recipe: in.recipe, Build: in.buildID, Verdict: in.rep.Verdict,
-		SHA256: in.sum, Remote: in.remote, Body: in.body, Attestation: att.status, AKName: att.akName, Nonce: att.nonce,
-		NonceBuild: att.nonceBuild, NonceExpires: att.nonceExpires}
+		SHA256: in.sum, Remote: in.remote, Body: in.body, Attestation: att.Status, AKName: att.AKName, Nonce: att.Nonce,
+		NonceBuild: att.NonceBuild, NonceExpires: att.NonceExpires}
 	fleetdb.Summarize(sr, in.rep)
-	id, err := s.opt.Store.AddReport(r.Context(), sr)
+	id, err := s.opt.Store.AddReport(ctx, sr)
 	switch {
 	case errors.Is(err, fleetdb.ErrDuplicate) && id > 0:
 		sr.ID = id
-		return sr, true, true
+		return sr, true, nil
 	case errors.Is(err, fleetdb.ErrDuplicate):
-		s.fail(w, r, http.StatusConflict, "report refused", fmt.Errorf("replayed: report sha256 %s was already received", sr.SHA256[:16]), "node", in.node)
-		return nil, false, false
+		return nil, false, fmt.Errorf("%w: report sha256 %s was already received", errReplayed, sr.SHA256[:16])
 	case errors.Is(err, fleetdb.ErrNonceSpent):
-		s.nonceRaceLost(w, r, in.node, in.remote, sr.SHA256)
-		return nil, false, false
+		// Another POST spent the nonce between the check and this commit.
+		return nil, false, &attestation.Refusal{Kind: attestation.Replayed, Err: errors.New("nonce already used: another POST spent it first (a replayed report)")}
 	case err != nil:
-		s.fail(w, r, http.StatusServiceUnavailable, "report not stored", err, "node", in.node)
-		return nil, false, false
+		return nil, false, err
 	}
 	sr.ID = id
-	return sr, false, true
+	return sr, false, nil
+}
+
+// refused answers a report a stage did not take. A refusal of its evidence
+// is recorded for the node's page; a store that failed decided nothing (503).
+func (s *Server) refused(w http.ResponseWriter, r *http.Request, in *incoming, err error) {
+	var ref *attestation.Refusal
+	switch {
+	case errors.As(err, &ref) && ref.Kind != attestation.Unavailable:
+		status := map[attestation.Kind]int{attestation.Malformed: http.StatusBadRequest, attestation.Forbidden: http.StatusForbidden,
+			attestation.Replayed: http.StatusConflict}[ref.Kind]
+		rec := fleetdb.AttestRefusal{NodeID: in.node, At: s.opt.Now(), Reason: err.Error(), ReportSHA256: in.sum, Remote: in.remote}
+		if rerr := s.opt.Store.AddRefusal(r.Context(), rec, refusalsPerNode); rerr != nil {
+			s.log.Error("recording a refusal", "node", in.node, "error", rerr.Error())
+		}
+		s.fail(w, r, status, "attested report refused", err, "node", in.node)
+	case errors.Is(err, errReplayed):
+		s.fail(w, r, http.StatusConflict, "report refused", err, "node", in.node)
+	default:
+		s.fail(w, r, http.StatusServiceUnavailable, "report not stored", err, "node", in.node)
+	}
+}
+
+// duplicate answers a report this node already stored: 200 with the stored report's
+// id, so a node retrying after a lost answer (a replica killed after its commit, a
+// timeout) learns its report is in, and the report is stored once.
+func (s *Server) duplicate(w http.ResponseWriter, node string, id int64, verdict, sum string) {
+	s.log.Info("report already stored (a retry)", "id", id, "node", node, "sha256", sum[:16])
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Location", fmt.Sprintf("/api/reports/%d", id))
+	w.WriteHeader(http.StatusOK)
+	json.NewEncoder(w).Encode(map[string]any{"id": id, "node": node, "verdict": verdict, "sha256": sum, "duplicate": true})
+}
+
+// storedRetry finds an attested POST of a report this node already stored (a
+// retry whose answer was lost) before its evidence is checked: the first try
+// spent the nonce it carries, so the check would refuse the retry as a replay.
+// Another body under that nonce still is one. nil: not such a retry.
+func (s *Server) storedRetry(ctx context.Context, r *http.Request, in *incoming) *fleetdb.StoredReport {
+	if r.Header.Get(attest.Header) == "" {
+		return nil // unattested: AddReport's duplicate answers it
+	}
+	id, err := s.opt.Store.StoredReportID(ctx, in.node, in.sum)
+	if err != nil {
+		s.log.Error("looking up a retried report", "node", in.node, "error", err.Error())
+		return nil
+	}
+	if id == 0 {
+		return nil
+	}
+	return &fleetdb.StoredReport{ID: id, NodeID: in.node, Recipe: in.recipe, Build: in.buildID, Verdict: in.rep.Verdict, SHA256: in.sum, ReceivedAt: s.opt.Now()}
+}
+
+// The facts the attest and vote stages take from the inventory and the
+// catalogue.
+
+// pins is the AK and EK the inventory pins for node (by MAC).
+func (s *Server) pins(node string) (akName, ekName string) {
+	if mac, err := NormalizeMAC(node); err == nil {
+		pin, _ := s.opt.Inventory.ByMAC(mac)
+		return pin.AKName, pin.EKName
+	}
+	return "", ""
+}
+
+// listed is the inventory's [[node]] rule naming node's MAC, as a voter.
+func (s *Server) listed(node string) (vote.Listing, bool) {
+	mac, err := NormalizeMAC(node)
+	if err != nil {
+		return vote.Listing{}, false
+	}
+	r, ok := s.opt.Inventory.ByMAC(mac)
+	if !ok {
+		return vote.Listing{}, false
+	}
+	l := vote.Listing{Recipe: r.Recipe, Channel: r.Channel}
+	switch {
+	case r.AKName != "" || r.EKName != "":
+		l.MustAttest = "its TPM is pinned in the inventory"
+	case r.TPM:
+		l.MustAttest = "tpm = true in the inventory"
+	}
+	return l, true
+}
+
+// recipeOf is the recipe of a build the catalogue holds ("": none).
+func (s *Server) recipeOf(build string) string {
+	if b := s.opt.Builds.ByID(build); b != nil {
+		return b.Recipe
+	}
+	return ""
 }

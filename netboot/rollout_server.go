@@ -14,6 +14,7 @@ import (
 	"sync"
 
 	"github.com/peerboot/peerboot/netboot/fleetdb"
+	"github.com/peerboot/peerboot/netboot/vote"
 	"github.com/peerboot/peerboot/rollout"
 )
 
@@ -60,9 +61,7 @@ func (s *Server) syncRollouts(ctx context.Context) {
 	}
 }
 
-func (s *Server) logEvent(ev rollout.Event) {
-	s.log.Info("rollout: "+string(ev.Kind), "recipe", ev.Recipe, "build", ev.Build, "from", ev.From, "to", ev.To, "node", ev.Node, "reason", ev.Reason)
-}
+func (s *Server) logEvent(ev rollout.Event) { vote.LogEvent(s.log, ev) }
 
 // chooseBuild is the build a node gets: without a rollout its recipe's newest; with
 // one, its hold's build, else its channel's, else (a build the catalogue no longer
@@ -94,92 +93,6 @@ func (s *Server) chooseBuild(ctx context.Context, m Match, node string) (*Build,
 			"chosen", c.Build, "channel", c.Channel, "newest", b.ID)
 	}
 	return b, err
-}
-
-// applyRollout records a stored report's verdict with the rollout of its recipe,
-// if the report is a vote (voter, rollout.Counts): only a node the inventory names
-// by MAC votes, and one with a TPM on record votes only attested. Whether it
-// counted, and why not, is recorded for the pages. It runs for a report just
-// stored and for a retry of one (idempotent in the store), so a replica that died
-// between storing a report and deciding on it loses nothing once the node
-// retries. A failure is logged: the report itself is stored.
-func (s *Server) applyRollout(ctx context.Context, sr *fleetdb.StoredReport) {
-	rs := s.opt.Store
-	if sr.Build == "" {
-		return
-	}
-	recipe := sr.Recipe
-	if b := s.opt.Builds.ByID(sr.Build); b != nil {
-		recipe = b.Recipe
-	}
-	p, ok := s.opt.Inventory.Policy(recipe)
-	if !ok {
-		return
-	}
-	v, err := s.voter(ctx, sr)
-	if err != nil {
-		s.log.Error("rollout: who reported", "node", sr.NodeID, "build", sr.Build, "error", err.Error())
-		return // not counted, not recorded: the node's retry decides again
-	}
-	counted, why := rollout.Counts(p, recipe, v)
-	if !counted {
-		s.log.Warn("rollout: report not counted", "node", sr.NodeID, "build", sr.Build, "verdict", sr.Verdict, "why", why)
-		if vs := s.opt.Store; sr.ID > 0 {
-			if err := vs.RecordVote(ctx, sr.ID, fleetdb.Vote{Recipe: recipe, Reason: why}); err != nil {
-				s.log.Error("rollout: recording a vote", "node", sr.NodeID, "error", err.Error())
-			}
-		}
-		return
-	}
-	// A vote: recorded with its consequences, in one transaction.
-	out, err := rs.RecordVerdict(ctx, p, fleetdb.RolloutVerdict{ReportID: sr.ID, Recipe: recipe, Build: sr.Build, Node: sr.NodeID, Channel: v.Channel,
-		Verdict: sr.Verdict, SHA256: sr.SHA256, At: sr.ReceivedAt})
-	if err != nil {
-		s.log.Error("rollout: recording a verdict", "node", sr.NodeID, "build", sr.Build, "error", err.Error())
-		return
-	}
-	for _, ev := range out.Events {
-		s.logEvent(ev)
-	}
-}
-
-// voter is what the inventory and the store say of a stored report's node. The
-// report's attestation is read back from the store (a retry carries none of its
-// own); the node is listed only by a [[node]] rule naming its MAC.
-func (s *Server) voter(ctx context.Context, sr *fleetdb.StoredReport) (rollout.Voter, error) {
-	v := rollout.Voter{Node: sr.NodeID, Attested: sr.Attestation == fleetdb.Attested}
-	as := s.opt.Store
-	if sr.ID > 0 {
-		got, err := as.Attestations(ctx, []int64{sr.ID})
-		if err != nil {
-			return v, err
-		}
-		v.Attested = got[sr.ID].Status == fleetdb.Attested
-	}
-	mac, err := NormalizeMAC(sr.NodeID)
-	if err != nil {
-		return v, nil
-	}
-	r, ok := s.opt.Inventory.ByMAC(mac)
-	if !ok {
-		return v, nil
-	}
-	v.Listed, v.Recipe, v.Channel = true, r.Recipe, r.Channel
-	switch {
-	case r.AKName != "" || r.EKName != "":
-		v.MustAttest = "its TPM is pinned in the inventory"
-	case r.TPM:
-		v.MustAttest = "tpm = true in the inventory"
-	default:
-		ak, err := as.NodeAK(ctx, sr.NodeID)
-		if err != nil {
-			return v, err
-		}
-		if ak != nil {
-			v.MustAttest = "it has AK " + clipText(ak.AKName) + " on record"
-		}
-	}
-	return v, nil
 }
 
 func (s *Server) rolloutRoutes(m *http.ServeMux) {

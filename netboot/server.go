@@ -39,7 +39,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/peerboot/peerboot/netboot/attestation"
 	"github.com/peerboot/peerboot/netboot/fleetdb"
+	"github.com/peerboot/peerboot/netboot/vote"
 )
 
 // Options configure a Server; Builds and Store are required.
@@ -80,7 +82,7 @@ type Options struct {
 	Secret []byte
 	// Now is the clock (tests).
 	Now func() time.Time
-	// Attested reports (attest.go): PredictPCR11 gives the PCR 11 a UKI leaves at
+	// Attested reports (package attestation): PredictPCR11 gives the PCR 11 a UKI leaves at
 	// enter-initrd (measure.Predict); nil: reports with evidence are refused, having
 	// nothing to be compared with. EKRoots, when set, must verify the nodes' EK
 	// certificates (serve --ek-ca). NonceTTL is a boot nonce's life (default 2h).
@@ -111,9 +113,10 @@ type Server struct {
 	issued map[string]string
 	mirror *mirrorChecks // Options.FilesURL's checked files
 	ro     rollouts      // rollout_server.go
-	// predictions caches each build's PCR 11 (attest.go).
-	predMu      sync.Mutex
-	predictions map[string]prediction
+	// The report pipeline's stages after receive (pipeline.go): attest checks
+	// a report's evidence, votes decides what it means for its rollout.
+	attest *attestation.Stage
+	votes  *vote.Stage
 }
 
 // DefaultOptions are the report limits, retention and HTTP limits New gives a zero
@@ -189,10 +192,7 @@ func New(ctx context.Context, opt Options) (*Server, error) {
 	if err := opt.Inventory.CheckRecipes("inventory", recipes); err != nil {
 		return nil, err
 	}
-	if opt.NonceTTL <= 0 {
-		opt.NonceTTL = defaultNonceTTL
-	}
-	s := &Server{opt: opt, log: opt.Log, issued: map[string]string{}, predictions: map[string]prediction{},
+	s := &Server{opt: opt, log: opt.Log, issued: map[string]string{},
 		mirror: &mirrorChecks{client: &http.Client{Timeout: 10 * time.Minute}, ok: map[string]bool{}, failed: map[string]time.Time{}}}
 	s.limit = newLimiter(opt.RateEvery, opt.RateBurst, opt.Now)
 	s.source = newLimiter(opt.SourceRateEvery, opt.SourceBurst, opt.Now)
@@ -211,6 +211,9 @@ func New(ctx context.Context, opt Options) (*Server, error) {
 	for _, b := range opt.Builds.All() {
 		s.issued[b.ID] = b.Recipe
 	}
+	s.attest = attestation.New(attestation.Config{Secret: s.secret, Store: opt.Store, PredictPCR11: opt.PredictPCR11,
+		EKRoots: opt.EKRoots, NonceTTL: opt.NonceTTL, Pins: s.pins, Now: opt.Now, Log: opt.Log})
+	s.votes = vote.New(vote.Config{Store: opt.Store, Policy: opt.Inventory.Policy, Listed: s.listed, RecipeOf: s.recipeOf, Log: opt.Log})
 	if opt.EnrollAll > 0 {
 		now := opt.Now()
 		if err := opt.Store.OpenEnrollment(ctx, "*", now, now.Add(opt.EnrollAll)); err != nil {

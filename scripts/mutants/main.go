@@ -76,10 +76,15 @@ var Packages = []Package{
 	{Path: "selftest/dl"},
 	// The stage keys: which recipe fields and inputs each stage's key covers.
 	{Path: "build", Files: []string{"fields.go", "stage.go"}},
-	// Serve's operator auth and attestation.
-	{Path: "netboot", Files: []string{"operator.go", "attest.go", "attest_store.go"}},
+	// Serve's operator auth and the report pipeline's answers (netboot), its
+	// two decision stages, and where the store spends nonces and applies the
+	// rollout rules (sqldb's attest.go and rollout.go).
+	{Path: "netboot", Files: []string{"operator.go", "pipeline.go"}},
+	{Path: "netboot/attestation"},
+	{Path: "netboot/vote"},
+	{Path: "netboot/fleetdb/sqldb", Files: []string{"attest.go", "rollout.go"}},
 	// Serve's rollouts: a unit of its own, a run of its own.
-	{Name: "netboot-rollout", Path: "netboot", Files: []string{"rollout_server.go", "rollout_store.go", "inventory_rollout.go"}},
+	{Name: "netboot-rollout", Path: "netboot", Files: []string{"rollout_server.go", "inventory_rollout.go"}},
 }
 
 // Mutant is one mutation gremlins made and what the tests did about it.

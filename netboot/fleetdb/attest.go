@@ -13,7 +13,7 @@ const (
 	Refused    = "refused" // a POST refused by a check: in the refusals, never a report
 )
 
-// Nonce is one spent nonce (attest.go: an unspent one is only its HMAC).
+// Nonce is one spent nonce (package attestation: an unspent one is only its HMAC).
 type Nonce struct {
 	Nonce    string
 	NodeID   string

@@ -13,7 +13,7 @@ import (
 // The attestation tables (migration 5):
 //
 //	attest_nonces        since migration 6, one row per nonce spent, kept until it
-//	                     expires (trust_store.go); spending is an INSERT, so of
+//	                     expires (trust.go); spending is an INSERT, so of
 //	                     two replicas only one wins.
 //	node_aks             the AK recorded at a node's first attested boot (TOFU).
 //	report_attestations  a report's attestation ("attested" with the AK, or

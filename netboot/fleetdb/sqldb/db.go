@@ -94,11 +94,11 @@ ALTER TABLE reports ADD COLUMN busbw_at_max DOUBLE PRECISION NOT NULL DEFAULT 0;
 ALTER TABLE reports ADD COLUMN failing TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE reports ADD COLUMN summarized BIGINT NOT NULL DEFAULT 0;
 UPDATE reports SET size = (SELECT length(b.body) FROM report_bodies b WHERE b.report_id = reports.id);`,
-	// 4: the rollouts' builds, channels, verdicts, holds and events (rollout_store.go).
+	// 4: the rollouts' builds, channels, verdicts, holds and events (rollout.go).
 	rolloutMigration,
-	// 5: attestation: nonces, the nodes' AKs, each report's attestation, refusals (attest_store.go).
+	// 5: attestation: nonces, the nodes' AKs, each report's attestation, refusals (attest.go).
 	attestMigration,
-	// 6: votes, predictions, spent-only nonces, AK enrollment and conflicts (trust_store.go).
+	// 6: votes, predictions, spent-only nonces, AK enrollment and conflicts (trust.go).
 	trustMigration,
 }
 

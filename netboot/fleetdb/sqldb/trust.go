@@ -18,7 +18,7 @@ import (
 //	                    that never served it, still verifies its reports.
 //	attest_nonces       from now on holds the spent nonces only, until they
 //	                    expire: a nonce is an HMAC the server checks without a
-//	                    row (attest.go), so fetching scripts can evict nothing.
+//	                    row (package attestation), so fetching scripts can evict nothing.
 //	                    Unspent rows of the old scheme are dropped.
 //	ak_enrollment       open enrollment windows: node_id '*' is every node.
 //	ak_conflicts        AKs that quoted correctly for a node with another AK on

@@ -56,13 +56,14 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	f := s.facts(in)
 	if sr := s.storedRetry(ctx, r, in); sr != nil {
-		s.votes.Cast(ctx, sr)
+		s.votes.Cast(ctx, sr, f.vote)
 		s.duplicate(w, in.node, sr.ID, in.rep.Verdict, in.sum)
 		return
 	}
 	att, err := s.attest.Verify(ctx, attestation.Report{Node: in.node, Build: in.buildID, Evidence: r.Header.Get(attest.Header),
-		Body: in.body, SHA256: in.sum, Remote: in.remote})
+		Body: in.body, SHA256: in.sum, Remote: in.remote, PinnedAK: f.pinnedAK, PinnedEK: f.pinnedEK})
 	if err != nil {
 		s.refused(w, r, in, err)
 		return
@@ -72,7 +73,7 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 		s.refused(w, r, in, err)
 		return
 	}
-	s.votes.Cast(ctx, sr)
+	s.votes.Cast(ctx, sr, f.vote)
 	if dup {
 		s.duplicate(w, in.node, sr.ID, in.rep.Verdict, sr.SHA256)
 		return
@@ -163,42 +164,36 @@ func (s *Server) storedRetry(ctx context.Context, r *http.Request, in *incoming)
 	return &fleetdb.StoredReport{ID: id, NodeID: in.node, Recipe: in.recipe, Build: in.buildID, Verdict: in.rep.Verdict, SHA256: in.sum, ReceivedAt: s.opt.Now()}
 }
 
-// The facts the attest and vote stages take from the inventory and the
-// catalogue.
-
-// pins is the AK and EK the inventory pins for node (by MAC).
-func (s *Server) pins(node string) (akName, ekName string) {
-	if mac, err := NormalizeMAC(node); err == nil {
-		pin, _ := s.opt.Inventory.ByMAC(mac)
-		return pin.AKName, pin.EKName
-	}
-	return "", ""
+// facts is what the inventory and the catalogue say of a report, read once
+// and handed to the stages as data: the node's pinned TPM (attest), its
+// listing and its recipe's rollout (vote).
+type facts struct {
+	pinnedAK, pinnedEK string
+	vote               vote.Facts
 }
 
-// listed is the inventory's [[node]] rule naming node's MAC, as a voter.
-func (s *Server) listed(node string) (vote.Listing, bool) {
-	mac, err := NormalizeMAC(node)
+func (s *Server) facts(in *incoming) facts {
+	var f facts
+	f.vote.Recipe = in.recipe
+	if b := s.opt.Builds.ByID(in.buildID); in.buildID != "" && b != nil {
+		f.vote.Recipe = b.Recipe
+	}
+	f.vote.Policy, f.vote.HasPolicy = s.opt.Inventory.Policy(f.vote.Recipe)
+	mac, err := NormalizeMAC(in.node)
 	if err != nil {
-		return vote.Listing{}, false
+		return f
 	}
 	r, ok := s.opt.Inventory.ByMAC(mac)
 	if !ok {
-		return vote.Listing{}, false
+		return f
 	}
-	l := vote.Listing{Recipe: r.Recipe, Channel: r.Channel}
+	f.pinnedAK, f.pinnedEK = r.AKName, r.EKName
+	f.vote.Listed, f.vote.Listing = true, vote.Listing{Recipe: r.Recipe, Channel: r.Channel}
 	switch {
 	case r.AKName != "" || r.EKName != "":
-		l.MustAttest = "its TPM is pinned in the inventory"
+		f.vote.Listing.MustAttest = "its TPM is pinned in the inventory"
 	case r.TPM:
-		l.MustAttest = "tpm = true in the inventory"
+		f.vote.Listing.MustAttest = "tpm = true in the inventory"
 	}
-	return l, true
-}
-
-// recipeOf is the recipe of a build the catalogue holds ("": none).
-func (s *Server) recipeOf(build string) string {
-	if b := s.opt.Builds.ByID(build); b != nil {
-		return b.Recipe
-	}
-	return ""
+	return f
 }

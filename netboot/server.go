@@ -212,8 +212,8 @@ func New(ctx context.Context, opt Options) (*Server, error) {
 		s.issued[b.ID] = b.Recipe
 	}
 	s.attest = attestation.New(attestation.Config{Secret: s.secret, Store: opt.Store, PredictPCR11: opt.PredictPCR11,
-		EKRoots: opt.EKRoots, NonceTTL: opt.NonceTTL, Pins: s.pins, Now: opt.Now, Log: opt.Log})
-	s.votes = vote.New(vote.Config{Store: opt.Store, Policy: opt.Inventory.Policy, Listed: s.listed, RecipeOf: s.recipeOf, Log: opt.Log})
+		EKRoots: opt.EKRoots, NonceTTL: opt.NonceTTL, Now: opt.Now, Log: opt.Log})
+	s.votes = vote.New(vote.Config{Store: opt.Store, Log: opt.Log})
 	if opt.EnrollAll > 0 {
 		now := opt.Now()
 		if err := opt.Store.OpenEnrollment(ctx, "*", now, now.Add(opt.EnrollAll)); err != nil {

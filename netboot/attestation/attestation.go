@@ -66,10 +66,8 @@ type Config struct {
 	PredictPCR11 func(uki []byte) ([32]byte, error)
 	EKRoots      *x509.CertPool // when set, must verify the nodes' EK certificates
 	NonceTTL     time.Duration  // a nonce's life; 0: DefaultNonceTTL
-	// Pins is the AK and EK names the inventory pins for node ("": none).
-	Pins func(node string) (akName, ekName string)
-	Now  func() time.Time
-	Log  *slog.Logger
+	Now          func() time.Time
+	Log          *slog.Logger
 }
 
 // Stage verifies reports' evidence and issues nonces.
@@ -90,9 +88,6 @@ func New(cfg Config) *Stage {
 	}
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Pins == nil {
-		cfg.Pins = func(string) (string, string) { return "", "" }
 	}
 	return &Stage{cfg: cfg, predictions: map[string]prediction{}}
 }
@@ -119,14 +114,16 @@ func (r *Refusal) Unwrap() error { return r.Err }
 func refuse(k Kind, err error) *Refusal { return &Refusal{Kind: k, Err: err} }
 
 // Report is what the stage sees of a report: who sent it, under which token,
-// with which evidence.
+// with which evidence, and the AK and EK names the inventory pins for the
+// node ("": none).
 type Report struct {
-	Node     string
-	Build    string // the build its token names; "" for a static token
-	Evidence string // the Peerboot-Attestation header; "": none
-	Body     []byte
-	SHA256   string // hex, of Body
-	Remote   string
+	Node               string
+	Build              string // the build its token names; "" for a static token
+	Evidence           string // the Peerboot-Attestation header; "": none
+	Body               []byte
+	SHA256             string // hex, of Body
+	Remote             string
+	PinnedAK, PinnedEK string
 }
 
 // Result is the report's attestation, as the store stage records it.
@@ -190,7 +187,7 @@ func (s *Stage) Verify(ctx context.Context, rep Report) (Result, error) {
 	// The nonce is spent in the report's transaction (the store stage), so a
 	// replica killed before that commit leaves it for the node's retry; a POST
 	// that loses the race to spend it is refused there.
-	if err := s.trustAK(ctx, rep.Node, rep.Remote, res, ev.AKPublic); err != nil {
+	if err := s.trustAK(ctx, rep, res, ev.AKPublic); err != nil {
 		return Result{}, err
 	}
 	return Result{Status: fleetdb.Attested, AKName: res.AKName, Nonce: ev.Nonce, NonceBuild: nb, NonceExpires: expires}, nil

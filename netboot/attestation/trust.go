@@ -20,10 +20,9 @@ import (
 
 // trustAK admits res's AK for node or refuses it (a *Refusal), recording it
 // when admitted for the first time.
-func (s *Stage) trustAK(ctx context.Context, node, remote string, res *attest.Result, akPublic []byte) error {
-	st := s.cfg.Store
-	f := attest.AKFacts{Node: node}
-	f.PinnedAK, f.PinnedEK = s.cfg.Pins(node)
+func (s *Stage) trustAK(ctx context.Context, rep Report, res *attest.Result, akPublic []byte) error {
+	st, node := s.cfg.Store, rep.Node
+	f := attest.AKFacts{Node: node, PinnedAK: rep.PinnedAK, PinnedEK: rep.PinnedEK}
 	rec, err := st.NodeAK(ctx, node)
 	if err != nil {
 		return refuse(Unavailable, err)
@@ -37,7 +36,7 @@ func (s *Stage) trustAK(ctx context.Context, node, remote string, res *attest.Re
 		}
 	}
 	conflict := func(why error) error {
-		c := fleetdb.AKConflict{NodeID: node, AKName: res.AKName, EKName: res.EKName, Last: s.cfg.Now(), Remote: remote}
+		c := fleetdb.AKConflict{NodeID: node, AKName: res.AKName, EKName: res.EKName, Last: s.cfg.Now(), Remote: rep.Remote}
 		if err := st.AddAKConflict(ctx, c, conflictsPerNode); err != nil {
 			s.cfg.Log.Error("recording an AK conflict", "node", node, "error", err.Error())
 		}

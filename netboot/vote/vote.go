@@ -33,16 +33,20 @@ type Listing struct {
 	MustAttest string
 }
 
-// Config is the stage's setting; every field but Log is required.
+// Facts are what the inventory and the catalogue say of a report: its
+// recipe's rollout, and the node's listing.
+type Facts struct {
+	Recipe    string         // the recipe of the report's build
+	Policy    rollout.Policy // the recipe's rollout
+	HasPolicy bool           // false: the recipe has no rollout, nothing votes
+	Listing   Listing
+	Listed    bool // false: no [[node]] rule names the node's MAC
+}
+
+// Config is the stage's setting; Store is required.
 type Config struct {
 	Store Store
-	// Policy is recipe's rollout (false: it has none).
-	Policy func(recipe string) (rollout.Policy, bool)
-	// Listed is the inventory's listing of node (false: not listed).
-	Listed func(node string) (Listing, bool)
-	// RecipeOf is the recipe of a build the catalogue holds ("": not held).
-	RecipeOf func(build string) string
-	Log      *slog.Logger
+	Log   *slog.Logger
 }
 
 // Stage decides and records votes.
@@ -63,19 +67,12 @@ func New(cfg Config) *Stage {
 // stored and for a retry of one (idempotent in the store), so a replica that
 // died between storing a report and deciding on it loses nothing once the
 // node retries. A failure is logged: the report itself is stored.
-func (s *Stage) Cast(ctx context.Context, sr *fleetdb.StoredReport) {
-	if sr.Build == "" {
+func (s *Stage) Cast(ctx context.Context, sr *fleetdb.StoredReport, f Facts) {
+	if sr.Build == "" || !f.HasPolicy {
 		return
 	}
-	recipe := sr.Recipe
-	if r := s.cfg.RecipeOf(sr.Build); r != "" {
-		recipe = r
-	}
-	p, ok := s.cfg.Policy(recipe)
-	if !ok {
-		return
-	}
-	v, err := s.voter(ctx, sr)
+	p, recipe := f.Policy, f.Recipe
+	v, err := s.voter(ctx, sr, f)
 	if err != nil {
 		s.cfg.Log.Error("rollout: who reported", "node", sr.NodeID, "build", sr.Build, "error", err.Error())
 		return // not counted, not recorded: the node's retry decides again
@@ -105,7 +102,7 @@ func (s *Stage) Cast(ctx context.Context, sr *fleetdb.StoredReport) {
 // voter is what the inventory and the store say of a stored report's node. The
 // report's attestation is read back from the store (a retry carries none of its
 // own); the node is listed only by a [[node]] rule naming its MAC.
-func (s *Stage) voter(ctx context.Context, sr *fleetdb.StoredReport) (rollout.Voter, error) {
+func (s *Stage) voter(ctx context.Context, sr *fleetdb.StoredReport, f Facts) (rollout.Voter, error) {
 	v := rollout.Voter{Node: sr.NodeID, Attested: sr.Attestation == fleetdb.Attested}
 	if sr.ID > 0 {
 		got, err := s.cfg.Store.Attestations(ctx, []int64{sr.ID})
@@ -114,10 +111,10 @@ func (s *Stage) voter(ctx context.Context, sr *fleetdb.StoredReport) (rollout.Vo
 		}
 		v.Attested = got[sr.ID].Status == fleetdb.Attested
 	}
-	l, ok := s.cfg.Listed(sr.NodeID)
-	if !ok {
+	if !f.Listed {
 		return v, nil
 	}
+	l := f.Listing
 	v.Listed, v.Recipe, v.Channel, v.MustAttest = true, l.Recipe, l.Channel, l.MustAttest
 	if v.MustAttest == "" {
 		ak, err := s.cfg.Store.NodeAK(ctx, sr.NodeID)

@@ -69,11 +69,10 @@ func TestCast(t *testing.T) {
 			if sr.ID, err = st.AddReport(ctx, sr); err != nil {
 				t.Fatal(err)
 			}
-			s := New(Config{Store: st, Policy: func(r string) (rollout.Policy, bool) { return p, r == p.Recipe },
-				Listed:   func(n string) (Listing, bool) { l, ok := inventory[n]; return l, ok },
-				RecipeOf: func(string) string { return "" }})
+			s := New(Config{Store: st})
+			l, listed := inventory[c.node]
 			for range 2 { // a retry of the report decides nothing new
-				s.Cast(ctx, sr)
+				s.Cast(ctx, sr, Facts{Recipe: "default", Policy: p, HasPolicy: true, Listing: l, Listed: listed})
 			}
 			votes, err := st.Votes(ctx, []int64{sr.ID})
 			if err != nil {

@@ -88,7 +88,11 @@ func demoMeasured(p DemoPlatform, boot int, broken bool) *selftest.Report {
 		r.GPUs = append(r.GPUs, selftest.GPU{
 			BDF: bdf, Vendor: "0x10de", Device: "0x2684", Class: "0x030000",
 			NUMANode: numa(p, i), BAR1Bytes: bar1Bytes, VRAMBytes: &vram, IOMMUGroup: 20 + i,
-			Link: selftest.Link{CurrentSpeed: "16.0 GT/s PCIe", MaxSpeed: "16.0 GT/s PCIe", CurrentWidth: 16, MaxWidth: 16},
+			// The patched driver's own line: BAR1 (32 GiB) below VRAM (48 GiB) takes the
+			// dynamic windows, as on the seeds' boxes.
+			P2PMode:     selftest.P2PModeDynamic,
+			P2PModeLine: fmt.Sprintf("NVRM: peerboot-p2p: bar1-mode gpu=%d pci=%s chip=AD102 bar1_mib=%d fb_mib=%d mode=dynamic why=bar1-below-fb", i, bdf, bar1Bytes>>20, vramBytes>>20),
+			Link:        selftest.Link{CurrentSpeed: "16.0 GT/s PCIe", MaxSpeed: "16.0 GT/s PCIe", CurrentWidth: 16, MaxWidth: 16},
 			NVML: &selftest.NVMLGPU{Name: "NVIDIA GeForce RTX 4090", BAR1Total: bar1Bytes, BAR1Used: 2 << 20, FBTotal: vramBytes,
 				LinkGen: 4, LinkWidth: 16, MaxLinkGen: 4, MaxLinkWidth: 16},
 		})

@@ -24,19 +24,13 @@ import (
 // same URL the nodes get (http://10.0.2.2:PORT/), which is the guest's name
 // for the host: the host reaches it through a proxy ($HTTP_PROXY) that is a
 // second listener on the same mirror directory.
-//
-// $PEERBOOT_E2E_OUT names an output directory already built (out/default) to
-// boot instead of building one.
 func TestPXEFromMirror(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the default image and boots it in QEMU; runs in `make test`")
 	}
-	outDir := os.Getenv("PEERBOOT_E2E_OUT")
-	if outDir == "" {
-		outRoot := t.TempDir()
-		fetchBuildDefault(t, outRoot)
-		outDir = filepath.Join(outRoot, "default")
-	}
+	outRoot := t.TempDir()
+	fetchBuildDefault(t, outRoot)
+	outDir := filepath.Join(outRoot, "default")
 	dir := t.TempDir()
 	if out, code := peerboot(t, "publish", outDir, "--http", dir); code != 0 {
 		t.Fatalf("publish --http: exit %d\n%s", code, out)
@@ -78,6 +72,9 @@ func TestPXEFromMirror(t *testing.T) {
 	}
 	if !strings.Contains(r.Kernel.Cmdline, "peerboot.initrd_sha256="+sums[output.PXEInitrdPath]) {
 		t.Errorf("the node's command line lacks the initrd's sha256: %q", r.Kernel.Cmdline)
+	}
+	if !strings.Contains(console, "initrd sha256 "+sums[output.PXEInitrdPath][:16]+": as the boot script names it") {
+		t.Errorf("the node's init did not check the initrd it was given against the script's sha256:\n%s", lineWith(console, "initrd"))
 	}
 	srv.posted(t, console)
 	if r.Verdict != selftest.Pass {

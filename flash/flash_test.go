@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/peerboot/peerboot/internal/stickimage"
 	"io"
 	"os"
 	"os/exec"
@@ -17,7 +18,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/reportdisk"
@@ -72,43 +72,8 @@ func loopDevice(t *testing.T, size int64) string {
 	return dev
 }
 
-func testReport(started string) []byte {
-	r := selftest.New()
-	r.Recipe = selftest.RecipeRef{Name: "default", Digest: "sha256:" + strings.Repeat("ab", 32)}
-	r.Kernel = selftest.Kernel{Release: "6.1.0-peerboot"}
-	r.StartedAt = started
-	r.Verdict = selftest.Pass
-	b, err := selftest.Encode(r)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
-
-// testImage is a small disk as the image stage lays it out (FAT32 ESP, FAT16
-// PEERBOOT), with one report already on it as if the stick had been booted.
-func testImage(t *testing.T) string {
-	t.Helper()
-	const seed = "sha256:flash-test"
-	p := filepath.Join(t.TempDir(), "disk.img")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	efi := bytes.Repeat([]byte("peerboot UKI "), 200000)
-	err = image.WriteDisk(f, image.Disk{
-		DiskGUID: image.DeriveGUID(seed, "disk"), Epoch: 1700000000,
-		ESP: image.Partition{Size: 40 << 20, GUID: image.DeriveGUID(seed, "esp"), Label: "ESP", VolumeID: 1,
-			Files: map[string][]byte{"EFI/BOOT/BOOTX64.EFI": efi}},
-		Reports: image.Partition{Size: 32 << 20, GUID: image.DeriveGUID(seed, "reports"), Label: bootproto.ReportsLabel, VolumeID: 2,
-			Files: map[string][]byte{"reports/": nil, "report-20250601T120000Z.json": testReport("2025-06-01T12:00:00Z")}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+// testImage is a small stick with one report on it (internal/stickimage).
+func testImage(t *testing.T) string { return stickimage.Write(t, "sha256:flash-test") }
 
 func fileSHA(t *testing.T, p string) string {
 	t.Helper()

@@ -1,6 +1,7 @@
 package flash
 
 import (
+	"github.com/peerboot/peerboot/internal/stickimage"
 	"io"
 	"os"
 	"os/exec"
@@ -32,7 +33,7 @@ func TestGrowReportsFile(t *testing.T) {
 	p, _ := g.Find(bootproto.ReportsLabel)
 	f.Close()
 	addFiles(t, img, p, map[string][]byte{
-		"reports/report-20250602T080000Z.json": testReport("2025-06-02T08:00:00Z"),
+		"reports/report-20250602T080000Z.json": stickimage.Report(t, "2025-06-02T08:00:00Z"),
 		"report-broken.json":                   []byte("{not json"),
 	})
 

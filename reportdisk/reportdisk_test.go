@@ -1,58 +1,20 @@
 package reportdisk
 
 import (
-	"bytes"
 	"encoding/binary"
+	"github.com/peerboot/peerboot/internal/stickimage"
 	"hash/crc32"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"unicode/utf16"
 
 	"github.com/peerboot/peerboot/bootproto"
-	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/image/fat"
-	"github.com/peerboot/peerboot/selftest"
 )
 
-func testReport(started string) []byte {
-	r := selftest.New()
-	r.Recipe = selftest.RecipeRef{Name: "default", Digest: "sha256:" + strings.Repeat("ab", 32)}
-	r.Kernel = selftest.Kernel{Release: "6.1.0-peerboot"}
-	r.StartedAt = started
-	r.Verdict = selftest.Pass
-	b, err := selftest.Encode(r)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
-
-// testImage is a small disk as the image stage lays it out (FAT32 ESP, FAT16
-// PEERBOOT), with one report already on it as if the stick had been booted.
-func testImage(t *testing.T) string {
-	t.Helper()
-	const seed = "sha256:reportdisk-test"
-	p := filepath.Join(t.TempDir(), "disk.img")
-	f, err := os.Create(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	efi := bytes.Repeat([]byte("peerboot UKI "), 200000)
-	err = image.WriteDisk(f, image.Disk{
-		DiskGUID: image.DeriveGUID(seed, "disk"), Epoch: 1700000000,
-		ESP: image.Partition{Size: 40 << 20, GUID: image.DeriveGUID(seed, "esp"), Label: "ESP", VolumeID: 1,
-			Files: map[string][]byte{"EFI/BOOT/BOOTX64.EFI": efi}},
-		Reports: image.Partition{Size: 32 << 20, GUID: image.DeriveGUID(seed, "reports"), Label: bootproto.ReportsLabel, VolumeID: 2,
-			Files: map[string][]byte{"reports/": nil, "report-20250601T120000Z.json": testReport("2025-06-01T12:00:00Z")}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
+// testImage is a small stick with one report on it (internal/stickimage).
+func testImage(t *testing.T) string { return stickimage.Write(t, "sha256:reportdisk-test") }
 
 func TestRead(t *testing.T) {
 	img := testImage(t)
@@ -79,7 +41,7 @@ func FuzzRead(f *testing.F) {
 	const stick = 80 << 20
 	w := &memDisk{}
 	if _, err := fat.Write(w, fat.Params{Size: 16 << 20, Label: bootproto.ReportsLabel, HiddenSectors: 34, Files: map[string][]byte{
-		"reports/": nil, "reports/report-20250601T120000Z.json": testReport("2025-06-01T12:00:00Z"), "x.json": []byte("{}")}}); err != nil {
+		"reports/": nil, "reports/report-20250601T120000Z.json": stickimage.Report(f, "2025-06-01T12:00:00Z"), "x.json": []byte("{}")}}); err != nil {
 		f.Fatal(err)
 	}
 	vol := w.b[:min(len(w.b), 300<<10)] // the system area and the first clusters

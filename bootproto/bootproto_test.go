@@ -1,13 +1,8 @@
 package bootproto
 
 import (
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"io/fs"
-	"path/filepath"
+	"github.com/peerboot/peerboot/internal/literals"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,66 +24,20 @@ func TestOneHome(t *testing.T) {
 			"image/iso9660", // the ISO's application identifier
 		},
 	}
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	checked := 0
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "out" || n == "bin") {
-				return filepath.SkipDir
+	literals.Each(t, "bootproto", func(l literals.Lit) {
+		for _, v := range values {
+			if l.Value != v && !(strings.HasPrefix(v, "peerboot.") && strings.HasPrefix(l.Value, v+"=")) {
+				continue
 			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, filepath.Dir(p))
-		rel = filepath.ToSlash(rel)
-		if rel == "bootproto" {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		checked++
-		ast.Inspect(f, func(n ast.Node) bool {
-			lit, ok := n.(*ast.BasicLit)
-			if !ok || lit.Kind != token.STRING {
-				return true
+			allowed := false
+			for _, e := range elsewhere[v] {
+				allowed = allowed || e == l.Dir
 			}
-			s, err := strconv.Unquote(lit.Value)
-			if err != nil {
-				return true
+			if !allowed {
+				t.Errorf("%s: %s spells bootproto's %q: use the constant", l.Pos, l.Quoted, v)
 			}
-			for _, v := range values {
-				if s != v && !(strings.HasPrefix(v, "peerboot.") && strings.HasPrefix(s, v+"=")) {
-					continue
-				}
-				allowed := false
-				for _, e := range elsewhere[v] {
-					allowed = allowed || e == rel
-				}
-				if !allowed {
-					t.Errorf("%s: %s spells bootproto's %q: use the constant", fset.Position(lit.Pos()), lit.Value, v)
-				}
-			}
-			return true
-		})
-		return nil
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if checked < 100 {
-		t.Fatalf("checked %d files under %s: not the module's tree", checked, root)
-	}
 }
 
 func TestActions(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -36,7 +37,7 @@ func Report(t testing.TB, started string) []byte {
 // derives its GUIDs, so two callers' disks differ.
 func Write(t testing.TB, seed string) string {
 	t.Helper()
-	p := filepath.Join(t.TempDir(), "disk.img")
+	p := filepath.Join(t.TempDir(), output.DiskFile)
 	f, err := os.Create(p)
 	if err != nil {
 		t.Fatal(err)

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash"
+	"io/fs"
 	"os"
 
 	"github.com/peerboot/peerboot/bootproto"
@@ -17,8 +19,16 @@ import (
 // serve names it when the boot files came from a mirror, where the firmware
 // checked nothing. A boot loader pads the initrd to 4 bytes, so up to three
 // trailing zero bytes may follow the file. "" is a match; otherwise why not.
+// errNoKeptInitrd: the kernel does not show the initrd it kept. Linux exposes it as
+// /sys/firmware/initrd from 6.9 on (with retain_initrd); an older kernel, such as
+// the default recipe's 6.1, cannot let the init check it.
+var errNoKeptInitrd = errors.New("this kernel has no " + bootproto.InitrdSysfs + " (Linux 6.9 and later keep the initrd there under " + bootproto.RetainInitrd + ")")
+
 func checkInitrd(path, want string) (string, error) {
 	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", errNoKeptInitrd
+	}
 	if err != nil {
 		return "", fmt.Errorf("reading the kept initrd: %w (the kernel needs %s on its command line)", err, bootproto.RetainInitrd)
 	}

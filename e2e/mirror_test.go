@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"github.com/peerboot/peerboot/internal/testguard"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -26,9 +27,7 @@ import (
 // for the host: the host reaches it through a proxy ($HTTP_PROXY) that is a
 // second listener on the same mirror directory.
 func TestPXEFromMirror(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the default image and boots it in QEMU; runs in `make test`")
-	}
+	testguard.Short(t, "builds the default image and boots it in QEMU; runs in `make test`")
 	outRoot := t.TempDir()
 	fetchBuildDefault(t, outRoot)
 	outDir := filepath.Join(outRoot, "default")

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"github.com/peerboot/peerboot/internal/testguard"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,9 +15,7 @@ import (
 // init asks p2pcheck for the soak and the verdict says it was skipped and why: the
 // GPU-less default recipe on a GPU-less box has nothing to burn in.
 func TestBootBurnInEntryDefault(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the default image and boots QEMU; runs in `make test`")
-	}
+	testguard.Short(t, "builds the default image and boots QEMU; runs in `make test`")
 	outRoot := t.TempDir()
 	if out, code := peerboot(t, "build", "--out", outRoot); code != 0 {
 		t.Fatalf("build: exit %d\n%s", code, out)

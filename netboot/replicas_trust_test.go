@@ -3,6 +3,7 @@ package netboot
 import (
 	"context"
 	"encoding/json"
+	"github.com/peerboot/peerboot/internal/testguard"
 	"log/slog"
 	"net/http/httptest"
 	"os"
@@ -26,9 +27,7 @@ import (
 //     TPM's quote at either is a conflict that both show; an ak-reset at one is
 //     seen by the other.
 func TestReplicasTrust(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL")
-	}
+	testguard.Short(t, "starts PostgreSQL")
 	dsn := postgresDSN(t)
 	dir := filepath.Join(t.TempDir(), "default")
 	fakeBuild(t, dir, "default", 1<<20)

@@ -3,6 +3,7 @@ package sqldb
 import (
 	"context"
 	"errors"
+	"github.com/peerboot/peerboot/internal/testguard"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -40,8 +41,8 @@ var storeKinds = []struct {
 func TestNonceSpentWithReport(t *testing.T) {
 	for _, tc := range storeKinds {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "postgres" && testing.Short() {
-				t.Skip("starts PostgreSQL")
+			if tc.name == "postgres" {
+				testguard.Short(t, "starts PostgreSQL")
 			}
 			st := tc.open(t)
 			defer st.Close()

@@ -121,9 +121,7 @@ func TestReplicasPGSameReport(t *testing.T) {
 // replicas do, closed at cleanup. -short skips: it starts PostgreSQL.
 func pgReplicas(t *testing.T) [2]*DB {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("starts PostgreSQL")
-	}
+	testguard.Short(t, "starts PostgreSQL")
 	dsn := postgresDSN(t)
 	var stores [2]*DB
 	for i := range stores {

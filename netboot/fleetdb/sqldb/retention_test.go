@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/peerboot/peerboot/internal/testguard"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -29,9 +30,7 @@ func TestRetentionSQLite(t *testing.T) {
 }
 
 func TestRetentionPostgres(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts PostgreSQL")
-	}
+	testguard.Short(t, "starts PostgreSQL")
 	s, err := Open(context.Background(), postgresDSN(t))
 	if err != nil {
 		t.Fatal(err)

@@ -41,7 +41,7 @@ func writeTree(ctx context.Context, dir string, w io.Writer) ([]store.OutputFile
 			return err
 		}
 		rel, _ := filepath.Rel(dir, p)
-		if rel == "." || rel == store.ManifestName || rel == store.SizesName || rel == store.MidstatesName {
+		if rel == "." || store.IsRecord(rel) {
 			return nil
 		}
 		rel = filepath.ToSlash(rel)
@@ -189,7 +189,7 @@ func checkName(name string) error {
 	if name == "" || !filepath.IsLocal(name) || path.Clean(name) != name || strings.ContainsAny(name, "\\\x00") {
 		return fmt.Errorf("tree entry %q is not a clean relative path", name)
 	}
-	if name == store.ManifestName || name == store.SizesName || name == store.MidstatesName {
+	if store.IsRecord(name) {
 		return fmt.Errorf("tree entry %q: the records travel as their own layers", name)
 	}
 	return nil

@@ -174,10 +174,15 @@ func (s *Store) OutputFiles(key string) ([]OutputFile, error) {
 const (
 	ManifestName = manifestName // "<sha256>  <path>" per regular file
 	SizesName    = sizesName    // "<bytes>  <path>" per regular file
-	// MidstatesName is the third, a hint for the next commit (CommitOptions):
-	// not content, never pushed or compared.
-	MidstatesName = midstatesName
 )
+
+// IsRecord reports whether a top-level name in an output directory is one of
+// the store's records (MANIFEST, SIZES, and MIDSTATES: a hint for the next
+// commit, never pushed or compared) rather than content: a record
+// added here is one that no copier of outputs must learn about separately.
+func IsRecord(name string) bool {
+	return name == manifestName || name == sizesName || name == midstatesName
+}
 
 // Records returns the MANIFEST and SIZES bytes CommitOutput writes for these
 // files: a remote stage cache compares what it fetched with what was pushed

@@ -105,6 +105,7 @@ func (m Mutant) Key() string {
 type Stats struct {
 	Pkg                                           string
 	Killed, TimedOut, Lived, NotCovered, Excluded int
+	NotViable                                     int      // do not build: no mutants of the code, not counted
 	Rechecked                                     int      // of those counted, how many recheck ran
 	Survivors                                     []Mutant // lived or not covered, not excluded
 }
@@ -121,8 +122,8 @@ func (s Stats) Rate() float64 {
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("%-10s %6.1f%%  killed %d  timed out %d  lived %d  not covered %d  equivalent %d  (rechecked %d)",
-		s.Pkg, s.Rate(), s.Killed, s.TimedOut, s.Lived, s.NotCovered, s.Excluded, s.Rechecked)
+	return fmt.Sprintf("%-10s %6.1f%%  killed %d  timed out %d  lived %d  not covered %d  equivalent %d  not viable %d  (rechecked %d)",
+		s.Pkg, s.Rate(), s.Killed, s.TimedOut, s.Lived, s.NotCovered, s.Excluded, s.NotViable, s.Rechecked)
 }
 
 // report is the JSON gremlins writes with -o.
@@ -172,7 +173,8 @@ func ParseReport(pkg string, r io.Reader, src func(file string) []string) ([]Mut
 }
 
 // recheckAll runs every mutant gremlins reported not covered (recheck.go),
-// keeping the results in out/PKG.recheck.json so -reuse does not run them again.
+// keeping the results in out/PKG.recheck.json so -reuse does not run them again,
+// then compiles those it reported killed (checkBuilds).
 //
 // With lived set (-recheck-lived), the mutants that lived are run again too:
 // after adding tests, that measures them without a whole gremlins run (tests
@@ -221,7 +223,51 @@ func recheckAll(p Package, ms []Mutant, out, goflags string, coef int, lived boo
 		ms[i].Status, ms[i].Rechecked = st, true
 	}
 	b, _ := json.MarshalIndent(cache, "", "  ")
-	return ms, os.WriteFile(cacheFile, b, 0o644)
+	if err := os.WriteFile(cacheFile, b, 0o644); err != nil {
+		return nil, err
+	}
+	return checkBuilds(p, ms, out, goflags)
+}
+
+// checkBuilds compiles each mutant gremlins reported KILLED (Builds) and
+// makes those that do not build NOT VIABLE: gremlins counts them as kills.
+// The results are kept in out/PKG.builds.json (key -> "" when it builds, else
+// the first error), written after each, so -reuse compiles none twice.
+func checkBuilds(p Package, ms []Mutant, out, goflags string) ([]Mutant, error) {
+	cacheFile := filepath.Join(out, p.file()+".builds.json")
+	cache := map[string]string{}
+	if b, err := os.ReadFile(cacheFile); err == nil {
+		json.Unmarshal(b, &cache)
+	}
+	for i, m := range ms {
+		if m.Status != "KILLED" || m.Rechecked { // recheck tells a build failure from a kill itself
+			continue
+		}
+		why, ok := cache[m.Key()]
+		if !ok {
+			builds, msg, err := Builds(p, m, goflags)
+			if err != nil {
+				return nil, err
+			}
+			if why = msg; builds {
+				why = ""
+			} else if why == "" {
+				why = "does not build"
+			}
+			cache[m.Key()] = why
+			b, _ := json.MarshalIndent(cache, "", "  ")
+			if err := os.WriteFile(cacheFile, b, 0o644); err != nil {
+				return nil, err
+			}
+			if why != "" {
+				fmt.Fprintf(os.Stderr, "mutants: not viable %s %s/%s:%d:%d: %s\n", m.Type, m.Pkg, m.File, m.Line, m.Col, why)
+			}
+		}
+		if why != "" {
+			ms[i].Status = "NOT VIABLE"
+		}
+	}
+	return ms, nil
 }
 
 // Tally counts a package's mutants, leaving out those equivalent lists.
@@ -246,7 +292,9 @@ func Tally(pkg string, ms []Mutant, equivalent map[string]string) Stats {
 		case "NOT COVERED":
 			s.NotCovered++
 			s.Survivors = append(s.Survivors, m)
-		} // NOT VIABLE (does not compile) and SKIPPED are no mutants of the code
+		case "NOT VIABLE": // does not build: no mutant of the code
+			s.NotViable++
+		} // SKIPPED: not run
 	}
 	return s
 }

@@ -204,3 +204,61 @@ func TestMutate(t *testing.T) {
 		t.Error("a mutator that does not fit the operator was applied")
 	}
 }
+
+// A mutant gremlins reports KILLED that does not build (a string "+" made
+// "-"; an "||" made "&&" that go test's vet refuses) is NOT VIABLE, not a
+// kill; one that builds stays killed; the results are kept for -reuse.
+func TestKilledMustBuild(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module example.com/m\n\ngo 1.24\n")
+	write("m/m.go", "package m\n\nfunc Name(a, b string) string { return a + \"/\" + b }\n\nfunc Two(x int) bool { return x == 1 || x == 2 }\n\nfunc Half(n int) int { return n / 2 }\n")
+	write("m/m_test.go", "package m\n\nimport \"testing\"\n\nfunc TestM(t *testing.T) {\n\tif Name(\"a\", \"b\") != \"a/b\" || !Two(2) || Two(3) || Half(4) != 2 {\n\t\tt.Fatal(\"wrong\")\n\t}\n}\n")
+	t.Chdir(dir)
+	p := Package{Path: "m"}
+	ms := []Mutant{
+		{Pkg: "m", File: "m.go", Type: "ARITHMETIC_BASE", Status: "KILLED", Line: 3, Col: 42, Source: "a"},       // a - "/": no "-" on strings
+		{Pkg: "m", File: "m.go", Type: "INVERT_LOGICAL", Status: "KILLED", Line: 5, Col: 38, Source: "b"},        // x == 1 && x == 2: vet's "suspect and"
+		{Pkg: "m", File: "m.go", Type: "CONDITIONALS_NEGATION", Status: "KILLED", Line: 5, Col: 33, Source: "c"}, // x != 1 || x == 2: builds
+		{Pkg: "m", File: "m.go", Type: "ARITHMETIC_BASE", Status: "NOT COVERED", Line: 7, Col: 33, Source: "d"},  // n * 2: the test kills it
+	}
+	out := t.TempDir()
+	got, err := recheckAll(p, slices.Clone(ms), out, "-short", 5, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status []string
+	for _, m := range got {
+		status = append(status, m.Status)
+	}
+	if want := []string{"NOT VIABLE", "NOT VIABLE", "KILLED", "KILLED"}; !slices.Equal(status, want) {
+		t.Fatalf("statuses %q, want %q", status, want)
+	}
+	s := Tally("m", got, nil)
+	if s.Killed != 2 || s.NotViable != 2 || s.Rate() != 100 || !strings.Contains(s.String(), "not viable 2") {
+		t.Fatalf("tally %+v", s)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "m.builds.json"))
+	if err != nil || !strings.Contains(string(b), "operator - not defined") || !strings.Contains(string(b), "suspect and") {
+		t.Fatalf("builds cache %s (%v): want each build failure's error", b, err)
+	}
+	// -reuse reads the results: with the source gone, nothing is compiled or run again.
+	if err := os.Remove(filepath.Join(dir, "m", "m.go")); err != nil {
+		t.Fatal(err)
+	}
+	again, err := recheckAll(p, slices.Clone(ms), out, "-short", 5, false)
+	if err != nil {
+		t.Fatalf("with the results kept: %v", err)
+	}
+	if !slices.EqualFunc(again, got, func(a, b Mutant) bool { return a.Status == b.Status }) {
+		t.Fatalf("kept results differ: %+v", again)
+	}
+}

@@ -62,39 +62,62 @@ func Mutate(src []byte, line, col int, typ string) ([]byte, error) {
 	return nil, fmt.Errorf("no operator at %d:%d (%q)", line, col, src[off:min(len(src), off+8)])
 }
 
-// recheck runs the tests against mutant m (of package p, at the module root)
-// and returns its status: KILLED, LIVED, TIMED OUT, or NOT VIABLE (does not build).
-func recheck(p Package, m Mutant, goflags string, timeout time.Duration) (string, error) {
+// overlay writes mutant m of package p to a temporary directory with a go
+// -overlay file that puts it in place of the original, and returns the
+// overlay's path, the package's directory (relative, as go wants it) and a
+// cleanup.
+func overlay(p Package, m Mutant) (ov, pkgDir string, cleanup func(), err error) {
 	file := filepath.Join(p.Path, m.File)
 	src, err := os.ReadFile(file)
 	if err != nil {
-		return "", err
+		return "", "", nil, err
 	}
 	mut, err := Mutate(src, m.Line, m.Col, m.Type)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", file, err)
+		return "", "", nil, fmt.Errorf("%s: %w", file, err)
 	}
 	dir, err := os.MkdirTemp("", "mutants-")
 	if err != nil {
-		return "", err
+		return "", "", nil, err
 	}
-	defer os.RemoveAll(dir)
+	cleanup = func() { os.RemoveAll(dir) }
 	abs, err := filepath.Abs(file)
+	if err != nil {
+		cleanup()
+		return "", "", nil, err
+	}
+	mf := filepath.Join(dir, filepath.Base(file))
+	ov = filepath.Join(dir, "overlay.json")
+	b, _ := json.Marshal(map[string]map[string]string{"Replace": {abs: mf}})
+	if err := os.WriteFile(mf, mut, 0o644); err != nil {
+		cleanup()
+		return "", "", nil, err
+	}
+	if err := os.WriteFile(ov, b, 0o644); err != nil {
+		cleanup()
+		return "", "", nil, err
+	}
+	return ov, "./" + filepath.Dir(file), cleanup, nil
+}
+
+// buildFailed says whether go test's output is that of a package that did not
+// build: a compile error, or a finding of the vet checks go test runs first.
+// Both exit 1, as a failing test does.
+func buildFailed(out []byte) bool {
+	return bytes.Contains(out, []byte("[build failed]")) || bytes.Contains(out, []byte("[setup failed]"))
+}
+
+// recheck runs the tests against mutant m (of package p, at the module root)
+// and returns its status: KILLED, LIVED, TIMED OUT, or NOT VIABLE (does not build).
+func recheck(p Package, m Mutant, goflags string, timeout time.Duration) (string, error) {
+	ov, pkgDir, cleanup, err := overlay(p, m)
 	if err != nil {
 		return "", err
 	}
-	mf := filepath.Join(dir, filepath.Base(file))
-	ov := filepath.Join(dir, "overlay.json")
-	b, _ := json.Marshal(map[string]map[string]string{"Replace": {abs: mf}})
-	if err := os.WriteFile(mf, mut, 0o644); err != nil {
-		return "", err
-	}
-	if err := os.WriteFile(ov, b, 0o644); err != nil {
-		return "", err
-	}
+	defer cleanup()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "test", "-failfast", "-count=1", "-overlay", ov, "./"+filepath.Dir(file))
+	cmd := exec.CommandContext(ctx, "go", "test", "-failfast", "-count=1", "-overlay", ov, pkgDir)
 	cmd.Env = append(os.Environ(), "GOFLAGS="+goflags)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
@@ -103,12 +126,49 @@ func recheck(p Package, m Mutant, goflags string, timeout time.Duration) (string
 		return "TIMED OUT", nil
 	case err == nil:
 		return "LIVED", nil
-	case errors.As(err, &ee) && ee.ExitCode() == 1 && !strings.Contains(string(out), "[build failed]") && !strings.Contains(string(out), "[setup failed]"):
+	case errors.As(err, &ee) && ee.ExitCode() == 1 && !buildFailed(out):
 		return "KILLED", nil
 	case errors.As(err, &ee):
 		return "NOT VIABLE", nil
 	}
 	return "", err
+}
+
+// Builds says whether mutant m builds as go test builds it (the package and
+// its tests compiled, go test's vet checks run; no test run), and if not,
+// the first error. gremlins v0.6.0 reads go test's exit status 1 as KILLED,
+// but go test exits 1 when the package does not build too: a string "+" made
+// "-", or an "&&" that vet refuses (x == a && x == b), would count as a kill.
+func Builds(p Package, m Mutant, goflags string) (bool, string, error) {
+	ov, pkgDir, cleanup, err := overlay(p, m)
+	if err != nil {
+		return false, "", err
+	}
+	defer cleanup()
+	cmd := exec.Command("go", "test", "-c", "-o", os.DevNull, "-overlay", ov, pkgDir)
+	cmd.Env = append(os.Environ(), "GOFLAGS="+goflags)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		return true, "", nil
+	}
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false, "", err
+	}
+	if len(bytes.TrimSpace(out)) == 0 {
+		return false, "", fmt.Errorf("go test -c %s: %w", pkgDir, err)
+	}
+	return false, firstError(out), nil
+}
+
+// firstError is the first line of go's output that is not a "# package" header.
+func firstError(out []byte) string {
+	for _, l := range strings.Split(string(out), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			return l
+		}
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // baseTime is how long the tests of the package in dir take unmutated, for

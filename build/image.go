@@ -6,6 +6,8 @@ import (
 	"context"
 	"crypto"
 	"crypto/rsa"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -134,7 +136,11 @@ func imageStage() *stage {
 			if !want(output.KindUKI) {
 				ukiPath = filepath.Join(sr.Scratch, ukiFile)
 			}
-			if err := writeMeasuredUKI(ukiPath, u, key); err != nil {
+			var known measure.Known // the .initrd's digest, from the store
+			if sum, err := hex.DecodeString(sr.depSum(StageInitramfs, initrdFile)); err == nil && len(sum) == sha256.Size {
+				known = knownInitrd(initrd, [32]byte(sum))
+			}
+			if err := writeMeasuredUKI(ukiPath, u, key, known); err != nil {
 				return err
 			}
 			uki, unmapU, err := mapFile(ukiPath)
@@ -267,8 +273,9 @@ func pcrSigner(b []byte) (crypto.Signer, error) {
 // predicts PCR 11 from the UKI so written (the stub never measures .pcrsig,
 // so adding it changes no measured byte), and writes it again with the signed
 // predictions as .pcrsig. RSA PKCS#1 v1.5 signing is deterministic: the output
-// stays reproducible.
-func writeMeasuredUKI(path string, u image.UKI, key crypto.Signer) error {
+// stays reproducible. known (may be nil) gives section digests the
+// predictions need not hash (knownInitrd).
+func writeMeasuredUKI(path string, u image.UKI, key crypto.Signer, known measure.Known) error {
 	write := func() error {
 		f, err := os.Create(path)
 		if err != nil {
@@ -303,7 +310,7 @@ func writeMeasuredUKI(path string, u image.UKI, key crypto.Signer) error {
 	if err != nil {
 		return err
 	}
-	p, err := measure.Predict(b)
+	p, err := measure.PredictKnown(b, known)
 	unmap()
 	if err != nil {
 		return fmt.Errorf("UKI: predicting PCR 11: %w", err)
@@ -318,7 +325,7 @@ func writeMeasuredUKI(path string, u image.UKI, key crypto.Signer) error {
 		return err
 	}
 	defer unmap()
-	if _, err := measure.Check(b); err != nil {
+	if _, err := measure.CheckKnown(b, known); err != nil {
 		return fmt.Errorf("UKI: the signed PCR 11 policies do not check: %w", err)
 	}
 	return nil

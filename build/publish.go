@@ -58,7 +58,10 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 	if upToDate(final, src, m) {
 		return final, nil // a no-op rebuild touches nothing (and reads no UKI)
 	}
-	if m.PCR11, err = predictPCR11(filepath.Join(src, ukiFile)); err != nil {
+	known, release := initrdKnown(st, p.Stage(StageInitramfs))
+	m.PCR11, err = predictPCR11(filepath.Join(src, ukiFile), known)
+	release()
+	if err != nil {
 		return "", fmt.Errorf("publish: %w", err)
 	}
 	mj, _ := json.MarshalIndent(m, "", "  ")
@@ -156,9 +159,10 @@ func syncPath(path string) error {
 	return nil
 }
 
-// predictPCR11 predicts PCR 11 for the UKI at path; nil when there is none
-// (or the file is no PE image: nothing a stub boots).
-func predictPCR11(path string) (*output.ManifestPCR11, error) {
+// predictPCR11 predicts PCR 11 for the UKI at path, taking section digests
+// from known (nil: hashing every section); nil when there is no UKI (or the
+// file is no PE image: nothing a stub boots).
+func predictPCR11(path string, known measure.Known) (*output.ManifestPCR11, error) {
 	// Mapped, not read: the UKI is the store's immutable file.
 	b, unmap, err := mapFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -171,7 +175,7 @@ func predictPCR11(path string) (*output.ManifestPCR11, error) {
 	if len(b) < 2 || string(b[:2]) != "MZ" {
 		return nil, nil
 	}
-	pred, err := measure.Predict(b)
+	pred, err := measure.PredictKnown(b, known)
 	if err != nil {
 		return nil, fmt.Errorf("%s: predicting PCR 11: %w", ukiFile, err)
 	}
@@ -180,6 +184,53 @@ func predictPCR11(path string) (*output.ManifestPCR11, error) {
 		out.Phases = append(out.Phases, output.ManifestPhase{Phase: ph.Name, Value: hex.EncodeToString(ph.PCR11[:])})
 	}
 	return out, nil
+}
+
+// initrdKnown gives measure the digest the store recorded for the initramfs
+// output's file (stage ini, the image stage's dep), for a UKI whose .initrd
+// section holds exactly those bytes: the .initrd is nearly all of the UKI,
+// and a byte compare with the mapped file costs about a seventh of hashing it
+// (BenchmarkPredict). release unmaps the file. Without that output in the
+// store (an image taken from a remote cache alone) known is nil: all hashed.
+func initrdKnown(st *store.Store, ini *Stage) (known measure.Known, release func()) {
+	release = func() {}
+	if ini == nil {
+		return nil, release
+	}
+	files, err := st.OutputFiles(ini.Key)
+	if err != nil {
+		return nil, release
+	}
+	for _, f := range files {
+		if f.Path != initrdFile {
+			continue
+		}
+		sum, err := hex.DecodeString(f.SHA256)
+		if err != nil || len(sum) != sha256.Size {
+			return nil, release
+		}
+		b, unmap, err := mapFile(filepath.Join(st.OutputDir(ini.Key), initrdFile))
+		if err != nil || int64(len(b)) != f.Size {
+			if err == nil {
+				unmap()
+			}
+			return nil, release
+		}
+		return knownInitrd(b, [32]byte(sum)), unmap
+	}
+	return nil, release
+}
+
+// knownInitrd answers measure for the .initrd section when its loaded bytes
+// are initrd's, whose sha256 is sum: the section's file data equals initrd
+// and nothing is zero-filled past it.
+func knownInitrd(initrd []byte, sum [32]byte) measure.Known {
+	return func(name string, s measure.PESection, file []byte) ([32]byte, bool) {
+		if name != ".initrd" || uint64(s.VirtualSize) != uint64(len(file)) || !bytes.Equal(file, initrd) {
+			return [32]byte{}, false
+		}
+		return sum, true
+	}
 }
 
 // upToDate says whether dir already holds manifest m (its PCR 11, a function of

@@ -118,21 +118,67 @@ func normalizePhase(s string) string {
 // Predict returns the PCR 11 (sha256 bank) values systemd-stub 252 leaves for
 // this UKI, after the stub and at each of DefaultPhases.
 func Predict(uki []byte) (Prediction, error) {
-	secs, err := MeasuredSections(uki)
+	return PredictKnown(uki, nil)
+}
+
+// Known gives the sha256 of a measured section's loaded bytes (its file
+// data, then zeros up to VirtualSize) when the caller already holds it, so
+// that PredictKnown need not hash the section: the build takes the .initrd's
+// from the store's record of the initramfs it wrote there. file is the
+// section's data in the UKI (min(SizeOfRawData, VirtualSize) bytes); ok false
+// means "hash it". The caller answers for the sum being that of the loaded
+// bytes.
+type Known func(name string, s PESection, file []byte) (sum [32]byte, ok bool)
+
+// PredictKnown is Predict taking each section's digest from known where it
+// has one (nil: none), hashing the others.
+func PredictKnown(uki []byte, known Known) (Prediction, error) {
+	var digests []SectionDigest
+	err := walkMeasured(uki, func(name string, s PESection) error {
+		file, err := fileData(uki, s)
+		if err != nil {
+			return err
+		}
+		if known != nil {
+			if sum, ok := known(name, s, file); ok {
+				digests = append(digests, SectionDigest{Name: name, SHA256: sum})
+				return nil
+			}
+		}
+		digests = append(digests, SectionDigest{Name: name, SHA256: hashLoaded(file, s.VirtualSize)})
+		return nil
+	})
 	if err != nil {
 		return Prediction{}, err
 	}
-	return PredictSections(secs), nil
+	return PredictDigests(digests), nil
+}
+
+// SectionDigest is a measured section by the sha256 of the bytes the stub
+// hashes.
+type SectionDigest struct {
+	Name   string
+	SHA256 [32]byte
 }
 
 // PredictSections is Predict over sections already taken out of a UKI, in
 // measurement order (MeasuredSections' result).
 func PredictSections(secs []Section) Prediction {
+	digests := make([]SectionDigest, len(secs))
+	for i, s := range secs {
+		digests[i] = SectionDigest{Name: s.Name, SHA256: sha256.Sum256(s.Data)}
+	}
+	return PredictDigests(digests)
+}
+
+// PredictDigests is Predict over the measured sections' digests, in
+// measurement order: all the stub's PCR 11 arithmetic needs of a section.
+func PredictDigests(secs []SectionDigest) Prediction {
 	var pcr [32]byte // PCR 11 starts as zeros at reset
 	var p Prediction
 	for _, s := range secs {
 		pcr = Extend(pcr, sha256.Sum256(append([]byte(s.Name), 0)))
-		pcr = Extend(pcr, sha256.Sum256(s.Data))
+		pcr = Extend(pcr, s.SHA256)
 		p.Sections = append(p.Sections, s.Name)
 	}
 	p.Phases = append(p.Phases, Phase{Name: PhaseStub, PCR11: pcr})
@@ -247,6 +293,19 @@ const maxZeroFill = 256 << 20
 // the first min(SizeOfRawData, VirtualSize) bytes of its file data, then
 // zeros.
 func LoadedData(b []byte, s PESection) ([]byte, error) {
+	file, err := fileData(b, s)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, s.VirtualSize)
+	copy(out, file)
+	return out, nil
+}
+
+// fileData is the part of a section's loaded bytes that comes from the file
+// (the rest, up to VirtualSize, is zeros), checked against the file's end
+// and the zero-fill bound.
+func fileData(b []byte, s PESection) ([]byte, error) {
 	n := min(s.SizeOfRawData, s.VirtualSize)
 	if uint64(s.PointerToRaw)+uint64(n) > uint64(len(b)) {
 		return nil, fmt.Errorf("section %s: its data (%d bytes at %#x) runs past the end of the file (%d bytes)", s.NameString(), n, s.PointerToRaw, len(b))
@@ -254,25 +313,54 @@ func LoadedData(b []byte, s PESection) ([]byte, error) {
 	if s.VirtualSize-n > maxZeroFill {
 		return nil, fmt.Errorf("section %s: VirtualSize %d exceeds its file data by more than %d MiB", s.NameString(), s.VirtualSize, maxZeroFill>>20)
 	}
-	out := make([]byte, s.VirtualSize)
-	copy(out, b[s.PointerToRaw:uint64(s.PointerToRaw)+uint64(n)])
-	return out, nil
+	return b[s.PointerToRaw : uint64(s.PointerToRaw)+uint64(n)], nil
+}
+
+// hashLoaded is the sha256 of file followed by zeros up to size bytes,
+// without making the zero-filled copy (a UKI's .initrd is tens of MiB).
+func hashLoaded(file []byte, size uint32) [32]byte {
+	h := sha256.New()
+	h.Write(file)
+	var zeros [64 << 10]byte
+	for left := int64(size) - int64(len(file)); left > 0; left -= int64(len(zeros)) {
+		h.Write(zeros[:min(left, int64(len(zeros)))])
+	}
+	var sum [32]byte
+	h.Sum(sum[:0])
+	return sum
 }
 
 // MeasuredSections returns the sections systemd-stub 252 measures into PCR
 // 11 for uki, in its order, each with the bytes it hashes. A UKI without
 // .linux is refused, as the stub refuses to boot it.
 func MeasuredSections(uki []byte) ([]Section, error) {
-	img, err := ParsePE(uki)
+	var out []Section
+	err := walkMeasured(uki, func(name string, s PESection) error {
+		data, err := LoadedData(uki, s)
+		if err != nil {
+			return err
+		}
+		out = append(out, Section{Name: name, Data: data})
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	var out []Section
+	return out, nil
+}
+
+// walkMeasured calls f for each section systemd-stub 252 measures, in its
+// order, once the section's headers are checked.
+func walkMeasured(uki []byte, f func(name string, s PESection) error) error {
+	img, err := ParsePE(uki)
+	if err != nil {
+		return err
+	}
 	for _, name := range UnifiedSections {
 		s, ok := img.Lookup(name)
 		if !ok || s.VirtualSize == 0 {
 			if name == ".linux" {
-				return nil, errors.New("UKI has no .linux section (systemd-stub refuses to boot it)")
+				return errors.New("UKI has no .linux section (systemd-stub refuses to boot it)")
 			}
 			continue
 		}
@@ -280,18 +368,16 @@ func MeasuredSections(uki []byte) ([]Section, error) {
 			continue // not measured: it holds the signature over the measurements
 		}
 		if uint64(s.VirtualAddress)+uint64(s.VirtualSize) > uint64(img.SizeOfImage) {
-			return nil, fmt.Errorf("section %s (%#x+%#x) lies beyond SizeOfImage %#x; no loader loads this image", name, s.VirtualAddress, s.VirtualSize, img.SizeOfImage)
+			return fmt.Errorf("section %s (%#x+%#x) lies beyond SizeOfImage %#x; no loader loads this image", name, s.VirtualAddress, s.VirtualSize, img.SizeOfImage)
 		}
 		if err := checkAlone(img, s); err != nil {
-			return nil, err
+			return err
 		}
-		data, err := LoadedData(uki, s)
-		if err != nil {
-			return nil, err
+		if err := f(name, s); err != nil {
+			return err
 		}
-		out = append(out, Section{Name: name, Data: data})
 	}
-	return out, nil
+	return nil
 }
 
 // checkAlone refuses a measured section whose memory overlaps another

@@ -23,7 +23,7 @@ import (
 
 // synthStub is a minimal PE32+ EFI application (.text, .data), enough for
 // image.WriteUKI to append sections to; the real stub is realStub.
-func synthStub(t *testing.T) []byte {
+func synthStub(t testing.TB) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	w := func(v any) {
@@ -71,7 +71,7 @@ func fakeKernel(n int, soi uint32) []byte {
 
 // realStub is systemd's linuxx64.efi.stub as the default lock pins it
 // (stubtest.Real: from the store `peerboot fetch` fills, or PEERBOOT_STUB).
-func realStub(t *testing.T) []byte { return stubtest.Real(t, "../recipes/default.lock") }
+func realStub(t testing.TB) []byte { return stubtest.Real(t, "../recipes/default.lock") }
 
 func testKey(t *testing.T) *rsa.PrivateKey {
 	t.Helper()
@@ -82,7 +82,7 @@ func testKey(t *testing.T) *rsa.PrivateKey {
 	return k
 }
 
-func testUKI(t *testing.T, stub []byte, pcrpkey []byte) image.UKI {
+func testUKI(t testing.TB, stub []byte, pcrpkey []byte) image.UKI {
 	return image.UKI{
 		Stub:      stub,
 		Kernel:    fakeKernel(150001, 0x40000), // SizeOfImage well past the file: zero-filled when loaded
@@ -93,7 +93,7 @@ func testUKI(t *testing.T, stub []byte, pcrpkey []byte) image.UKI {
 	}
 }
 
-func writeUKI(t *testing.T, u image.UKI) []byte {
+func writeUKI(t testing.TB, u image.UKI) []byte {
 	t.Helper()
 	var b bytes.Buffer
 	if err := image.WriteUKI(&b, u); err != nil {
@@ -154,7 +154,7 @@ func TestPredictByHand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, stub := range map[string]func(*testing.T) []byte{"synthetic stub": synthStub, "systemd stub": realStub} {
+	for name, stub := range map[string]func(testing.TB) []byte{"synthetic stub": synthStub, "systemd stub": realStub} {
 		t.Run(name, func(t *testing.T) {
 			for _, withKey := range []bool{false, true} {
 				u := testUKI(t, stub(t), nil)
@@ -280,7 +280,7 @@ func TestSystemdMeasureCalculate(t *testing.T) {
 	tool := systemdMeasure(t)
 	key := testKey(t)
 	pkey, _ := measure.PublicKeyPEM(&key.PublicKey)
-	for name, stub := range map[string]func(*testing.T) []byte{"synthetic stub": synthStub, "systemd stub": realStub} {
+	for name, stub := range map[string]func(testing.TB) []byte{"synthetic stub": synthStub, "systemd stub": realStub} {
 		t.Run(name, func(t *testing.T) {
 			uki := writeUKI(t, testUKI(t, stub(t), pkey))
 			p, err := measure.Predict(uki)

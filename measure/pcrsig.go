@@ -193,6 +193,11 @@ type CheckResult struct {
 // sections; each of DefaultPhases must be signed. A UKI without .pcrsig gives
 // Signed false and no error. The error lists every problem found.
 func Check(uki []byte) (CheckResult, error) {
+	return CheckKnown(uki, nil)
+}
+
+// CheckKnown is Check predicting with known digests (PredictKnown).
+func CheckKnown(uki []byte, known Known) (CheckResult, error) {
 	img, err := ParsePE(uki)
 	if err != nil {
 		return CheckResult{}, err
@@ -224,7 +229,7 @@ func Check(uki []byte) (CheckResult, error) {
 	}
 	fp := KeyFingerprint(pub)
 	res.Fingerprint = hex.EncodeToString(fp[:])
-	if res.Prediction, err = Predict(uki); err != nil {
+	if res.Prediction, err = PredictKnown(uki, known); err != nil {
 		return res, err
 	}
 	want := map[string]string{} // policy hex -> phase

@@ -28,6 +28,9 @@ const (
 	// ArgSoak turns the boot into a burn-in: after the self-test, p2pcheck --soak for
 	// this long (a Go duration, e.g. 8h; docs/burn-in.md).
 	ArgSoak = "peerboot.soak"
+	// ArgEntry names the boot-menu entry that booted (BootEntries: "normal",
+	// "burnin"): a menu already chose, so the init asks nothing at the console.
+	ArgEntry = "peerboot.entry"
 	// ArgInitrdSHA256 is the sha256 of the initrd the boot script fetched from a
 	// mirror (serve --files-url): the init hashes InitrdSysfs against it.
 	ArgInitrdSHA256 = "peerboot.initrd_sha256"
@@ -52,17 +55,28 @@ type BootEntry struct {
 
 // BootEntries are the entries a boot menu offers: the normal boot (first, the
 // default) and, when burnIn > 0 (the recipe's selftest.soak.menu), a burn-in of
-// that length: "burn-in (8 h)", which adds peerboot.soak=.
+// that length: "burn-in (8 h)", which adds peerboot.soak=. With a burn-in, each
+// entry also names itself (ArgEntry), so the init knows the menu chose and does
+// not offer the burn-in again at the console; without one there is no menu.
 func BootEntries(burnIn time.Duration) []BootEntry {
-	out := []BootEntry{{Name: "normal", Title: "boot and self-test"}}
-	if burnIn > 0 {
-		out = append(out, BootEntry{Name: "burnin", Title: fmt.Sprintf("burn-in (%s): self-test, then soak", soakLabel(burnIn)), Args: Arg(ArgSoak, burnIn.String())})
+	if burnIn <= 0 {
+		return []BootEntry{{Name: "normal", Title: "boot and self-test"}}
 	}
-	return out
+	return []BootEntry{
+		{Name: "normal", Title: "boot and self-test", Args: Arg(ArgEntry, "normal")},
+		{Name: "burnin", Title: fmt.Sprintf("burn-in (%s): self-test, then soak", soakLabel(burnIn)), Args: Arg(ArgEntry, "burnin") + " " + Arg(ArgSoak, burnIn.String())},
+	}
 }
 
-// MenuTimeout is how long a boot menu waits before its first entry.
+// MenuTimeout is how long a boot menu waits before its first entry: the PXE
+// menu (IPXEMenu) and the init's console prompt on a stick or ISO boot, one wait
+// for the person at the box whichever way it booted.
 const MenuTimeout = 5 * time.Second
+
+// ConsoleBurnIn is the answer to the init's console prompt that chooses the
+// burn-in (typed, then Enter); anything else, or nothing within MenuTimeout, boots
+// normally.
+const ConsoleBurnIn = "b"
 
 // IPXEMenu is an iPXE menu of entries whose choice jumps to the label of the entry's
 // name; the first entry is the default after MenuTimeout. An iPXE built without the

@@ -13,7 +13,7 @@ import (
 // miss. A literal counts when it is the value, or key= for a kernel argument.
 func TestOneHome(t *testing.T) {
 	values := []string{
-		ArgReportURL, ArgToken, ArgNonce, ArgOnPass, ArgOnFail, ArgSoak,
+		ArgReportURL, ArgToken, ArgNonce, ArgOnPass, ArgOnFail, ArgSoak, ArgEntry,
 		RecipePath, InImage(RecipePath), P2PCheckPath, InImage(P2PCheckPath),
 		ReportsMount, InitRecord, ReportsLabel,
 	}
@@ -62,8 +62,8 @@ func TestBootEntries(t *testing.T) {
 		want   []BootEntry
 	}{
 		{0, []BootEntry{{"normal", "boot and self-test", ""}}},
-		{8 * time.Hour, []BootEntry{{"normal", "boot and self-test", ""}, {"burnin", "burn-in (8 h): self-test, then soak", "peerboot.soak=8h0m0s"}}},
-		{90 * time.Minute, []BootEntry{{"normal", "boot and self-test", ""}, {"burnin", "burn-in (1h30m0s): self-test, then soak", "peerboot.soak=1h30m0s"}}},
+		{8 * time.Hour, []BootEntry{{"normal", "boot and self-test", "peerboot.entry=normal"}, {"burnin", "burn-in (8 h): self-test, then soak", "peerboot.entry=burnin peerboot.soak=8h0m0s"}}},
+		{90 * time.Minute, []BootEntry{{"normal", "boot and self-test", "peerboot.entry=normal"}, {"burnin", "burn-in (1h30m0s): self-test, then soak", "peerboot.entry=burnin peerboot.soak=1h30m0s"}}},
 	} {
 		if got := BootEntries(tt.burnIn); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("BootEntries(%s) = %+v, want %+v", tt.burnIn, got, tt.want)

@@ -114,7 +114,7 @@ func TestIPXEScriptKnownSums(t *testing.T) {
 
 // With a burn-in length boot.ipxe is a menu: the normal boot first (the default, and
 // the first kernel line, which serve reads as the build's command line), then the
-// burn-in entry with peerboot.soak=.
+// burn-in entry with peerboot.soak=; each with peerboot.entry=.
 func TestIPXEScriptBurnInMenu(t *testing.T) {
 	p := PXE{Kernel: []byte("kernel bytes"), Initrd: []byte("initrd bytes"), Cmdline: "console=ttyS0", BurnIn: 8 * time.Hour}
 	got, err := IPXEScript(p)
@@ -140,7 +140,8 @@ func TestIPXEScriptBurnInMenu(t *testing.T) {
 			kernels = append(kernels, l)
 		}
 	}
-	if len(kernels) != 2 || kernels[0] != "kernel vmlinuz console=ttyS0" || kernels[1] != "kernel vmlinuz console=ttyS0 peerboot.soak=8h0m0s" {
-		t.Errorf("kernel lines %q: want the normal boot first, then the burn-in", kernels)
+	// Each entry names itself (peerboot.entry=), so the init does not ask again at the console.
+	if len(kernels) != 2 || kernels[0] != "kernel vmlinuz console=ttyS0 peerboot.entry=normal" || kernels[1] != "kernel vmlinuz console=ttyS0 peerboot.entry=burnin peerboot.soak=8h0m0s" {
+		t.Errorf("kernel lines %q: want the normal boot first, then the burn-in, each naming its entry", kernels)
 	}
 }

@@ -139,12 +139,20 @@ func isHex(s string) bool {
 }
 
 // kernelArgs returns the arguments of the first "kernel IMAGE ARGS..." line of an
-// iPXE script: the recipe's kernel command line for a PXE boot.
+// iPXE script: the recipe's kernel command line for a PXE boot. A menu entry's
+// own name (bootproto.ArgEntry) is the bundle menu's, not the build's: serve's
+// menu adds its entries' own.
 func kernelArgs(script []byte) string {
 	for _, line := range strings.Split(string(script), "\n") {
 		f := strings.Fields(line)
 		if len(f) >= 1 && (f[0] == "kernel" || f[0] == "chain") {
-			return strings.Join(f[min(2, len(f)):], " ")
+			var args []string
+			for _, w := range f[min(2, len(f)):] {
+				if !strings.HasPrefix(w, bootproto.ArgEntry+"=") {
+					args = append(args, w)
+				}
+			}
+			return strings.Join(args, " ")
 		}
 	}
 	return ""

@@ -10,7 +10,7 @@ import (
 // selftest.soak.menu) gives the build its burn-in length; the first kernel line
 // stays the build's command line.
 func TestBurnInFromBundle(t *testing.T) {
-	menu := []byte("#!ipxe\nmenu peerboot || goto normal\nitem normal boot || goto normal\n:normal\nkernel vmlinuz console=ttyS0\ninitrd initrd.img\nboot\n\n:burnin\nkernel vmlinuz console=ttyS0 peerboot.soak=8h0m0s\ninitrd initrd.img\nboot\n")
+	menu := []byte("#!ipxe\nmenu peerboot || goto normal\nitem normal boot || goto normal\n:normal\nkernel vmlinuz console=ttyS0 peerboot.entry=normal\ninitrd initrd.img\nboot\n\n:burnin\nkernel vmlinuz console=ttyS0 peerboot.entry=burnin peerboot.soak=8h0m0s\ninitrd initrd.img\nboot\n")
 	for _, tt := range []struct {
 		name   string
 		script []byte
@@ -25,7 +25,7 @@ func TestBurnInFromBundle(t *testing.T) {
 		}
 	}
 	if got := kernelArgs(menu); got != "console=ttyS0" {
-		t.Errorf("kernelArgs of a menu: %q, want the normal entry's", got)
+		t.Errorf("kernelArgs of a menu: %q, want the normal entry's without its peerboot.entry=", got)
 	}
 }
 
@@ -54,9 +54,10 @@ func TestBootScriptBurnInMenu(t *testing.T) {
 			kernels = append(kernels, l)
 		}
 	}
-	if len(kernels) != 2 || strings.Contains(kernels[0], "peerboot.soak=") || !strings.HasSuffix(kernels[1], " peerboot.soak=12h0m0s") ||
+	if len(kernels) != 2 || strings.Contains(kernels[0], "peerboot.soak=") || !strings.HasSuffix(kernels[0], " peerboot.entry=normal") ||
+		!strings.HasSuffix(kernels[1], " peerboot.entry=burnin peerboot.soak=12h0m0s") || strings.Count(kernels[1], "peerboot.entry=") != 1 ||
 		!strings.Contains(kernels[1], "peerboot.token=") || !strings.Contains(kernels[1], "peerboot.report_url=") {
-		t.Errorf("kernel lines %q: want the normal boot, then the same with peerboot.soak=12h0m0s", kernels)
+		t.Errorf("kernel lines %q: want the normal boot (peerboot.entry=normal), then the same with peerboot.entry=burnin peerboot.soak=12h0m0s", kernels)
 	}
 	// A build without one: no menu, one kernel line, as before.
 	if _, body := e.get(t, "/boot.ipxe?mac=52:54:00:00:00:02&host=gpu-b-07"); strings.Contains(body, "menu") || strings.Count(body, "\nkernel ") != 1 {

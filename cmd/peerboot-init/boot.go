@@ -49,6 +49,9 @@ type machine struct {
 	// post sends a report; token "": no Authorization header, attestation "": no
 	// Peerboot-Attestation header.
 	post func(url, token string, body []byte, attestation string) error
+	// askConsole shows prompt on every console and returns the first line typed on
+	// any within timeout ("" when none was); nil: the boot has no console to ask.
+	askConsole func(prompt string, timeout time.Duration) (string, error)
 	// tpmOpen opens the node's TPM (nil: the boot looks for none); askNonce asks
 	// the collector for an attestation nonce.
 	tpmOpen  func() (transport.TPMCloser, string, error)
@@ -86,7 +89,7 @@ type bootState struct {
 // boot is the appliance's whole life after the kernel hands over.
 func (m *machine) boot(st *bootState) {
 	st.start = m.now()
-	st.plan = planBoot(actShell, actShell, "", 0, nil)
+	st.plan = planBoot(actShell, actShell, "", 0, 0, nil)
 	st.record = selftest.InitRecord{Modules: []selftest.Module{}, Findings: []selftest.Finding{}, Durations: []selftest.Duration{}}
 
 	for _, err := range m.mountAll() {
@@ -108,14 +111,14 @@ func (m *machine) boot(st *bootState) {
 	rc, err := recipe.Load(m.path(recipePath))
 	if err != nil {
 		st.finding(selftest.SevFail, "recipe", fmt.Sprintf("cannot load %s: %v", recipePath, err), "the rootfs stage writes the resolved recipe there; rebuild the image")
-		st.plan = planBoot(actShell, actShell, "", 0, cmdline)
+		st.plan = planBoot(actShell, actShell, "", 0, 0, cmdline)
 	} else {
 		st.recipe = rc
 		modules, params, env = rc.Driver.Modules, rc.Driver.Params, rc.Env
 		if d := rc.Selftest.Deadlines.Total.Std(); d > 0 {
 			total = d
 		}
-		st.plan = planBoot(rc.Boot.OnPass, rc.Boot.OnFail, rc.Boot.ReportURL, rc.Selftest.Soak.Duration.Std(), cmdline)
+		st.plan = planBoot(rc.Boot.OnPass, rc.Boot.OnFail, rc.Boot.ReportURL, rc.Selftest.Soak.Duration.Std(), rc.Selftest.Soak.Menu.Std(), cmdline)
 		m.say("recipe %s (%s)", rc.Name, rc.Digest)
 	}
 	for _, w := range st.plan.warnings {
@@ -140,6 +143,8 @@ func (m *machine) boot(st *bootState) {
 		m.loadNICDrivers(st)
 	}
 	network := m.startNetwork(st)
+	// The prompt's wait overlaps the DHCP exchange begun just above.
+	m.chooseSoak(st)
 
 	t := m.now()
 	st.record.Modules = append(st.record.Modules, m.loadDriver(st, modules, params)...)
@@ -240,7 +245,7 @@ func (m *machine) selftest(st *bootState, env map[string]string, total time.Dura
 		// round's progress line goes to the console.
 		args = append(args, "--soak", st.plan.soak.String())
 		limit += st.plan.soak
-		m.say("burn-in: soaking for %s after the self-test (%s)", st.plan.soak, st.plan.soakFrom)
+		m.say("burn-in: soaking for %s after the self-test (%s)", st.plan.soak, st.plan.soakSource())
 	}
 	m.say("self-test: %s %s", p2pcheckPath, strings.Join(args, " "))
 	run := runP2PCheck(m.path(p2pcheckPath), args, checkEnv(env), limit, m.console)

@@ -42,6 +42,7 @@ func main() {
 			return netup.Real("/sys/class/net").BringUp(context.Background(), netup.DefaultLimits())
 		},
 		askNonce:      httpNonce,
+		askConsole:    askConsoles,
 		partitionWait: 3 * time.Second,
 	}
 	m.tpmOpen = realTPM(m)

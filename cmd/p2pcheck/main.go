@@ -129,6 +129,7 @@ func flagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fl.IntVar(&o.soak.rounds, "soak-rounds", 0, "with --soak: stop after this many rounds at the latest (0: only the duration bounds it; default: the recipe's selftest.soak.rounds)")
 	fl.Float64Var(&o.soak.driftPct, "soak-drift", 10, "with --soak: warn when a copy's bandwidth ends this many percent below its start (0: not checked; default: the recipe's selftest.soak.max_drift_pct, else 10)")
 	fl.Int64Var(&o.soak.aerMax, "soak-aer-correctable", 0, "with --soak: correctable PCIe AER errors a device may gain before soak.aer warns (default: the recipe's selftest.soak.max_aer_correctable, else 0: any gain warns)")
+	fl.StringVar(&o.soak.progress, "soak-progress", "", "with --soak: rewrite this file with the soak's progress (JSON: state, rounds, faults, bandwidth now against the start, GPU sensors, a downsampled series for a plot) after the first round, at most every 10 s, and at the end")
 	fl.IntVar(&o.soak.corruptRound, "soak-inject-corruption", 0, "test hook, with --soak: flip one copied word in this round (the soak must fail there, naming it)")
 	fl.StringVar(&o.phase, "phase", "", "internal: run one phase as a child process")
 	fl.BoolVar(&o.version, "version", false, "print p2pcheck's version (the report's tool field) and exit")
@@ -251,10 +252,13 @@ func check(o *options, stderr io.Writer) *selftest.Report {
 		case rc != nil && rc.Platform.GPUs == 0 && len(r.GPUs) == 0:
 			// A GPU-less recipe on a GPU-less box (a VM, the default image): nothing to
 			// burn in, and nothing wrong either.
-			r.Add(selftest.SevInfo, "soak.skipped", fmt.Sprintf("the %s soak was skipped: the recipe expects no GPUs (platform.gpus = 0) and the box has none", o.soak.duration),
-				"a burn-in needs GPUs: boot a platform recipe's image on the box to soak its cards")
+			msg := fmt.Sprintf("the %s soak was skipped: the recipe expects no GPUs (platform.gpus = 0) and the box has none", o.soak.duration)
+			r.Add(selftest.SevInfo, "soak.skipped", msg, "a burn-in needs GPUs: boot a platform recipe's image on the box to soak its cards")
+			newProgressWriter(o.soak.progress, stderr).notStarted(r, o.soak.duration, selftest.SoakSkipped, msg)
 		default:
-			r.Add(selftest.SevFail, "soak.start", "the soak did not start: the self-test's copy phase did not reach the GPUs", "the findings above say why; a burn-in needs the self-test to reach the GPUs first")
+			msg := "the soak did not start: the self-test's copy phase did not reach the GPUs"
+			r.Add(selftest.SevFail, "soak.start", msg, "the findings above say why; a burn-in needs the self-test to reach the GPUs first")
+			newProgressWriter(o.soak.progress, stderr).notStarted(r, o.soak.duration, selftest.SoakFailed, msg)
 		}
 	}
 	if o.corrupt != "" && r.CUDA.CuInit != nil && r.CUDA.CuInit.Code == selftest.CUDASuccess && !hasFinding(r, "test.injected") {

@@ -33,6 +33,7 @@ type soakOptions struct {
 	driftPct     float64 // a pair ending this many percent below its start warns
 	aerMax       int64   // correctable AER errors a device may gain before soak.aer warns
 	corruptRound int     // test hook: inject one flipped word in this round (0: none)
+	progress     string  // --soak-progress: the progress file ("" none)
 }
 
 // soakSettings are the soak's options: a flag given on the command line, else the
@@ -90,6 +91,7 @@ func soak(ctx context.Context, rc *recipe.Recipe, so soakOptions, r *selftest.Re
 	aer := newSoakAER(in.Root, r.GPUs)
 	ecc := newSoakECC(r.GPUs)
 	lastRound := time.Duration(0)
+	pw := newProgressWriter(so.progress, stderr)
 	// Ctrl-C on the console (SIGINT) or a SIGTERM ends the soak after the round in
 	// flight, and the report of every round so far is written as for any other end.
 	// (The phase children are in process groups of their own: the terminal's SIGINT
@@ -104,6 +106,7 @@ func soak(ctx context.Context, rc *recipe.Recipe, so soakOptions, r *selftest.Re
 		judgeAER(r, aer, so.aerMax)
 		judgeECC(r, ecc)
 		soakFloors(r, s, rc, in.CopyBytes)
+		pw.end(r, s, tr)
 	}()
 	for round := 1; ; round++ {
 		switch {
@@ -166,6 +169,8 @@ func soak(ctx context.Context, rc *recipe.Recipe, so soakOptions, r *selftest.Re
 			rd.Error = hard
 		}
 		s.AddRound(rd)
+		s.ElapsedMS = time.Since(start).Milliseconds()
+		pw.round(r, s, tr, &rd)
 		fmt.Fprintf(stderr, "p2pcheck: soak round %d at %s: %s\n", round, time.Duration(rd.AtMS)*time.Millisecond, roundLine(&rd))
 		if intr.Err() != nil && hard == "" {
 			fmt.Fprintf(stderr, "p2pcheck: interrupted: soak ends after round %d; writing the report\n", round)

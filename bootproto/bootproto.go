@@ -39,6 +39,34 @@ const (
 	RetainInitrd = "retain_initrd"
 )
 
+// ArgSoakProgress is how often the init POSTs a burn-in's progress to serve (a Go
+// duration; default DefaultSoakProgressEvery). Tests boot with a short one.
+const ArgSoakProgress = "peerboot.soak_progress"
+
+// DefaultSoakProgressEvery is the init's progress interval without ArgSoakProgress:
+// a rack of nodes posting every few minutes is nothing for serve, and a person
+// watching the fleet page sees a stalled burn-in within minutes.
+const DefaultSoakProgressEvery = 3 * time.Minute
+
+// ProgressPath is serve's burn-in progress endpoint beside ReportsPath: the init
+// turns its report URL into the progress URL with ProgressURL.
+const (
+	ReportsPath  = "/reports"
+	ProgressPath = "/progress"
+)
+
+// ProgressURL is the progress endpoint beside a report URL: the path's last element
+// (…/reports) becomes progress, the query (?node=) stays. A URL that does not end in
+// /reports gets /progress added to its path.
+func ProgressURL(reportURL string) string {
+	base, query, _ := strings.Cut(reportURL, "?")
+	base = strings.TrimSuffix(strings.TrimSuffix(base, "/"), ReportsPath) + ProgressPath
+	if query != "" {
+		return base + "?" + query
+	}
+	return base
+}
+
 // InitrdSysfs is where the kernel shows the initrd it was handed, under RetainInitrd.
 const InitrdSysfs = "/sys/firmware/initrd"
 
@@ -118,6 +146,9 @@ const (
 	ReportsMount = "/run/peerboot/reports"
 	// InitRecord is the init's record for p2pcheck (modules loaded, findings).
 	InitRecord = "/run/peerboot/init.json"
+	// SoakProgressFile is where p2pcheck --soak-progress writes a burn-in's progress
+	// for the init to POST.
+	SoakProgressFile = "/run/peerboot/soak-progress.json"
 )
 
 // InImage is p (one of the paths above) relative to the image's root, as the

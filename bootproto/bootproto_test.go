@@ -15,7 +15,7 @@ func TestOneHome(t *testing.T) {
 	values := []string{
 		ArgReportURL, ArgToken, ArgNonce, ArgOnPass, ArgOnFail, ArgSoak, ArgEntry,
 		RecipePath, InImage(RecipePath), P2PCheckPath, InImage(P2PCheckPath),
-		ReportsMount, InitRecord, ReportsLabel,
+		ReportsMount, InitRecord, ReportsLabel, ArgSoakProgress, SoakProgressFile, ProgressPath,
 	}
 	// Literals that happen to equal a value but mean something else.
 	elsewhere := map[string][]string{
@@ -67,6 +67,19 @@ func TestBootEntries(t *testing.T) {
 	} {
 		if got := BootEntries(tt.burnIn); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("BootEntries(%s) = %+v, want %+v", tt.burnIn, got, tt.want)
+		}
+	}
+}
+
+func TestProgressURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://10.0.0.1:8080/reports?node=52:54:00:12:34:56": "http://10.0.0.1:8080/progress?node=52:54:00:12:34:56",
+		"http://serve/fleet/reports/":                         "http://serve/fleet/progress",
+		"http://serve/collect":                                "http://serve/collect/progress",
+		"https://serve/reports":                               "https://serve/progress",
+	} {
+		if got := ProgressURL(in); got != want {
+			t.Errorf("ProgressURL(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

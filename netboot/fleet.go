@@ -82,6 +82,10 @@ type NodeView struct {
 	// after their quotes verified (enroll.go), for the operator to decide.
 	AKName      string               `json:"ak_name,omitempty"`
 	AKConflicts []fleetdb.AKConflict `json:"ak_conflicts,omitempty"`
+	// BurnIn is the latest burn-in progress when it is newer than the latest report
+	// (progress.go); Soak the node page's plot, from it or the report's soak.
+	BurnIn *BurnIn   `json:"burn_in,omitempty"`
+	Soak   *SoakView `json:"soak,omitempty"`
 }
 
 // ReportSummary is a report without its body.
@@ -193,9 +197,16 @@ func (s *Server) fleet(r *http.Request) (*fleetData, error) {
 	if err != nil {
 		return nil, err
 	}
+	progress, err := s.opt.Store.Progresses(r.Context())
+	if err != nil {
+		return nil, err
+	}
 	for i := range nodes {
 		v := s.nodeView(&nodes[i])
 		v.Refused = refused[v.ID]
+		if p, ok := progress[v.ID]; ok && newer(p, v.Latest) {
+			v.BurnIn = burnInView(p)
+		}
 		switch {
 		case v.Latest == nil:
 			d.NoReport++
@@ -261,6 +272,9 @@ func (s *Server) node(r *http.Request) (*NodeView, int, error) {
 		if err := s.attachNode(r.Context(), &v); err != nil {
 			return nil, http.StatusInternalServerError, err
 		}
+		if err := s.attachBurnIn(r.Context(), &v, true); err != nil {
+			return nil, http.StatusInternalServerError, err
+		}
 		return &v, 0, nil
 	}
 	at := 0
@@ -293,6 +307,10 @@ func (s *Server) node(r *http.Request) (*NodeView, int, error) {
 		}
 	}
 	if err := s.attachNode(r.Context(), &v); err != nil {
+		return nil, http.StatusInternalServerError, err
+	}
+	// The progress is the node's now: beside its latest report, not an older one.
+	if err := s.attachBurnIn(r.Context(), &v, at == 0); err != nil {
 		return nil, http.StatusInternalServerError, err
 	}
 	return &v, 0, nil

@@ -9,6 +9,7 @@
 //	GET  /uefi/boot.efi, /uefi/{recipe}.efi   the UKI, for UEFI HTTP boot
 //	POST /reports?node=                       a self-test report (Authorization: Bearer TOKEN; Peerboot-Attestation: evidence)
 //	POST /attest/nonce?node=                  a one-time nonce for an attested report (the report token)
+//	POST /progress?node=                      a burn-in's progress while it runs (the report token; progress.go)
 //	GET  /, /nodes/{node}                     the fleet pages
 //	GET  /api/nodes, /api/nodes/{node}, /api/reports/{id}, /api/builds   the same as JSON
 //	GET  /api/rollouts, /api/rollouts/{recipe}                          the rollouts as JSON
@@ -39,6 +40,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/netboot/attestation"
 	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/netboot/vote"
@@ -107,6 +109,9 @@ type Server struct {
 	secret []byte
 	limit  *limiter // per node
 	source *limiter // per client address
+	// progressLimit is the per-node rate of burn-in progress (progress.go), apart
+	// from the reports' so that progress never delays a report.
+	progressLimit *limiter
 	// issued remembers the recipe of every build a token was made for in this process,
 	// so a node that booted a build since replaced still reports under its recipe.
 	mu     sync.Mutex
@@ -196,6 +201,7 @@ func New(ctx context.Context, opt Options) (*Server, error) {
 		mirror: &mirrorChecks{client: &http.Client{Timeout: 10 * time.Minute}, ok: map[string]bool{}, failed: map[string]time.Time{}}}
 	s.limit = newLimiter(opt.RateEvery, opt.RateBurst, opt.Now)
 	s.source = newLimiter(opt.SourceRateEvery, opt.SourceBurst, opt.Now)
+	s.progressLimit = newLimiter(opt.RateEvery, opt.RateBurst, opt.Now)
 	s.secret = opt.Secret
 	if s.secret == nil {
 		sec, err := opt.Store.Secret(ctx, func() ([]byte, error) {
@@ -243,6 +249,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /iso/{name}", s.iso)
 	m.HandleFunc("POST /reports", s.postReport)
 	m.HandleFunc("POST /attest/nonce", s.postNonce)
+	m.HandleFunc("POST "+bootproto.ProgressPath, s.postProgress)
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	m.Handle("GET /{$}", s.pages(s.fleetPage))
 	m.Handle("GET /nodes/{node}", s.pages(s.nodePage))

@@ -37,6 +37,7 @@ type Store interface {
 	EnrollStore
 	VoteStore
 	RolloutStore
+	ProgressStore
 	Close() error
 }
 

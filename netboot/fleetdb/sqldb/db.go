@@ -100,6 +100,8 @@ UPDATE reports SET size = (SELECT length(b.body) FROM report_bodies b WHERE b.re
 	attestMigration,
 	// 6: votes, predictions, spent-only nonces, AK enrollment and conflicts (trust.go).
 	trustMigration,
+	// 7: each node's latest burn-in progress (progress.go).
+	progressMigration,
 }
 
 // DB is the report database: SQLite or PostgreSQL, one schema and one set of
@@ -780,7 +782,7 @@ func pruneUnreported(ctx context.Context, tx *sql.Tx, d dialect, unreported stri
 		// What attestation kept of a node goes with it (issue 28: orphans), but
 		// its AK: recording one was an operator's decision (an enrollment window or
 		// a pin), which retention does not undo.
-		for _, table := range []string{"attest_nonces", "attest_refusals", "ak_conflicts"} {
+		for _, table := range []string{"attest_nonces", "attest_refusals", "ak_conflicts", "soak_progress"} {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE node_id IN `+in+` AND NOT EXISTS (SELECT 1 FROM nodes n WHERE n.id = `+table+`.node_id)`, chunk...); err != nil {
 				return err
 			}

@@ -1,0 +1,170 @@
+package netboot
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/peerboot/peerboot/selftest"
+)
+
+// soakSeries is n 30-second rounds of a 4-GPU soak cycling four sizes, every GPU at
+// 60 °C rising to 80, GPU0->GPU1 at half its rate from round slowFrom (0: never) and
+// a corrupted GPU2->GPU3 copy in round bad (0: none).
+func soakSeries(n, slowFrom, bad int) []selftest.SoakRound {
+	const full = 256 << 20
+	sizes := []int64{full, full / 4, full / 16, full/2 + 592}
+	var out []selftest.SoakRound
+	for r := 1; r <= n; r++ {
+		rd := selftest.SoakRound{Round: r, AtMS: int64(r-1) * 30000, Bytes: sizes[(r-1)%4], Seed: uint32(r)*0x01000193 | 1, Events: []selftest.KEvent{}}
+		for s := 0; s < 4; s++ {
+			for d := 0; d < 4; d++ {
+				g := 25.0 - float64((s+d)%3)
+				if s == d {
+					g = 900
+				}
+				if s == 0 && d == 1 && slowFrom > 0 && r >= slowFrom {
+					g /= 2
+				}
+				c := selftest.SoakCopy{Src: s, Dst: d, Method: selftest.MethodCE, Direction: selftest.DirWrite, GBps: g, Verified: true}
+				if r == bad && s == 2 && d == 3 {
+					c.Verified, c.Mismatch = false, &selftest.Mismatch{Offset: 4096, Got: 1, Want: 2, Words: 1}
+				}
+				rd.Copies = append(rd.Copies, c)
+			}
+		}
+		for g := 0; g < 4; g++ {
+			t := 60 + 20*r/n + g
+			rd.GPUs = append(rd.GPUs, selftest.SoakGPU{GPU: g, LinkGen: 4, LinkWidth: 16, ReplayCounter: 0, TemperatureC: &t})
+		}
+		out = append(out, rd)
+	}
+	return out
+}
+
+// progressBody is a progress document as p2pcheck writes it, n rounds into a 12 h soak.
+func progressBody(t testing.TB, state string, n, bad int) []byte {
+	t.Helper()
+	series := soakSeries(n, 0, bad)
+	p := &selftest.SoakProgress{Schema: selftest.SoakProgressSchema, State: state, RequestedMS: 12 * 3600000, ElapsedMS: int64(n) * 30000, Rounds: n,
+		Pairs: []selftest.SoakPairNow{{Src: 0, Dst: 1, Bytes: 256 << 20, StartGBps: 24, NowGBps: 23.5}}, GPUs: series[n-1].GPUs,
+		Plot: selftest.NewSoakPlot(series, 1, selftest.SoakMaxPoints)}
+	if bad > 0 {
+		at := time.Duration(bad-1) * 30 * time.Second
+		p.FaultyRounds, p.FirstFault = 1, fmt.Sprintf("round %d at T+%d:%02d:%02d: GPU2->GPU3 ce write of 256 MiB: word at byte 4096 was 0x00000001, want 0x00000002 (1 words wrong)",
+			bad, int(at.Hours()), int(at.Minutes())%60, int(at.Seconds())%60)
+	}
+	b, err := selftest.EncodeSoakProgress(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// soakReport is a finished burn-in's report: the demo's 4-GPU boot with a soak.
+func soakReport(t testing.TB, rounds int) []byte {
+	t.Helper()
+	r := DemoReport(Epyc4GPU, 7, false)
+	r.Recipe.Name = "default"
+	r.Soak = &selftest.Soak{RequestedMS: int64(rounds) * 30000, ElapsedMS: int64(rounds) * 30000, Rounds: rounds, Stopped: "duration", Stride: 1, Pairs: []selftest.SoakPair{}}
+	for _, rd := range soakSeries(rounds, rounds/2, 0) {
+		r.Soak.AddRound(rd)
+	}
+	b, err := selftest.Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestPostProgress(t *testing.T) {
+	e := newEnv(t, Options{RateEvery: 1, RateBurst: 1000})
+	const node = "52:54:00:00:00:31"
+	id := e.build(t, "default").ID
+	tok := e.srv.Token(id, node)
+	path := "/progress?node=" + node
+	for _, tc := range []struct {
+		name, path, token, body string
+		status                  int
+		want                    string
+	}{
+		{"no token", path, "", string(progressBody(t, "running", 120, 0)), 401, "no token"},
+		{"another node's token", path, e.srv.Token(id, "52:54:00:00:00:32"), string(progressBody(t, "running", 120, 0)), 403, "not one this server issued to node 52:54:00:00:00:31"},
+		{"not JSON", path, tok, "{", 400, "not JSON"},
+		{"not a progress", path, tok, `{"schema":2,"state":"running"}`, 422, "schema: 2, want 1"},
+		{"too big", path, tok, `{"message":"` + strings.Repeat("x", selftest.MaxSoakProgressBytes) + `"}`, 413, "the limit is 262144"},
+		{"a report is no progress", path, tok, `{"schema":2,"verdict":"pass"}`, 422, "invalid soak progress"},
+		{"running", path, tok, string(progressBody(t, "running", 120, 0)), 200, `"state": "running"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, body := e.post(t, tc.path, tc.token, []byte(tc.body))
+			if resp.StatusCode != tc.status || !strings.Contains(body, tc.want) {
+				t.Errorf("POST %s: %d %q, want %d and %q", tc.path, resp.StatusCode, body, tc.status, tc.want)
+			}
+		})
+	}
+	// The fleet page says how far the burn-in is, and that it is clean.
+	_, page := e.get(t, "/")
+	want := `<div class="burnin clean" data-state="running" data-rounds="120"`
+	if !strings.Contains(page, want) || !strings.Contains(page, "burning in · 1 h 00 of 12 h 00 · 120 rounds · clean") {
+		t.Errorf("fleet page lacks %q and its text:\n%s", want, page)
+	}
+	// Later, a faulty round: the line names it.
+	if resp, body := e.post(t, path, tok, progressBody(t, "running", 240, 201)); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	_, page = e.get(t, "/")
+	if !strings.Contains(page, `<div class="burnin faulty" data-state="running" data-rounds="240"`) || !strings.Contains(page, "burning in · 2 h 00 of 12 h 00 · 240 rounds · round 201 at T&#43;1:40:00: GPU2-&gt;GPU3 ce write") {
+		t.Errorf("fleet page does not name the fault:\n%s", page)
+	}
+	var nodes []NodeView
+	_, js := e.get(t, "/api/nodes")
+	if err := json.Unmarshal([]byte(js), &nodes); err != nil || len(nodes) != 1 || nodes[0].BurnIn == nil || nodes[0].BurnIn.Faulty != 1 || nodes[0].BurnIn.Clean {
+		t.Fatalf("/api/nodes: %v %s", err, js)
+	}
+	// The node page draws the progress' plot.
+	_, page = e.get(t, "/nodes/"+node)
+	for _, want := range []string{`<h2 id="burn-in-now">`, `<div id="soak-plot" data-from="progress" data-points="`, `<svg class="soak-plot" data-kind="bandwidth"`,
+		`<svg class="soak-plot" data-kind="temperature"`, `<polyline class="pair" data-pair="0-&gt;1"`, `<line class="fault" data-round="201"`, `<tr class="soak-pair" data-pair="0->1">`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("node page lacks %q", want)
+		}
+	}
+	// The final report arrives after it: the fleet shows the report, the node page
+	// the report's soak.
+	resp, body := e.post(t, "/reports?node="+node, tok, soakReport(t, 60))
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("the final report: %d %s", resp.StatusCode, body)
+	}
+	_, page = e.get(t, "/")
+	if strings.Contains(page, `class="burnin`) {
+		t.Error("the fleet page still shows the burn-in after its report")
+	}
+	_, page = e.get(t, "/nodes/"+node)
+	if strings.Contains(page, `id="burn-in-now"`) || !strings.Contains(page, `<div id="soak-plot" data-from="report" data-points="60">`) || strings.Count(page, `<polyline class="pair"`) != 12 {
+		t.Errorf("node page after the report: want the report's plot (60 points, 12 pairs), not the progress")
+	}
+}
+
+// TestPostProgressRate: progress has its own per-node budget, so a node posting
+// progress still gets its report in.
+func TestPostProgressRate(t *testing.T) {
+	e := newEnv(t, Options{RateBurst: 2})
+	const node = "52:54:00:00:00:41"
+	tok := e.srv.Token(e.build(t, "default").ID, node)
+	body := progressBody(t, "running", 10, 0)
+	var codes []int
+	for i := 0; i < 3; i++ {
+		resp, _ := e.post(t, "/progress?node="+node, tok, body)
+		codes = append(codes, resp.StatusCode)
+	}
+	if fmt.Sprint(codes) != "[200 200 429]" {
+		t.Errorf("three progress POSTs in a burst of 2: %v, want [200 200 429]", codes)
+	}
+	if resp, b := e.post(t, "/reports?node="+node, tok, soakReport(t, 8)); resp.StatusCode != http.StatusCreated {
+		t.Errorf("the report after them: %d %s", resp.StatusCode, b)
+	}
+}

@@ -247,8 +247,13 @@ func (m *machine) selftest(st *bootState, env map[string]string, total time.Dura
 		limit += st.plan.soak
 		m.say("burn-in: soaking for %s after the self-test (%s)", st.plan.soak, st.plan.soakSource())
 	}
+	console, stopProgress := m.console, func() {}
+	if st.plan.soak > 0 && st.plan.reportURL != "" {
+		args, console, stopProgress = m.soakProgress(st, args)
+	}
 	m.say("self-test: %s %s", p2pcheckPath, strings.Join(args, " "))
-	run := runP2PCheck(m.path(p2pcheckPath), args, checkEnv(env), limit, m.console)
+	run := runP2PCheck(m.path(p2pcheckPath), args, checkEnv(env), limit, console)
+	stopProgress()
 	return reportFrom(run, m.baseReport(st), limit)
 }
 

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/peerboot/peerboot/bootproto"
+	"github.com/peerboot/peerboot/selftest"
+)
+
+// While p2pcheck soaks (a burn-in), its progress file (bootproto.SoakProgressFile,
+// written by p2pcheck --soak-progress) is POSTed to serve's progress endpoint beside
+// the report URL, every bootproto.DefaultSoakProgressEvery or peerboot.soak_progress=,
+// with the report's token (docs/burn-in.md). Nothing here can stop the soak: a POST
+// that fails is said on the console and tried again at the next interval, and the
+// final report is written to the stick and POSTed as on every boot.
+
+// progressEvery is the interval peerboot.soak_progress= asks for, else the default;
+// a value that is no positive duration is ignored with a console line.
+func progressEvery(cmdline map[string]string) (time.Duration, string) {
+	v, ok := cmdline[bootproto.ArgSoakProgress]
+	if !ok {
+		return bootproto.DefaultSoakProgressEvery, ""
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return bootproto.DefaultSoakProgressEvery, fmt.Sprintf("%s=%s ignored: want a duration such as 30s or 5m; progress goes every %s", bootproto.ArgSoakProgress, v, bootproto.DefaultSoakProgressEvery)
+	}
+	return d, ""
+}
+
+// lockedWriter serialises writes to the console: p2pcheck's stderr and the progress
+// poster write to it from different goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// progressPoster sends the progress file when it changed since the last POST.
+type progressPoster struct {
+	post    func(url, token string, body []byte, attestation string) error
+	url     string
+	token   string
+	file    string
+	console io.Writer
+	last    []byte // the body last POSTed
+	posted  int
+}
+
+func (p *progressPoster) say(format string, args ...any) {
+	fmt.Fprintf(p.console, "peerboot: "+format+"\n", args...)
+}
+
+// once POSTs the file if it holds a progress document other than the last one sent.
+func (p *progressPoster) once() {
+	body, err := readProgress(p.file)
+	if err != nil {
+		if !os.IsNotExist(err) {
+			p.say("burn-in progress: %v", err)
+		}
+		return
+	}
+	if bytes.Equal(body, p.last) {
+		return
+	}
+	if err := p.post(p.url, p.token, body, ""); err != nil {
+		p.say("burn-in progress POST to %s failed: %v; the soak goes on", p.url, err)
+		return
+	}
+	p.last = body
+	p.posted++
+	if prog, err := selftest.DecodeSoakProgress(body); err == nil {
+		p.say("burn-in progress POSTed to %s: %s, %d rounds, %d faulty", p.url, prog.State, prog.Rounds, prog.FaultyRounds)
+	}
+}
+
+// readProgress reads the progress file, bounded, and checks it with serve's parser:
+// a torn or foreign file is not sent.
+func readProgress(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	body, err := io.ReadAll(io.LimitReader(f, selftest.MaxSoakProgressBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := selftest.DecodeSoakProgress(body); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return body, nil
+}
+
+// watch POSTs the file every interval until stop is called; stop then POSTs its
+// final state (the soak's end, or why it was skipped) and returns how many went out.
+func (p *progressPoster) watch(every time.Duration) (stop func() int) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				p.once()
+			}
+		}
+	}()
+	return func() int {
+		close(done)
+		<-finished
+		p.once()
+		return p.posted
+	}
+}
+
+// soakProgress asks p2pcheck for its progress file and starts POSTing it: the
+// arguments to run p2pcheck with, the console it and the poster share, and the
+// function that ends the posting after p2pcheck (with one last POST).
+func (m *machine) soakProgress(st *bootState, args []string) ([]string, io.Writer, func()) {
+	every, warn := progressEvery(parseCmdline(st.kernel.Cmdline))
+	if warn != "" {
+		m.say("%s", warn)
+	}
+	file := m.path(bootproto.SoakProgressFile)
+	os.Remove(file) // a file of an earlier run (a test's root) is no progress of this one
+	console := &lockedWriter{w: m.console}
+	p := &progressPoster{post: m.post, url: bootproto.ProgressURL(st.plan.reportURL), token: st.plan.reportToken, file: file, console: console}
+	m.say("burn-in: progress goes to %s every %s", p.url, every)
+	stop := p.watch(every)
+	return append(args, "--soak-progress", file), console, func() {
+		if n := stop(); n == 0 {
+			m.say("burn-in: no progress was POSTed (p2pcheck wrote none, or the POSTs failed)")
+		}
+	}
+}

@@ -1,0 +1,71 @@
+package verdict
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/peerboot/peerboot/selftest"
+)
+
+// The NCCL rules' inputs that the catalogue's rows leave at their healthy
+// values: the bus bandwidth taken from the largest size when busbw_at_max is
+// not set, a run with no sizes, the env NCCL ran with when the report does
+// not record it (the recipe's), and the busbw hint when every channel is P2P.
+func TestNCCLJudge(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		set       func(r *selftest.Report, e *Expect)
+		id        string // "": no warn or fail finding at all
+		msg, hint string
+		ev        string
+		also      string // another warn or fail finding the fault makes
+	}{
+		{"busbw low, all channels P2P", func(r *selftest.Report, e *Expect) { r.NCCL.BusBWAtMax = 3.2 },
+			"nccl.busbw", "3.2 GB/s at 1GiB", "a slow pair drags the whole ring", "", ""},
+		{"busbw low, one pair over SHM", func(r *selftest.Report, e *Expect) {
+			r.NCCL.BusBWAtMax = 3.2
+			setVia(r, 0, 1, "SHM/direct/direct")
+		}, "nccl.busbw", "3.2 GB/s", "NCCL is not using P2P on every channel", "", "nccl.transport"},
+		{"no busbw_at_max: the largest size's busbw", func(r *selftest.Report, e *Expect) {
+			r.NCCL.BusBWAtMax = 0
+			r.NCCL.Sizes[len(r.NCCL.Sizes)-1].BusBW = 3.2
+		}, "nccl.busbw", "all-reduce bus bandwidth 3.2 GB/s at 1GiB, below selftest.min_busbw_gbps = 12.0", "", "busbw_at_max=3.20 bytes=1073741824", ""},
+		{"no sizes, an error", func(r *selftest.Report, e *Expect) {
+			r.NCCL.Sizes, r.NCCL.BusBWAtMax = []selftest.NCCLSize{}, 0
+			r.NCCL.Error = "ncclCommInitAll: unhandled system error (2)"
+		}, "nccl.error", "NCCL all-reduce failed: ncclCommInitAll", "", "", ""},
+		{"the report records no env: the recipe's NCCL_P2P_LEVEL", func(r *selftest.Report, e *Expect) {
+			r.NCCL.Env = nil
+			setVia(r, 1, 2, "SHM/direct/direct")
+		}, "nccl.transport", "GPU1 (0000:02:00.0)-GPU2 (0000:41:00.0): NCCL connected", "NCCL takes P2P only where NVML reports P2P OK", "NCCL_P2P_LEVEL=SYS", ""},
+		{"no env recorded, none in the recipe", func(r *selftest.Report, e *Expect) {
+			r.NCCL.Env = nil
+			delete(e.Env, "NCCL_P2P_LEVEL")
+			setVia(r, 1, 2, "SHM/direct/direct")
+		}, "nccl.transport", "via SHM/direct/direct", "beyond NCCL's default level PXB", "topology NODE", ""},
+	} {
+		r := healthyReport(4)
+		e := FromRecipe(healthyRecipe(4))
+		c.set(r, e)
+		Judge(r, e)
+		var hit *selftest.Finding
+		for k := range r.Findings {
+			f := &r.Findings[k]
+			if f.Status == selftest.SevInfo || f.ID == c.also {
+				continue
+			}
+			if f.ID != c.id || hit != nil {
+				t.Errorf("%s: %s %s: %s", c.name, f.Status, f.ID, f.Message)
+				continue
+			}
+			hit = f
+		}
+		if hit == nil {
+			t.Errorf("%s: no %s finding:\n%s", c.name, c.id, dump(r.Findings))
+			continue
+		}
+		if !strings.Contains(hit.Message, c.msg) || !strings.Contains(hit.Hint, c.hint) || !strings.Contains(hit.Evidence, c.ev) {
+			t.Errorf("%s: %s: message %q, hint %q, evidence %q; want %q, %q, %q", c.name, c.id, hit.Message, hit.Hint, hit.Evidence, c.msg, c.hint, c.ev)
+		}
+	}
+}

@@ -498,8 +498,8 @@ func TestLocalCopyNotJudgedAsPeer(t *testing.T) {
 }
 
 // Each bound is inclusive on the good side, as its rule says: a copy exactly
-// 5% over its link, exactly at the recipe's minimum rate, a write exactly at
-// max_latency_us, passes; one step past it does not.
+// 5% over its link, exactly at the recipe's minimum rate, an all-reduce exactly at
+// min_busbw_gbps, a write exactly at max_latency_us, passes; one step past it does not.
 func TestBoundaries(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -520,6 +520,12 @@ func TestBoundaries(t *testing.T) {
 				c.GBps = math.Nextafter(c.GBps, 0)
 			}
 		}, "copy.bandwidth"},
+		{"busbw", func(r *selftest.Report, e *Expect, past bool) {
+			r.NCCL.BusBWAtMax = e.MinBusBWGBps
+			if past {
+				r.NCCL.BusBWAtMax = math.Nextafter(e.MinBusBWGBps, 0)
+			}
+		}, "nccl.busbw"},
 		{"latency", func(r *selftest.Report, e *Expect, past bool) {
 			withLatencies(r)
 			boundLatency(e, 2)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/netboot/fleetdb"
+	"github.com/peerboot/peerboot/netboot/optoken"
 	"github.com/peerboot/peerboot/rollout"
 )
 
@@ -241,7 +242,7 @@ func (f *rolloutFlags) call(cmd *cobra.Command, method, path string, body any, o
 		if file == "" {
 			file = defaultOperatorToken("out")
 		}
-		tok, err := readOperatorToken(file)
+		tok, err := optoken.Read(file)
 		if err != nil {
 			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%w: writes need the file peerboot serve created (--operator-token FILE)", err))
 		}

@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -19,7 +17,6 @@ import (
 	"github.com/peerboot/peerboot/netboot"
 	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/netboot/fleetdb/sqldb"
-	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/recipe"
 )
 
@@ -108,13 +105,13 @@ is built it serves the fleet pages alone: a build named "demo" with no boot file
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.out, "out", "out", "output root whose builds are served when no OUTDIR is given")
-	fl.StringVar(&f.listen, "listen", ":8080", "address to listen on")
+	def := netboot.DefaultServeConfig()
+	fl.StringVar(&f.out, "out", def.Out, "output root whose builds are served when no OUTDIR is given")
+	fl.StringVar(&f.listen, "listen", def.Listen, "address to listen on")
 	fl.StringVar(&f.publicURL, "public-url", "", "URL nodes reach this server at (default: the Host they asked for)")
 	fl.StringVar(&f.inventory, "inventory", "", "TOML inventory: MAC or hostname glob -> recipe and kernel arguments")
 	fl.StringVar(&f.recipe, "recipe", "", "recipe every node boots without an inventory (default: the only build, or \"default\")")
 	fl.StringVar(&f.db, "db", "", "report database: an SQLite file (default OUT/reports.db) or a PostgreSQL DSN")
-	def := netboot.DefaultOptions()
 	fl.StringVar(&f.maxReport, "max-report", recipe.Size(def.MaxReportBytes).String(), "largest report accepted")
 	fl.DurationVar(&f.rate, "rate", def.RateEvery, "reports per node: one per this, after --burst")
 	fl.IntVar(&f.burst, "burst", def.RateBurst, "reports a node may send at once")
@@ -126,8 +123,8 @@ is built it serves the fleet pages alone: a build named "demo" with no boot file
 	fl.IntVar(&f.maxConns, "max-conns", def.Limits.MaxConns, "open HTTP connections at most; more wait in the listen backlog")
 	fl.DurationVar(&f.bodyTimeout, "body-timeout", def.Limits.BodyTimeout, "a request body must arrive whole within this")
 	fl.DurationVar(&f.writeIdle, "write-timeout", def.Limits.WriteIdle, "a response that makes no progress for this long (a client that stops reading) is cut off")
-	fl.IntVar(&f.tftpMax, "tftp-max", netboot.DefaultTFTPTransfers, "TFTP transfers at once; more requests are dropped")
-	fl.IntVar(&f.tftpPerSource, "tftp-per-source", netboot.DefaultTFTPPerSource, "TFTP transfers at once per client address")
+	fl.IntVar(&f.tftpMax, "tftp-max", def.TFTPMax, "TFTP transfers at once; more requests are dropped")
+	fl.IntVar(&f.tftpPerSource, "tftp-per-source", def.TFTPPerSource, "TFTP transfers at once per client address")
 	fl.StringArrayVar(&f.reportTokens, "report-token", nil, "extra report token accepted for any build (UKI and disk boots); repeatable")
 	fl.StringVar(&f.auth, "auth", "", "USER:PASSWORD for the pages (default $PEERBOOT_SERVE_AUTH)")
 	fl.StringVar(&f.pageToken, "page-token", "", "bearer token for the pages and the JSON API")
@@ -144,60 +141,30 @@ is built it serves the fleet pages alone: a build named "demo" with no boot file
 }
 
 func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr io.Writer) error {
-	usage := func(err error) error { return exitcode.Tag(exitcode.Usage, err) }
+	cfg, err := f.config(args, stdout, stderr)
+	if err != nil {
+		return exitcode.Tag(exitcode.Usage, err)
+	}
+	return netboot.Run(ctx, cfg)
+}
+
+// config checks the flags and turns them into serve's configuration.
+func (f *serveFlags) config(args []string, stdout, stderr io.Writer) (netboot.ServeConfig, error) {
+	cfg := netboot.DefaultServeConfig()
 	// A malformed address is the command line's fault (2); one that cannot be
 	// bound, in use or not this host's, is the network's (5) when listening.
 	if err := checkListenAddr(f.listen); err != nil {
-		return usage(fmt.Errorf("--listen: %w", err))
-	}
-	demoTmp, demoBuilt := "", true
-	if f.demo {
-		if len(args) > 0 {
-			return usage(errors.New("--demo serves out/default: give no OUTDIR"))
-		}
-		tmp, err := os.MkdirTemp("", "peerboot-demo-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
-		demoTmp = tmp
-		dir := filepath.Join(f.out, "default")
-		if _, err := os.Stat(filepath.Join(dir, output.ManifestFile)); err != nil {
-			// Nothing built yet: the fleet pages and their example nodes need no
-			// image, so the demo serves a build with no files (no boot script).
-			demoBuilt = false
-			if dir, err = emptyDemoBuild(tmp); err != nil {
-				return err
-			}
-		}
-		args = []string{dir}
-		if f.listen == ":8080" {
-			f.listen = "127.0.0.1:8080"
-		}
-	}
-	dirs := args
-	if len(dirs) == 0 {
-		var err error
-		if dirs, err = netboot.FindOutputs(f.out); err != nil {
-			return usage(err)
-		}
-	}
-	builds, err := netboot.LoadBuilds(dirs)
-	if err != nil {
-		return usage(err)
-	}
-	if len(args) == 0 {
-		builds.WatchRoot(f.out) // a build written under --out later joins the catalogue
+		return cfg, fmt.Errorf("--listen: %w", err)
 	}
 	max, err := recipe.ParseSize(f.maxReport)
 	if err != nil || max <= 0 {
-		return usage(fmt.Errorf("--max-report: want a size such as 4MiB, got %q", f.maxReport))
+		return cfg, fmt.Errorf("--max-report: want a size such as 4MiB, got %q", f.maxReport)
 	}
 	keepBytes := int64(-1)
 	if f.keepBytes != "-1" {
 		n, err := recipe.ParseSize(f.keepBytes)
 		if err != nil || n <= 0 {
-			return usage(fmt.Errorf("--keep-report-bytes: want a size such as 8GiB, or -1, got %q", f.keepBytes))
+			return cfg, fmt.Errorf("--keep-report-bytes: want a size such as 8GiB, or -1, got %q", f.keepBytes)
 		}
 		keepBytes = int64(n)
 	}
@@ -206,26 +173,25 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 		v    int
 	}{{"--keep-reports", f.keepReports}, {"--keep-unreported", f.keepUnreported}} {
 		if c.v == 0 || c.v < -1 {
-			return usage(fmt.Errorf("%s: want a count, or -1 for no bound, got %d", c.name, c.v))
+			return cfg, fmt.Errorf("%s: want a count, or -1 for no bound, got %d", c.name, c.v)
 		}
 	}
 	if f.maxConns <= 0 || f.sourceBurst <= 0 || f.tftpMax <= 0 || f.tftpPerSource <= 0 || f.bodyTimeout <= 0 || f.writeIdle <= 0 || f.sourceRate <= 0 {
-		return usage(errors.New("--max-conns, --source-burst, --source-rate, --body-timeout, --write-timeout, --tftp-max and --tftp-per-source must be above zero"))
+		return cfg, errors.New("--max-conns, --source-burst, --source-rate, --body-timeout, --write-timeout, --tftp-max and --tftp-per-source must be above zero")
 	}
-	opt := netboot.Options{Builds: builds, DefaultRecipe: f.recipe, PublicURL: f.publicURL, MaxReportBytes: int64(max),
-		RateEvery: f.rate, RateBurst: f.burst, StaticTokens: f.reportTokens, PageToken: f.pageToken,
-		SourceRateEvery: f.sourceRate, SourceBurst: f.sourceBurst,
-		Retention: fleetdb.Retention{ReportsPerNode: f.keepReports, ReportBytes: keepBytes, UnreportedNodes: f.keepUnreported},
-		Limits:    netboot.Limits{MaxConns: f.maxConns, BodyTimeout: f.bodyTimeout, WriteIdle: f.writeIdle}}
-	opt.FilesURL = f.filesURL
-	opt.PredictPCR11 = predictPCR11
 	if f.enroll < 0 {
-		return usage(errors.New("--enroll: want a duration such as 1h"))
+		return cfg, errors.New("--enroll: want a duration such as 1h")
 	}
-	opt.EnrollAll = f.enroll
+	opt := &cfg.Options
+	opt.DefaultRecipe, opt.PublicURL, opt.MaxReportBytes = f.recipe, f.publicURL, int64(max)
+	opt.RateEvery, opt.RateBurst, opt.SourceRateEvery, opt.SourceBurst = f.rate, f.burst, f.sourceRate, f.sourceBurst
+	opt.StaticTokens, opt.PageToken = f.reportTokens, f.pageToken
+	opt.Retention = fleetdb.Retention{ReportsPerNode: f.keepReports, ReportBytes: keepBytes, UnreportedNodes: f.keepUnreported}
+	opt.Limits = netboot.Limits{MaxConns: f.maxConns, BodyTimeout: f.bodyTimeout, WriteIdle: f.writeIdle}
+	opt.FilesURL, opt.EnrollAll, opt.PredictPCR11 = f.filesURL, f.enroll, predictPCR11
 	if f.ekCA != "" {
 		if opt.EKRoots, err = loadEKRoots(f.ekCA); err != nil {
-			return usage(err)
+			return cfg, err
 		}
 	}
 	if opt.Log = slog.New(slog.NewTextHandler(stderr, nil)); f.logJSON {
@@ -238,224 +204,20 @@ func runServe(ctx context.Context, f *serveFlags, args []string, stdout, stderr 
 	if auth != "" {
 		u, p, ok := strings.Cut(auth, ":")
 		if !ok || u == "" || p == "" {
-			return usage(errors.New("--auth: want USER:PASSWORD"))
+			return cfg, errors.New("--auth: want USER:PASSWORD")
 		}
 		opt.PageUser, opt.PagePassword = u, p
 	}
-	if f.inventory != "" {
-		inv, err := netboot.LoadInventory(f.inventory)
-		if err != nil {
-			return exitcode.Tag(exitcode.Recipe, err)
-		}
-		if err := inv.CheckRecipes(f.inventory, builds.Recipes()); err != nil {
-			return exitcode.Tag(exitcode.Recipe, err)
-		}
-		opt.Inventory = inv
+	cfg.Out, cfg.Dirs, cfg.Listen, cfg.InventoryFile, cfg.DB = f.out, args, f.listen, f.inventory, f.db
+	cfg.OpenStore = func(ctx context.Context, spec string) (fleetdb.Store, error) { return sqldb.Open(ctx, spec) }
+	// The demo keeps its token beside its throwaway database, whatever the
+	// environment names.
+	if cfg.OperatorTokenFile = f.operatorToken; cfg.OperatorTokenFile == "" && !f.demo {
+		cfg.OperatorTokenFile = os.Getenv(envOperatorToken)
 	}
-
-	db := f.db
-	if f.demo && db == "" {
-		db = filepath.Join(demoTmp, "reports.db")
-	}
-	if db == "" {
-		db = filepath.Join(f.out, "reports.db")
-		if err := os.MkdirAll(f.out, 0o755); err != nil {
-			return err
-		}
-	}
-	store, err := sqldb.Open(ctx, db)
-	if err != nil {
-		return usage(err)
-	}
-	defer store.Close()
-	if f.demo {
-		if err := netboot.SeedDemo(ctx, store, time.Now()); err != nil {
-			return fmt.Errorf("seeding the demo database: %w", err)
-		}
-	}
-	opt.Store = store
-	opFile := f.operatorToken
-	if opFile == "" {
-		opFile = defaultOperatorToken(f.out)
-		if f.demo {
-			opFile = filepath.Join(filepath.Dir(db), "operator.token")
-		}
-	}
-	opToken, opCreated, err := ensureOperatorToken(opFile)
-	opState := ""
-	switch {
-	case errors.Is(err, errCreateToken):
-		// No token, no writes (netboot refuses them all); serving goes on.
-		opState = fmt.Sprintf("NONE: rollout writes are off (%v; --operator-token FILE names another)", err)
-		fmt.Fprintf(stderr, "peerboot serve: %s\n", opState)
-	case err != nil:
-		return usage(fmt.Errorf("%w (rollout writes need it; --operator-token FILE names another)", err))
-	}
-	opt.OperatorToken = opToken
-	srv, err := netboot.New(ctx, opt)
-	if err != nil {
-		return usage(err)
-	}
-
-	ln, err := net.Listen("tcp", f.listen)
-	if err != nil {
-		return exitcode.Tag(exitcode.Network, fmt.Errorf("listening on %s: %w", f.listen, err))
-	}
-	hs := srv.HTTPServer()
-	base := f.publicURL
-	if base == "" {
-		base = "http://" + displayAddr(ln.Addr().String())
-	}
-	fmt.Fprintf(stdout, "peerboot serve: listening on %s (database %s)\n", ln.Addr(), redactDSN(db))
-	for _, b := range builds.All() {
-		formats := []string{}
-		if b.HasPXE() {
-			formats = append(formats, string(output.KindPXE))
-		}
-		if b.HasUKI() {
-			formats = append(formats, string(output.KindUKI))
-		}
-		if b.HasISO() {
-			formats = append(formats, string(output.KindISO))
-		}
-		fmt.Fprintf(stdout, "  %-12s build %s (%s) from %s\n", b.Recipe, b.ID, strings.Join(formats, ", "), b.Dir)
-	}
-	fmt.Fprintf(stdout, "  fleet:      %s/\n", base)
-	made := ""
-	if opCreated {
-		made = ", created"
-	}
-	if opState != "" {
-		fmt.Fprintf(stdout, "  operator:   %s\n", opState)
-	} else {
-		fmt.Fprintf(stdout, "  operator:   %s (0600%s; peerboot rollout --operator-token %s)\n", opFile, made, opFile)
-	}
-	fmt.Fprintf(stdout, "  iPXE:       chain %s/boot.ipxe?mac=${net0/mac}\n", base)
-	if f.filesURL != "" {
-		fmt.Fprintf(stdout, "  boot files: %s (kernel and initrd, each hashed there before the first node is sent)\n", f.filesURL)
-	}
-	fmt.Fprintf(stdout, "  UEFI HTTP:  %s/uefi/boot.efi\n", base)
-	if f.demo {
-		b := builds.All()[0]
-		fmt.Fprintf(stdout, "  a report:   curl -H 'Authorization: Bearer %s' --data-binary @report.json '%s/reports?node=52:54:00:12:34:56'\n", srv.Token(b.ID, "52:54:00:12:34:56"), base)
-		if !demoBuilt {
-			fmt.Fprintf(stdout, "  (demo: nothing is built in %s yet, so no node can boot from this; `make image` builds it)\n", filepath.Join(f.out, "default"))
-		}
-		fmt.Fprintf(stdout, "  (demo: the database is temporary; Ctrl-C ends it)\n")
-	}
-
-	errc := make(chan error, 3)
-	go func() { errc <- srv.Serve(hs, ln) }()
-	if f.tftp != "" || f.proxyDHCP != "" {
-		if err := startPXEHelpers(ctx, f, ln.Addr().String(), opt.Log, stdout, errc); err != nil {
-			hs.Close()
-			return err
-		}
-	}
-	select {
-	case err := <-errc:
-		hs.Close()
-		return exitcode.Tag(exitcode.Network, fmt.Errorf("serving: %w", err))
-	case <-ctx.Done():
-	}
-	shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := hs.Shutdown(shut); err != nil {
-		return fmt.Errorf("stopping the server: %w", err)
-	}
-	fmt.Fprintln(stdout, "peerboot serve: stopped")
-	return nil
-}
-
-// displayAddr turns a wildcard listen address into one a browser can open.
-func displayAddr(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return addr
-	}
-	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-		host = "127.0.0.1"
-	}
-	return net.JoinHostPort(host, port)
-}
-
-// redactDSN hides a password in a PostgreSQL DSN before it is printed.
-func redactDSN(s string) string {
-	if i := strings.Index(s, "password="); i >= 0 {
-		end := strings.IndexAny(s[i:], " &")
-		if end < 0 {
-			end = len(s) - i
-		}
-		return s[:i] + "password=xxx" + s[i+end:]
-	}
-	if strings.Contains(s, "://") && strings.Contains(s, "@") {
-		scheme, rest, _ := strings.Cut(s, "://")
-		userinfo, host, _ := strings.Cut(rest, "@")
-		user, _, _ := strings.Cut(userinfo, ":")
-		return scheme + "://" + user + ":xxx@" + host
-	}
-	return s
-}
-
-// startPXEHelpers starts the optional TFTP server and ProxyDHCP responder; both send
-// iPXE on to the HTTP boot script, so they need the URL nodes reach it at.
-func startPXEHelpers(ctx context.Context, f *serveFlags, httpAddr string, log *slog.Logger, stdout io.Writer, errc chan<- error) error {
-	usage := func(err error) error { return exitcode.Tag(exitcode.Usage, err) }
-	_, port, _ := net.SplitHostPort(httpAddr)
-	base := strings.TrimRight(f.publicURL, "/")
-	var serverIP net.IP
-	if f.proxyDHCP != "" {
-		ifc, err := net.InterfaceByName(f.proxyDHCP)
-		if err != nil {
-			return usage(fmt.Errorf("--proxy-dhcp: %w", err))
-		}
-		addrs, _ := ifc.Addrs()
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
-				serverIP = ipn.IP.To4()
-				break
-			}
-		}
-		if serverIP == nil {
-			return usage(fmt.Errorf("--proxy-dhcp: %s has no IPv4 address", f.proxyDHCP))
-		}
-		if base == "" {
-			base = "http://" + net.JoinHostPort(serverIP.String(), port)
-		}
-	}
-	if base == "" {
-		host, _, _ := net.SplitHostPort(httpAddr)
-		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() || ip.IsLoopback() {
-			return usage(errors.New("--tftp needs --public-url (the HTTP address nodes reach, for the boot.ipxe it serves)"))
-		}
-		base = "http://" + httpAddr
-	}
-	chain := base + "/boot.ipxe?mac=${net0/mac}"
-	if f.tftp != "" {
-		if f.tftpDir == "" {
-			return usage(errors.New("--tftp needs --tftp-dir: mkdir tftp && cp -L /usr/lib/ipxe/undionly.kpxe /usr/lib/ipxe/ipxe.efi tftp/ (from Debian's ipxe package)"))
-		}
-		if fi, err := os.Stat(f.tftpDir); err != nil || !fi.IsDir() {
-			return usage(fmt.Errorf("--tftp-dir %s: not a directory", f.tftpDir))
-		}
-		pc, err := net.ListenPacket("udp4", f.tftp)
-		if err != nil {
-			return exitcode.Tag(exitcode.Network, fmt.Errorf("--tftp %s: %w", f.tftp, err))
-		}
-		t := &netboot.TFTP{Dir: f.tftpDir, Chain: chain, Log: log, MaxTransfers: f.tftpMax, PerSource: f.tftpPerSource}
-		go func() { errc <- t.Serve(ctx, pc) }()
-		fmt.Fprintf(stdout, "  TFTP:       %s (%s, and boot.ipxe -> %s)\n", pc.LocalAddr(), f.tftpDir, chain)
-	}
-	if f.proxyDHCP != "" {
-		pc, err := netboot.ListenProxyDHCP(ctx, f.proxyDHCP, "0.0.0.0:67")
-		if err != nil {
-			return exitcode.Tag(exitcode.Network, err)
-		}
-		p := &netboot.ProxyDHCP{Interface: f.proxyDHCP, ServerIP: serverIP, Chain: chain, Log: log}
-		go func() { errc <- p.Serve(ctx, pc) }()
-		fmt.Fprintf(stdout, "  ProxyDHCP:  %s (%s): PXE clients only\n", f.proxyDHCP, serverIP)
-	}
-	return nil
+	cfg.TFTP, cfg.TFTPDir, cfg.TFTPMax, cfg.TFTPPerSource, cfg.ProxyDHCP = f.tftp, f.tftpDir, f.tftpMax, f.tftpPerSource, f.proxyDHCP
+	cfg.Demo, cfg.Stdout, cfg.Stderr = f.demo, stdout, stderr
+	return cfg, nil
 }
 
 // checkListenAddr checks that addr has the HOST:PORT form net.Listen takes
@@ -472,18 +234,4 @@ func checkListenAddr(addr string) error {
 		return fmt.Errorf("want a host name or address, got %q in %q", host, addr)
 	}
 	return nil
-}
-
-// emptyDemoBuild writes, under dir, a build output with a manifest and no
-// files: what serve --demo shows before anything is built.
-func emptyDemoBuild(dir string) (string, error) {
-	b := filepath.Join(dir, "demo")
-	if err := os.MkdirAll(b, 0o755); err != nil {
-		return "", err
-	}
-	m, err := json.Marshal(output.Manifest{Recipe: "demo"})
-	if err != nil {
-		return "", err
-	}
-	return b, os.WriteFile(filepath.Join(b, output.ManifestFile), m, 0o644)
 }

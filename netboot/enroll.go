@@ -8,17 +8,12 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/peerboot/peerboot/netboot/api"
 	"github.com/peerboot/peerboot/netboot/fleetdb"
 )
 
 // The operator's side of AK enrollment (package attestation decides which AK
 // a node may quote with): opening a window, forgetting a node's AK.
-
-// enrollBody is POST /api/attest/enroll's body.
-type enrollBody struct {
-	Nodes []string `json:"nodes"` // MACs or node ids; none: every node
-	For   string   `json:"for"`   // a Go duration, at most maxEnrollment
-}
 
 // maxEnrollment bounds a window: enrollment is a decision about now, not a
 // standing policy.
@@ -26,7 +21,7 @@ const maxEnrollment = 7 * 24 * time.Hour
 
 func (s *Server) apiEnroll(w http.ResponseWriter, r *http.Request) {
 	es := s.opt.Store
-	var b enrollBody
+	var b api.EnrollRequest // For: at most maxEnrollment
 	data, err := io.ReadAll(io.LimitReader(r.Body, maxActionBody+1))
 	if err == nil && len(data) > maxActionBody {
 		err = fmt.Errorf("the body is over %d bytes", maxActionBody)
@@ -66,7 +61,7 @@ func (s *Server) apiEnroll(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.log.Info("AK enrollment window opened", "nodes", nodes, "until", until)
-	writeJSON(w, map[string]any{"nodes": nodes, "until": until.UTC()})
+	writeJSON(w, api.Enrolled{Nodes: nodes, Until: until.UTC()})
 }
 
 func (s *Server) apiAKReset(w http.ResponseWriter, r *http.Request) {
@@ -92,7 +87,7 @@ func (s *Server) apiAKReset(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("AK reset", "node", id, "ak", old.AKName)
-	writeJSON(w, map[string]any{"node": id, "ak_name": old.AKName})
+	writeJSON(w, api.AKReset{Node: id, AKName: old.AKName})
 }
 
 // nodeKey is a node named on the command line: a MAC (normalized) or a node id.

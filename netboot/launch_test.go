@@ -124,7 +124,7 @@ func TestRunDemo(t *testing.T) {
 
 func TestRedactDSN(t *testing.T) {
 	for in, want := range map[string]string{
-		"out/reports.db":                             "out/reports.db",
+		"out/reports.db": "out/reports.db",
 		"host=db dbname=pb password=hunter2 user=pb": "host=db dbname=pb password=xxx user=pb",
 		"postgres://pb:hunter2@db:5432/pb":           "postgres://pb:xxx@db:5432/pb",
 		"postgres://db/pb?password=hunter2&x=1":      "postgres://db/pb?password=xxx&x=1",

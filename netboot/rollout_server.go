@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/peerboot/peerboot/netboot/api"
 	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/netboot/vote"
 	"github.com/peerboot/peerboot/rollout"
@@ -157,16 +158,10 @@ func (s *Server) apiRollout(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, st)
 }
 
-// actionBody is the optional JSON body of the POSTs.
-type actionBody struct {
-	Build  string `json:"build"`
-	Reason string `json:"reason"`
-}
-
 // readAction decodes the optional body of a write (the operator guard has let it
 // in): nothing, or JSON said to be JSON.
-func (s *Server) readAction(w http.ResponseWriter, r *http.Request) (actionBody, bool) {
-	var a actionBody
+func (s *Server) readAction(w http.ResponseWriter, r *http.Request) (api.Action, bool) {
+	var a api.Action
 	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if ct != "" && ct != "application/json" {
 		s.fail(w, r, http.StatusUnsupportedMediaType, "rollout action refused", errors.New("send Content-Type: application/json (and an optional JSON body)"))
@@ -187,8 +182,8 @@ const maxActionBody = 4096
 
 // parseAction decodes an action's optional body: nothing, or one JSON object with
 // build (a build id) and reason (one line, cut to 200 bytes), no other key.
-func parseAction(body []byte) (actionBody, error) {
-	var a actionBody
+func parseAction(body []byte) (api.Action, error) {
+	var a api.Action
 	if len(body) > maxActionBody {
 		return a, fmt.Errorf("the body is over %d bytes", maxActionBody)
 	}

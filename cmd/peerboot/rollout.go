@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -15,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/peerboot/peerboot/exitcode"
+	"github.com/peerboot/peerboot/netboot/client"
 	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/netboot/optoken"
 	"github.com/peerboot/peerboot/rollout"
@@ -80,17 +77,20 @@ a state the action does not apply to, wrong credentials).`,
 		Short: "Show the rollouts (or one recipe's)",
 		Args:  maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var out rolloutStatusJSON
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			out := rolloutStatusJSON{Server: c.Base()}
 			if len(args) == 1 {
-				var one fleetdb.RolloutStatus
-				if err := f.call(cmd, "GET", "/api/rollouts/"+url.PathEscape(args[0]), nil, &one); err != nil {
+				one, err := c.Rollout(cmd.Context(), args[0])
+				if err != nil {
 					return err
 				}
 				out.Rollouts = []fleetdb.RolloutStatus{one}
-			} else if err := f.call(cmd, "GET", "/api/rollouts", nil, &out.Rollouts); err != nil {
+			} else if out.Rollouts, err = c.Rollouts(cmd.Context()); err != nil {
 				return err
 			}
-			out.Server = f.base()
 			w := cmd.OutOrStdout()
 			if f.asJSON {
 				if err := writeJSON(w, out); err != nil {
@@ -113,7 +113,7 @@ a state the action does not apply to, wrong credentials).`,
 		Short: "Move a build to the next channel",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.action(cmd, "/api/rollouts/"+url.PathEscape(args[0])+"/promote", map[string]string{"build": build})
+			return f.action(cmd, func(c *client.Client) (rollout.Event, error) { return c.Promote(cmd.Context(), args[0], build) })
 		},
 	}
 	promote.Flags().StringVar(&build, "build", "", "the build id to promote (default: the newest in the pipeline)")
@@ -122,7 +122,7 @@ a state the action does not apply to, wrong credentials).`,
 		Short: "Stop automatic promotion",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.action(cmd, "/api/rollouts/"+url.PathEscape(args[0])+"/halt", map[string]string{"reason": reason})
+			return f.action(cmd, func(c *client.Client) (rollout.Event, error) { return c.Halt(cmd.Context(), args[0], reason) })
 		},
 	}
 	halt.Flags().StringVar(&reason, "reason", "", "why, shown with the rollout (default \"manual\")")
@@ -131,7 +131,7 @@ a state the action does not apply to, wrong credentials).`,
 		Short: "Start automatic promotion again",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.action(cmd, "/api/rollouts/"+url.PathEscape(args[0])+"/resume", nil)
+			return f.action(cmd, func(c *client.Client) (rollout.Event, error) { return c.Resume(cmd.Context(), args[0]) })
 		},
 	}
 	clear := &cobra.Command{
@@ -139,7 +139,7 @@ a state the action does not apply to, wrong credentials).`,
 		Short: "End a node's hold (MAC, hostname, serial or node id)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return f.action(cmd, "/api/nodes/"+url.PathEscape(args[0])+"/clear", nil)
+			return f.action(cmd, func(c *client.Client) (rollout.Event, error) { return c.Clear(cmd.Context(), args[0]) })
 		},
 	}
 	var enrollFor time.Duration
@@ -150,11 +150,12 @@ a state the action does not apply to, wrong credentials).`,
 			if enrollFor <= 0 {
 				return exitcode.Tag(exitcode.Usage, errors.New("--for: want a duration such as 1h"))
 			}
-			var out struct {
-				Nodes []string  `json:"nodes"`
-				Until time.Time `json:"until"`
+			c, err := f.client()
+			if err != nil {
+				return err
 			}
-			if err := f.call(cmd, "POST", "/api/attest/enroll", map[string]any{"nodes": append([]string{}, args...), "for": enrollFor.String()}, &out); err != nil {
+			out, err := c.Enroll(cmd.Context(), args, enrollFor)
+			if err != nil {
 				return err
 			}
 			if f.asJSON {
@@ -170,11 +171,12 @@ a state the action does not apply to, wrong credentials).`,
 		Short: "Forget a node's TPM AK (MAC or node id)",
 		Args:  exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var out struct {
-				Node   string `json:"node"`
-				AKName string `json:"ak_name"`
+			c, err := f.client()
+			if err != nil {
+				return err
 			}
-			if err := f.call(cmd, "POST", "/api/nodes/"+url.PathEscape(args[0])+"/ak-reset", map[string]string{}, &out); err != nil {
+			out, err := c.AKReset(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			if f.asJSON {
@@ -188,25 +190,36 @@ a state the action does not apply to, wrong credentials).`,
 	return cmd
 }
 
-func (f *rolloutFlags) base() string {
-	s := f.server
-	if s == "" {
-		s = os.Getenv("PEERBOOT_SERVER")
-	}
-	if s == "" {
-		s = "http://127.0.0.1:8080"
-	}
-	return strings.TrimRight(s, "/")
-}
-
-func (f *rolloutFlags) action(cmd *cobra.Command, path string, body map[string]string) error {
-	for k, v := range body {
-		if v == "" {
-			delete(body, k)
+// client is the API client the flags (and, without them, the environment) name.
+func (f *rolloutFlags) client() (*client.Client, error) {
+	opt := client.Options{Server: f.server, PageToken: f.token, Auth: f.auth, OperatorTokenFile: f.operatorToken}
+	for _, d := range []struct {
+		v        *string
+		env, def string
+	}{
+		{&opt.Server, "PEERBOOT_SERVER", "http://127.0.0.1:8080"},
+		{&opt.PageToken, "PEERBOOT_PAGE_TOKEN", ""},
+		{&opt.Auth, "PEERBOOT_SERVE_AUTH", ""},
+		{&opt.OperatorTokenFile, envOperatorToken, optoken.Default("out")},
+	} {
+		if *d.v == "" {
+			*d.v = os.Getenv(d.env)
+		}
+		if *d.v == "" {
+			*d.v = d.def
 		}
 	}
-	var ev rollout.Event
-	if err := f.call(cmd, "POST", path, body, &ev); err != nil {
+	return client.New(opt)
+}
+
+// action runs one rollout write and prints the event the server recorded.
+func (f *rolloutFlags) action(cmd *cobra.Command, do func(*client.Client) (rollout.Event, error)) error {
+	c, err := f.client()
+	if err != nil {
+		return err
+	}
+	ev, err := do(c)
+	if err != nil {
 		return err
 	}
 	w := cmd.OutOrStdout()
@@ -214,83 +227,6 @@ func (f *rolloutFlags) action(cmd *cobra.Command, path string, body map[string]s
 		return writeJSON(w, ev)
 	}
 	fmt.Fprintln(w, eventLine(ev))
-	return nil
-}
-
-// call does one API request and decodes the JSON answer into out.
-func (f *rolloutFlags) call(cmd *cobra.Command, method, path string, body any, out any) error {
-	base := f.base()
-	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return exitcode.Tag(exitcode.Usage, fmt.Errorf("--server: want http://HOST[:PORT], got %q", base))
-	}
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			return err
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(cmd.Context(), method, base+path, rd)
-	if err != nil {
-		return exitcode.Tag(exitcode.Usage, err)
-	}
-	if method == "POST" {
-		// A write: the operator token, never the page credentials.
-		req.Header.Set("Content-Type", "application/json")
-		file := f.operatorToken
-		if file == "" {
-			file = defaultOperatorToken("out")
-		}
-		tok, err := optoken.Read(file)
-		if err != nil {
-			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%w: writes need the file peerboot serve created (--operator-token FILE)", err))
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-		return f.do(req, method, path, base, out)
-	}
-	token, auth := f.token, f.auth
-	if token == "" {
-		token = os.Getenv("PEERBOOT_PAGE_TOKEN")
-	}
-	if auth == "" {
-		auth = os.Getenv("PEERBOOT_SERVE_AUTH")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	} else if auth != "" {
-		u, p, ok := strings.Cut(auth, ":")
-		if !ok || u == "" || p == "" {
-			return exitcode.Tag(exitcode.Usage, errors.New("--auth: want USER:PASSWORD"))
-		}
-		req.SetBasicAuth(u, p)
-	}
-	return f.do(req, method, path, base, out)
-}
-
-// do sends req and decodes the JSON answer into out.
-func (f *rolloutFlags) do(req *http.Request, method, path, base string, out any) error {
-	client := &http.Client{Timeout: 30 * time.Second}
-	resp, err := client.Do(req)
-	if err != nil {
-		return exitcode.Tag(exitcode.Network, fmt.Errorf("asking %s: %w", base, err))
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-	if err != nil {
-		return exitcode.Tag(exitcode.Network, fmt.Errorf("reading the answer of %s: %w", base, err))
-	}
-	if resp.StatusCode/100 != 2 {
-		msg := strings.TrimSpace(string(data))
-		err := fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, msg)
-		if resp.StatusCode >= 500 {
-			return exitcode.Tag(exitcode.Network, err)
-		}
-		return exitcode.Tag(exitcode.Usage, err)
-	}
-	if err := json.Unmarshal(data, out); err != nil {
-		return exitcode.Tag(exitcode.Network, fmt.Errorf("%s %s: the answer is not the API's JSON (is %s a peerboot serve?): %w", method, path, base, err))
-	}
 	return nil
 }
 

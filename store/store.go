@@ -161,6 +161,38 @@ func (s *Store) Import(ctx context.Context, path, want string) error {
 	return s.Put(ctx, f, want)
 }
 
+// ErrNoPin is a file ImportPinned refused: its sha256 is none of the pins.
+var ErrNoPin = errors.New("matches no pin")
+
+// Imported is a file ImportPinned added: its path, the pin's name, its sha256.
+type Imported struct {
+	File, Name, SHA256 string
+}
+
+// ImportPinned adds each file, in order, whose sha256 is a key of pins
+// (sha256 -> the name of the input pinned to it): how files downloaded
+// elsewhere enter an air-gapped store. The first file that matches no pin
+// stops it with an error wrapping ErrNoPin; what was imported before is
+// returned with any error.
+func (s *Store) ImportPinned(ctx context.Context, files []string, pins map[string]string) ([]Imported, error) {
+	done := []Imported{}
+	for _, f := range files {
+		sum, err := fsutil.HashFile(f)
+		if err != nil {
+			return done, err
+		}
+		name, ok := pins[sum]
+		if !ok {
+			return done, fmt.Errorf("%s (sha256 %s) %w", f, sum, ErrNoPin)
+		}
+		if err := s.Import(ctx, f, sum); err != nil {
+			return done, err
+		}
+		done = append(done, Imported{File: f, Name: name, SHA256: sum})
+	}
+	return done, nil
+}
+
 // Remove deletes an entry (used to replace a corrupt one).
 func (s *Store) Remove(sum string) error {
 	if err := checkSum(sum); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,8 +12,8 @@ import (
 
 	"github.com/peerboot/peerboot/build"
 	"github.com/peerboot/peerboot/exitcode"
-	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/progress"
+	"github.com/peerboot/peerboot/store"
 )
 
 // The store commands' --json shapes (docs/commands.md, "Machine-readable output").
@@ -39,6 +40,7 @@ type storeImportJSON struct {
 	Imported []storeImportedJSON `json:"imported"`
 }
 
+// storeImportedJSON is store.Imported with its JSON names.
 type storeImportedJSON struct {
 	File   string `json:"file"`
 	Name   string `json:"name"`
@@ -147,35 +149,30 @@ too). --json prints what was imported as JSON.`,
 			if err != nil {
 				return err
 			}
-			r := d.Recipe
-			imported := []storeImportedJSON{}
 			pins := map[string]string{}
 			for _, in := range ins {
 				if in.SHA256 != "" {
 					pins[in.SHA256] = in.Name
 				}
 			}
-			for _, f := range args {
-				sum, err := fsutil.HashFile(f)
+			done, err := st.ImportPinned(cmd.Context(), args, pins)
+			if errors.Is(err, store.ErrNoPin) {
+				err = exitcode.Tag(exitcode.Integrity, fmt.Errorf("%w of %s", err, d.Recipe.Path))
+			}
+			if importJSON {
 				if err != nil {
 					return err
 				}
-				name, ok := pins[sum]
-				if !ok {
-					return exitcode.Tag(exitcode.Integrity, fmt.Errorf("%s (sha256 %s) matches no pin of %s", f, sum, r.Path))
+				j := storeImportJSON{Recipe: d.Recipe.Path, Imported: []storeImportedJSON{}}
+				for _, im := range done {
+					j.Imported = append(j.Imported, storeImportedJSON(im))
 				}
-				if err := st.Import(cmd.Context(), f, sum); err != nil {
-					return err
-				}
-				imported = append(imported, storeImportedJSON{File: f, Name: name, SHA256: sum})
-				if !importJSON {
-					fmt.Fprintf(cmd.OutOrStdout(), "imported %s as %s\n", filepath.Base(f), name)
-				}
+				return writeJSON(cmd.OutOrStdout(), j)
 			}
-			if importJSON {
-				return writeJSON(cmd.OutOrStdout(), storeImportJSON{Recipe: r.Path, Imported: imported})
+			for _, im := range done {
+				fmt.Fprintf(cmd.OutOrStdout(), "imported %s as %s\n", filepath.Base(im.File), im.Name)
 			}
-			return nil
+			return err
 		},
 	}
 	addJSONFlag(imp, &importJSON)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/internal/didyoumean"
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/recipe"
 )
 
@@ -146,27 +147,23 @@ it is written; an existing file is kept unless --force. Next: ` + "`peerboot loc
 			if _, err := os.Stat(path); err == nil && !force {
 				return usage("recipe init: %s exists (--force replaces it)", path)
 			}
-			// Checked under a temporary name beside it, so its includes resolve and
-			// nothing is left behind when it does not validate.
-			tmp, err := os.CreateTemp(dir, "."+p.Name+"-*.toml")
+			// Checked under its temporary name beside path, so its includes resolve
+			// and nothing is left behind when it does not validate.
+			var invalid error
+			err := fsutil.WriteAtomic(path, 0o644, func(f *os.File) error {
+				if _, err := f.Write(buf.Bytes()); err != nil {
+					return err
+				}
+				if _, err := validRecipe(f.Name()); err != nil {
+					invalid = fmt.Errorf("recipe init: the scaffold does not validate (the flags' values?): %w", err)
+					return invalid
+				}
+				return nil
+			})
+			if invalid != nil {
+				return invalid
+			}
 			if err != nil {
-				return err
-			}
-			defer os.Remove(tmp.Name())
-			if _, err := tmp.Write(buf.Bytes()); err != nil {
-				tmp.Close()
-				return err
-			}
-			if err := tmp.Close(); err != nil {
-				return err
-			}
-			if _, err := validRecipe(tmp.Name()); err != nil {
-				return fmt.Errorf("recipe init: the scaffold does not validate (the flags' values?): %w", err)
-			}
-			if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-				return err
-			}
-			if err := os.Rename(tmp.Name(), path); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s\nnext: edit it against the box, then `peerboot recipe validate %s` and `peerboot lock %s`\n", path, path, path)

@@ -72,41 +72,6 @@ a state the action does not apply to, wrong credentials).`,
 	pf.StringVar(&f.operatorToken, "operator-token", "", "file of the server's operator token, for writes (default $PEERBOOT_OPERATOR_TOKEN_FILE or out/operator.token)")
 	pf.BoolVar(&f.asJSON, "json", false, "print the result as JSON (shape: docs/commands.md, \"Machine-readable output\")")
 
-	status := &cobra.Command{
-		Use:   "status [RECIPE]",
-		Short: "Show the rollouts (or one recipe's)",
-		Args:  maxArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := f.client()
-			if err != nil {
-				return err
-			}
-			out := rolloutStatusJSON{Server: c.Base()}
-			if len(args) == 1 {
-				one, err := c.Rollout(cmd.Context(), args[0])
-				if err != nil {
-					return err
-				}
-				out.Rollouts = []fleetdb.RolloutStatus{one}
-			} else if out.Rollouts, err = c.Rollouts(cmd.Context()); err != nil {
-				return err
-			}
-			w := cmd.OutOrStdout()
-			if f.asJSON {
-				if err := writeJSON(w, out); err != nil {
-					return err
-				}
-			} else {
-				printRollouts(w, out)
-			}
-			for _, r := range out.Rollouts {
-				if r.Halted {
-					return exitcode.Tag(exitcode.Selftest, fmt.Errorf("the rollout of %s is halted: %s", r.Recipe, r.HaltReason))
-				}
-			}
-			return nil
-		},
-	}
 	var build, reason string
 	promote := &cobra.Command{
 		Use:   "promote RECIPE [--build ID]",
@@ -142,6 +107,51 @@ a state the action does not apply to, wrong credentials).`,
 			return f.action(cmd, func(c *client.Client) (rollout.Event, error) { return c.Clear(cmd.Context(), args[0]) })
 		},
 	}
+	cmd.AddCommand(rolloutStatusCmd(f), promote, halt, resume, clear, rolloutEnrollCmd(f), rolloutAKResetCmd(f))
+	return cmd
+}
+
+// rolloutStatusCmd reads; it exits 9 when a rollout is halted.
+func rolloutStatusCmd(f *rolloutFlags) *cobra.Command {
+	status := &cobra.Command{
+		Use:   "status [RECIPE]",
+		Short: "Show the rollouts (or one recipe's)",
+		Args:  maxArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			out := rolloutStatusJSON{Server: c.Base()}
+			if len(args) == 1 {
+				one, err := c.Rollout(cmd.Context(), args[0])
+				if err != nil {
+					return err
+				}
+				out.Rollouts = []fleetdb.RolloutStatus{one}
+			} else if out.Rollouts, err = c.Rollouts(cmd.Context()); err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if f.asJSON {
+				if err := writeJSON(w, out); err != nil {
+					return err
+				}
+			} else {
+				printRollouts(w, out)
+			}
+			for _, r := range out.Rollouts {
+				if r.Halted {
+					return exitcode.Tag(exitcode.Selftest, fmt.Errorf("the rollout of %s is halted: %s", r.Recipe, r.HaltReason))
+				}
+			}
+			return nil
+		},
+	}
+	return status
+}
+
+func rolloutEnrollCmd(f *rolloutFlags) *cobra.Command {
 	var enrollFor time.Duration
 	enroll := &cobra.Command{
 		Use:   "enroll [NODE...] [--for DURATION]",
@@ -166,6 +176,10 @@ a state the action does not apply to, wrong credentials).`,
 		},
 	}
 	enroll.Flags().DurationVar(&enrollFor, "for", time.Hour, "how long the window stays open (at most 168h)")
+	return enroll
+}
+
+func rolloutAKResetCmd(f *rolloutFlags) *cobra.Command {
 	akReset := &cobra.Command{
 		Use:   "ak-reset NODE",
 		Short: "Forget a node's TPM AK (MAC or node id)",
@@ -186,8 +200,7 @@ a state the action does not apply to, wrong credentials).`,
 			return nil
 		},
 	}
-	cmd.AddCommand(status, promote, halt, resume, clear, enroll, akReset)
-	return cmd
+	return akReset
 }
 
 // client is the API client the flags (and, without them, the environment) name.

@@ -49,7 +49,12 @@ type storeImportedJSON struct {
 
 func storeCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "store", Short: "Inspect and fill the content-addressed store"}
-	var verifyJSON, gcJSON, importJSON bool
+	cmd.AddCommand(storeVerifyCmd(g), storeGCCmd(g), storeImportCmd(g), storePushCmd(g))
+	return cmd
+}
+
+func storeVerifyCmd(g *globals) *cobra.Command {
+	var verifyJSON bool
 	ver := &cobra.Command{
 		Use:   "verify",
 		Short: "Re-hash every store entry and name the corrupt ones",
@@ -97,7 +102,11 @@ func storeCmd(g *globals) *cobra.Command {
 		},
 	}
 	addJSONFlag(ver, &verifyJSON)
-	cmd.AddCommand(ver)
+	return ver
+}
+
+func storeGCCmd(g *globals) *cobra.Command {
+	var gcJSON bool
 	var maxAge time.Duration
 	gc := &cobra.Command{
 		Use:   "gc",
@@ -121,7 +130,11 @@ func storeCmd(g *globals) *cobra.Command {
 	}
 	addJSONFlag(gc, &gcJSON)
 	gc.Flags().DurationVar(&maxAge, "older-than", 6*time.Hour, "keep leftovers younger than this (a running build's scratch, a resumable download)")
-	cmd.AddCommand(gc)
+	return gc
+}
+
+func storeImportCmd(g *globals) *cobra.Command {
+	var importJSON bool
 	var recipePath string
 	imp := &cobra.Command{
 		Use:   "import [RECIPE.toml] FILE...",
@@ -177,9 +190,7 @@ too). --json prints what was imported as JSON.`,
 	}
 	addJSONFlag(imp, &importJSON)
 	imp.Flags().StringVarP(&recipePath, "recipe", "r", defaultRecipe, "recipe whose pins the files must match")
-	cmd.AddCommand(imp)
-	cmd.AddCommand(storePushCmd(g))
-	return cmd
+	return imp
 }
 
 func storePushCmd(g *globals) *cobra.Command {

@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/peerboot/peerboot/internal/testfs"
+	"github.com/peerboot/peerboot/internal/testguard"
+	"github.com/peerboot/peerboot/netboot"
+	"github.com/peerboot/peerboot/netboot/fleetdb/sqldb"
+	"github.com/peerboot/peerboot/node/kmod/kmodtest"
+	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/selftest/gpufake"
+	"github.com/peerboot/peerboot/selftest/nvml"
+	"github.com/peerboot/peerboot/selftest/pcie"
+	"github.com/peerboot/peerboot/selftest/pcie/pcietest"
+)
+
+// fakeSoakScenario is a healthy FAKE 4-GPU box (as cmd/p2pcheck's tests make it) whose
+// GPUs warm from 55 °C to 71 °C from round 3.
+func fakeSoakScenario(t *testing.T, pre *pcie.Result) *gpufake.Scenario {
+	t.Helper()
+	u32 := func(v uint32) *uint32 { return &v }
+	n := len(pre.GPUs)
+	s := &gpufake.Scenario{Fake: "FAKE soak posting progress to serve"}
+	s.NVML = &gpufake.FakeNVML{DriverVersion: "550.163.01", CUDAVersion: 12040}
+	for _, g := range pre.GPUs {
+		s.NVML.GPUs = append(s.NVML.GPUs, gpufake.FakeNVMLGPU{BDF: g.BDF, Name: "NVIDIA GeForce RTX 4090", BAR1Total: uint64(g.BAR1Bytes), FBTotal: 48 << 30,
+			LinkGen: 4, LinkWidth: uint32(g.Link.CurrentWidth), MaxGen: 4, MaxWidth: uint32(g.Link.MaxWidth), TempC: u32(55), SMClockMHz: u32(2520), PowerMW: u32(280000)})
+	}
+	for _, p := range pre.Pairs {
+		level := -1
+		for _, l := range []int{10, 20, 30, 40, 50} {
+			if nvml.TopologyClass(l) == p.Topology {
+				level = l
+			}
+		}
+		s.NVML.Pairs = append(s.NVML.Pairs, gpufake.FakeNVMLPair{A: pre.GPUs[p.A].BDF, B: pre.GPUs[p.B].BDF, Level: level, NVLink: -1})
+	}
+	box := &gpufake.FakeConfig{DriverVersion: 12040, LocalGBps: 900, SMFactor: 0.95, PairGBps: make([][]float64, n)}
+	for i, g := range pre.GPUs {
+		box.GPUs = append(box.GPUs, gpufake.FakeGPU{Name: "NVIDIA GeForce RTX 4090", BDF: g.BDF, CC: "8.9", SMs: 128, MemBytes: 48 << 30})
+		box.PairGBps[i] = make([]float64, n)
+		for j := range n {
+			if i != j {
+				box.PairGBps[i][j] = 0.75 * pcie.PathLinkGBps(pre, i, j)
+			}
+		}
+	}
+	s.Box = box
+	var warm []gpufake.FakeNVMLGPU
+	for _, g := range s.NVML.GPUs {
+		g.TempC = u32(71)
+		warm = append(warm, g)
+	}
+	s.Soak = []gpufake.SoakStep{{Round: 3, NVMLGPUs: warm}}
+	return s
+}
+
+// TestSoakProgressToServeFAKE is the burn-in's path end to end on loopback, with FAKE
+// GPUs (selftest/gpufake: a 4-GPU box replayed in host memory; no GPU is involved):
+// the init's boot runs p2pcheck (built -tags gpufake) with a 12-second soak, its
+// poster POSTs the progress file to a real serve (netboot over SQLite) every second
+// through the init's HTTP client, the fleet page shows the burn-in while it runs, and
+// the final report replaces it, its soak series drawn on the node page.
+func TestSoakProgressToServeFAKE(t *testing.T) {
+	testguard.Short(t, "a FAKE soak runs dozens of phase processes")
+	ctx := context.Background()
+
+	// serve: a build of the FAKE box's recipe, a fresh SQLite store, on loopback.
+	rc, err := recipe.Load(filepath.Join("..", "p2pcheck", "testdata", "epyc-dynamic.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	testfs.Write(t, filepath.Join(out, "manifest.json"), fmt.Sprintf(`{"recipe":%q,"recipe_digest":%q,"outputs":[]}`, rc.Name, rc.Digest))
+	builds, err := netboot.LoadBuilds([]string{out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqldb.OpenSQLite(ctx, filepath.Join(t.TempDir(), "reports.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var logMu sync.Mutex
+	var logs strings.Builder
+	srv, err := netboot.New(ctx, netboot.Options{Builds: builds, Store: st, RateEvery: time.Second, RateBurst: 3,
+		Log: slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return logs.Write(p) }), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	const node = "52:54:00:00:00:51"
+	tok := srv.Token(builds.All()[0].ID, node)
+
+	// The node: the init's fake box with the recipe, and p2pcheck with FAKE GPUs.
+	b := newFakeBox(t, fmt.Sprintf("console=ttyS0 peerboot.soak=12s peerboot.soak_progress=1s peerboot.report_url=%s/reports?node=%s peerboot.token=%s", hs.URL, node, tok), &kmodtest.Loader{})
+	testfs.Write(t, b.p(recipePath), string(rc.Canonical()))
+	gpuRoot := filepath.Join(t.TempDir(), "gpuroot")
+	if err := pcietest.Build(gpuRoot, pcietest.EPYC4GPU()); err != nil {
+		t.Fatal(err)
+	}
+	pre, err := pcie.Scan(gpuRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scen, _ := json.Marshal(fakeSoakScenario(t, pre))
+	testfs.Write(t, filepath.Join(gpuRoot, "scenario.json"), string(scen))
+	testfs.Write(t, filepath.Join(gpuRoot, "kmsg"), "")
+	bin := filepath.Join(t.TempDir(), "p2pcheck.fake")
+	if o, err := exec.Command("go", "build", "-tags", "gpufake", "-o", bin, "../p2pcheck").CombinedOutput(); err != nil {
+		t.Fatalf("building the FAKE p2pcheck: %v\n%s", err, o)
+	}
+	testfs.Write(t, b.p(p2pcheckPath), fmt.Sprintf("#!/bin/sh\necho \"$@\" > %s\nexec %s \"$@\" --root %s --fake %s --kmsg %s --copy-size 16KiB --no-nccl\n",
+		b.p("/args"), bin, gpuRoot, filepath.Join(gpuRoot, "scenario.json"), filepath.Join(gpuRoot, "kmsg")))
+	os.Chmod(b.p(p2pcheckPath), 0o755)
+	b.m.post = retryPost(httpPost, time.Sleep) // the init's own client, as main wires it
+
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.m.run(&bootState{})
+	}()
+	// While it soaks, the fleet page says so.
+	sawRunning := ""
+	for sawRunning == "" {
+		select {
+		case <-done:
+			t.Fatalf("the boot ended before the fleet page showed a running burn-in; serve's log:\n%s\nconsole:\n%s", logs.String(), b.console.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		page := get(t, hs.URL+"/")
+		if i := strings.Index(page, `<div class="burnin clean" data-state="running"`); i >= 0 {
+			sawRunning = page[i:min(len(page), i+200)]
+		}
+	}
+	t.Logf("FAKE: the fleet page while soaking: %s", sawRunning)
+	if !strings.Contains(sawRunning, "burning in · ") || !strings.Contains(sawRunning, " of 12 s · ") {
+		t.Errorf("burn-in line %q, want how far of the 12 s", sawRunning)
+	}
+	<-done
+	r := b.onlyReport(t)
+	if r.Soak == nil || r.Soak.Stopped != "duration" || r.Soak.Rounds < 3 {
+		t.Fatalf("FAKE: the report's soak %+v, want 12 s of rounds; findings %v", r.Soak, r.Findings)
+	}
+	logMu.Lock()
+	serveLog := logs.String()
+	logMu.Unlock()
+	if n := strings.Count(serveLog, `msg="burn-in progress"`); n < 2 || !strings.Contains(serveLog, "state=finished") || !strings.Contains(serveLog, `msg="report stored"`) {
+		t.Errorf("serve's log has %d progress POSTs (want the running and the finished), and the report:\n%s", n, serveLog)
+	}
+	page := get(t, hs.URL+"/")
+	if strings.Contains(page, `class="burnin`) || !strings.Contains(page, `data-node="`+node+`"`) {
+		t.Errorf("fleet page after the report: the burn-in line should be gone, the node listed")
+	}
+	page = get(t, hs.URL+"/nodes/"+node)
+	for _, want := range []string{`<div id="soak-plot" data-from="report"`, `<svg class="soak-plot" data-kind="bandwidth"`, `<svg class="soak-plot" data-kind="temperature"`, `<polyline class="temp" data-gpu="3"`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("node page lacks %q", want)
+		}
+	}
+	if n := strings.Count(page, `<polyline class="pair"`); n != 12 {
+		t.Errorf("node page: %d pair lines, want 12 (4 FAKE GPUs)", n)
+	}
+	var failing []string
+	for _, f := range r.Findings {
+		if f.Status == selftest.SevFail || f.Status == selftest.SevWarn {
+			failing = append(failing, f.Status+" "+f.ID)
+		}
+		if strings.HasPrefix(f.ID, "soak.") && f.Status != selftest.SevInfo {
+			t.Errorf("FAKE: a healthy soak found %s %s: %s", f.Status, f.ID, f.Message)
+		}
+	}
+	// The verdict is not this test's: the FAKE box boots without the patched
+	// driver's mode lines in its kernel log, which the recipe's P2P rules judge.
+	t.Logf("FAKE: %d rounds in %s, %d progress POSTs, verdict %s (%v)", r.Soak.Rounds, time.Duration(r.Soak.ElapsedMS)*time.Millisecond, strings.Count(serveLog, `msg="burn-in progress"`), r.Verdict, failing)
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
+	}
+	return string(b)
+}

@@ -45,13 +45,26 @@ func soakSeries(n, slowFrom, bad int) []selftest.SoakRound {
 	return out
 }
 
-// progressBody is a progress document as p2pcheck writes it, n rounds into a 12 h soak.
+// progressBody is a progress document as p2pcheck writes it, n rounds into a 12 h
+// soak, GPU0->GPU1 at half its rate for the last third.
 func progressBody(t testing.TB, state string, n, bad int) []byte {
 	t.Helper()
-	series := soakSeries(n, 0, bad)
+	series := soakSeries(n, n*2/3+1, bad)
 	p := &selftest.SoakProgress{Schema: selftest.SoakProgressSchema, State: state, RequestedMS: 12 * 3600000, ElapsedMS: int64(n) * 30000, Rounds: n,
-		Pairs: []selftest.SoakPairNow{{Src: 0, Dst: 1, Bytes: 256 << 20, StartGBps: 24, NowGBps: 23.5}}, GPUs: series[n-1].GPUs,
-		Plot: selftest.NewSoakPlot(series, 1, selftest.SoakMaxPoints)}
+		Pairs: []selftest.SoakPairNow{}, GPUs: series[n-1].GPUs, Plot: selftest.NewSoakPlot(series, 1, selftest.SoakMaxPoints)}
+	// Each pair's first and latest figure at the largest size, as p2pcheck's tracker has them.
+	var first, last []float64
+	for _, pt := range p.Plot.Points {
+		if pt.GBps != nil {
+			if first == nil {
+				first = pt.GBps
+			}
+			last = pt.GBps
+		}
+	}
+	for j, k := range p.Plot.Pairs {
+		p.Pairs = append(p.Pairs, selftest.SoakPairNow{Src: k.Src, Dst: k.Dst, Bytes: 256 << 20, StartGBps: first[j], NowGBps: last[j]})
+	}
 	if bad > 0 {
 		at := time.Duration(bad-1) * 30 * time.Second
 		p.FaultyRounds, p.FirstFault = 1, fmt.Sprintf("round %d at T+%d:%02d:%02d: GPU2->GPU3 ce write of 256 MiB: word at byte 4096 was 0x00000001, want 0x00000002 (1 words wrong)",

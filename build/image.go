@@ -89,7 +89,7 @@ func initramfsStage() *stage {
 // from the recipe digest.
 func imageStage() *stage {
 	return &stage{
-		Name: StageImage, Version: 4, // 2: layout from image.StandardDisk; 3: the iso format; 4: files read-only
+		Name: StageImage, Version: 5, // 2: layout from image.StandardDisk; 3: the iso format; 4: files read-only; 5: .initrd padded to whole MiB, FAT files from the top
 		Deps:       []StageName{StageKernel, StageInitramfs},
 		Roles:      []string{lock.RoleEFIStub},
 		Fields:     []string{wholeRecipe},

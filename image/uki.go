@@ -221,7 +221,11 @@ type newSection struct {
 	va       uint32
 	rawPtr   uint32
 	rawSize  uint32
+	rawAlign uint64 // its file data is padded to a multiple of this (0: FileAlignment)
 }
+
+// InitrdRawAlign is what WriteUKI pads the .initrd section's file data to.
+const InitrdRawAlign = 1 << 20
 
 // WriteUKI assembles a UKI: the stub's headers and sections, unchanged,
 // followed by .osrel, .cmdline, .initrd, .pcrpkey, .pcrsig and .linux (empty
@@ -244,6 +248,14 @@ type newSection struct {
 //     kernel's own SizeOfImage when that is larger than the file, so the
 //     firmware reserves the room (ukify did this from #34583 until newer stubs
 //     took over the job at run time);
+//   - the .initrd's file data is padded with zeros to whole MiB
+//     (InitrdRawAlign) and the next section's VirtualAddress follows that
+//     padded size, while VirtualSize stays the initrd's: loaders copy
+//     min(VirtualSize, SizeOfRawData) bytes, so nothing the stub measures or
+//     hands the kernel changes. An overlay edit moves the initrd's size by
+//     bytes to KiBs; so padded, the UKI keeps its size and .linux its place,
+//     the disk's FAT keeps the UKI's clusters, and the store resumes the
+//     disk's hash where the UKI starts (issue 34);
 //   - new sections are initialised read-only data;
 //   - NumberOfSections, SizeOfImage, SizeOfInitializedData and CheckSum are
 //     updated. The stub's trailing COFF symbol table, if any, is dropped (it
@@ -267,6 +279,9 @@ func WriteUKI(w io.Writer, u UKI) error {
 	add(".osrel", []byte(u.OSRelease))
 	add(".cmdline", []byte(u.Cmdline))
 	add(".initrd", u.Initrd)
+	if n := len(secs); n > 0 && secs[n-1].name == ".initrd" {
+		secs[n-1].rawAlign = InitrdRawAlign
+	}
 	add(".pcrpkey", u.PCRPKey)
 	add(".pcrsig", u.PCRSig)
 	add(".linux", u.Kernel)
@@ -298,12 +313,14 @@ func WriteUKI(w io.Writer, u UKI) error {
 	var initData uint64
 	for _, s := range secs {
 		va = alignUp(va, uint64(p.sectionAlign))
-		size := alignUp(uint64(len(s.data)), uint64(p.fileAlign))
-		if va+uint64(s.virtSize) > 0xFFFFFFFF || raw+size > 0xFFFFFFFF {
+		size := alignUp(uint64(len(s.data)), max(uint64(p.fileAlign), s.rawAlign))
+		if va+max(uint64(s.virtSize), size) > 0xFFFFFFFF || raw+size > 0xFFFFFFFF {
 			return errors.New("uki: image would exceed 4 GiB, the PE format's limit")
 		}
 		s.va, s.rawPtr, s.rawSize = uint32(va), uint32(raw), uint32(size)
-		va += uint64(s.virtSize)
+		// Past the padded file data too: a reader that takes a section's
+		// extent as the larger of the two sizes sees no overlap.
+		va += max(uint64(s.virtSize), size)
 		raw += size
 		initData += size
 	}

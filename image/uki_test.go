@@ -186,8 +186,12 @@ func checkUKI(t *testing.T, out []byte, u UKI, stubSections int) {
 			t.Fatal(err)
 		}
 		exp := want[s.Name]
-		if !bytes.Equal(data[:len(exp)], exp) || len(data)-len(exp) >= int(fa) {
-			t.Errorf("%s data differs from the input", s.Name)
+		align := int(fa) // the file data's padding: to FileAlignment, the .initrd's to whole MiB
+		if s.Name == ".initrd" {
+			align = InitrdRawAlign
+		}
+		if !bytes.Equal(data[:len(exp)], exp) || len(data)-len(exp) >= align || len(data)%align != 0 || !allZero(data[len(exp):]) {
+			t.Errorf("%s data (%d bytes) is not the input (%d bytes) padded with zeros to %d", s.Name, len(data), len(exp), align)
 		}
 		if s.Name != ".linux" && s.VirtualSize != uint32(len(exp)) {
 			t.Errorf("%s VirtualSize %d, want %d", s.Name, s.VirtualSize, len(exp))
@@ -384,5 +388,60 @@ func TestWriteUKIRealStub(t *testing.T) {
 	f, _ := pe.NewFile(bytes.NewReader(out))
 	if f.FileHeader.PointerToSymbolTable != 0 || f.FileHeader.NumberOfSymbols != 0 {
 		t.Error("symbol table pointer kept after dropping the table")
+	}
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// An edit that changes the initrd's tail and its size within the same MiB
+// (what an overlay edit does to the config segment) leaves the UKI's size and
+// every byte outside the headers and the initrd's changed tail as they were;
+// one that crosses a MiB grows the UKI by a MiB.
+func TestWriteUKIInitrdEditKeepsLayout(t *testing.T) {
+	u := testUKI(t)
+	u.Initrd = pattern(3<<20+5000, 2)
+	a := buildUKI(t, u)
+	for _, tc := range []struct {
+		name string
+		grow int
+		same bool
+	}{
+		{"tail rewritten, same size", 0, true},
+		{"grown by 3000 bytes", 3000, true},
+		{"shrunk by 4000 bytes", -4000, true},
+		{"grown past the MiB", 1 << 20, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			v := u
+			keep := len(u.Initrd) - 20000 // the unchanged prefix
+			v.Initrd = append(bytes.Clone(u.Initrd[:keep]), pattern(20000+tc.grow, 9)...)
+			b := buildUKI(t, v)
+			if (len(a) == len(b)) != tc.same {
+				t.Fatalf("UKI %d bytes, before %d: same size should be %v", len(b), len(a), tc.same)
+			}
+			fa, _ := pe.NewFile(bytes.NewReader(a))
+			fb, _ := pe.NewFile(bytes.NewReader(b))
+			la, lb := fa.Section(".linux"), fb.Section(".linux")
+			if (la.Offset == lb.Offset && la.VirtualAddress == lb.VirtualAddress) != tc.same {
+				t.Errorf(".linux at %#x (VA %#x), before %#x (VA %#x)", lb.Offset, lb.VirtualAddress, la.Offset, la.VirtualAddress)
+			}
+			if !tc.same {
+				return
+			}
+			headers := int(fa.OptionalHeader.(*pe.OptionalHeader64).SizeOfHeaders)
+			changed := int(fa.Section(".initrd").Offset) + keep
+			for i := range a {
+				if a[i] != b[i] && i >= headers && i < changed {
+					t.Fatalf("byte %#x differs: neither in the headers (< %#x) nor in the initrd's rewritten tail (>= %#x)", i, headers, changed)
+				}
+			}
+		})
 	}
 }

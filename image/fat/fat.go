@@ -13,7 +13,12 @@
 //     sector 6 (backup FSInfo in 7), root directory starts at cluster 2;
 //   - FAT16: 1 reserved sector, 512 root directory entries;
 //   - clusters are handed out in a pre-order walk of the tree with entries
-//     sorted by name, each file contiguous.
+//     sorted by name, each object contiguous: directories from the start of
+//     the data area up, files from its end down. A big file that keeps its
+//     size (the UKI: image.WriteUKI pads the initrd's room to whole MiB) then
+//     keeps its clusters and is the volume's last data, so a rebuild that
+//     changes only that file leaves every byte before it as it was and the
+//     store resumes the disk's hash there (issue 34).
 package fat
 
 import (
@@ -539,16 +544,20 @@ func Write(w io.WriterAt, p Params) (Type, error) {
 	date, tim, tenths := fatTime(p.Epoch)
 	st := stamp{date: date, time: tim, tenths: tenths}
 
-	// Allocate clusters: pre-order, sorted, contiguous per object.
-	next := uint32(2)
-	limit := g.clusters + 2
-	alloc := func(bytes int) (uint32, uint32, error) {
+	// Allocate clusters: pre-order, sorted, contiguous per object;
+	// directories from next up, files from top down.
+	next, top := uint32(2), g.clusters+2 // free clusters are [next, top)
+	alloc := func(bytes int, file bool) (uint32, uint32, error) {
 		if bytes == 0 {
 			return 0, 0, nil
 		}
 		n := uint32((int64(bytes) + int64(g.clusterSize) - 1) / int64(g.clusterSize))
-		if next+n > limit || next+n < next {
+		if n > top-next || int64(n)*int64(g.clusterSize) < int64(bytes) {
 			return 0, 0, ErrNoSpace
+		}
+		if file {
+			top -= n
+			return top, n, nil
 		}
 		start := next
 		next += n
@@ -559,7 +568,7 @@ func Write(w io.WriterAt, p Params) (Type, error) {
 		if rootBytes > fat16RootEntries*dirEntSize {
 			return 0, fmt.Errorf("fat: root directory needs %d entries, FAT16 has %d", rootBytes/dirEntSize, fat16RootEntries)
 		}
-	} else if root.cluster, root.nclus, err = alloc(max(rootBytes, 1)); err != nil {
+	} else if root.cluster, root.nclus, err = alloc(max(rootBytes, 1), false); err != nil {
 		return 0, err
 	}
 	var walk func(d *node) error
@@ -574,7 +583,7 @@ func Write(w io.WriterAt, p Params) (Type, error) {
 				}
 				size = len(c.data)
 			}
-			if c.cluster, c.nclus, err = alloc(size); err != nil {
+			if c.cluster, c.nclus, err = alloc(size, !c.dir); err != nil {
 				return err
 			}
 		}
@@ -602,7 +611,7 @@ func Write(w io.WriterAt, p Params) (Type, error) {
 	boot := bootSector(g, p, label)
 	copy(sys, boot)
 	if g.typ == FAT32 {
-		fsinfo := fsInfo(g.clusters - (next - 2))
+		fsinfo := fsInfo(top - next)
 		copy(sys[1*sectorSize:], fsinfo)
 		copy(sys[6*sectorSize:], boot)
 		copy(sys[7*sectorSize:], fsinfo)

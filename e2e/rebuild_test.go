@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -117,9 +118,12 @@ func lineOf(out, stage string) string {
 // those three again from empty and finds each file equal to what the store
 // holds. The store's sums were resumed from the previous build's midstates and
 // the PXE files' taken from their stages, so this is what shows the
-// incremental hashing exact. The second edit adds 12 KiB of incompressible
-// text, so the UKI inside the ESP grows by whole FAT clusters (checked). The
-// published files are the store's, by hard link.
+// incremental hashing exact. The first edit keeps the UKI's size (its initrd
+// room is padded to whole MiB), and disk.img is then the previous build's up
+// to the UKI, at the ESP's top (checked: what lets the store resume the disk's
+// hash there). The second adds 1.25 MiB of incompressible text, so the UKI
+// grows past its padding and by whole FAT clusters (checked). The published
+// files are the store's, by hard link.
 func TestOverlayEditEqualsFresh(t *testing.T) {
 	testguard.Short(t, "builds the default image three times (a store hit for its kernel and driver)")
 	dir := t.TempDir()
@@ -137,7 +141,7 @@ func TestOverlayEditEqualsFresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	noise := make([]byte, 9<<10)
+	noise := make([]byte, 5<<18)
 	rand.New(rand.NewSource(time.Now().UnixNano())).Read(noise)
 	var big strings.Builder
 	for b64 := base64.StdEncoding.EncodeToString(noise); len(b64) > 0; b64 = b64[min(76, len(b64)):] {
@@ -175,11 +179,18 @@ func TestOverlayEditEqualsFresh(t *testing.T) {
 		if err := syscall.Stat(filepath.Join(cur, "peerboot.efi"), &st); err != nil || st.Nlink < 2 || st.Mode&0o222 != 0 {
 			t.Errorf("edit %d: the published UKI is no read-only hard link to the store's (%v, %d links, mode %o)", i, err, st.Nlink, st.Mode&0o777)
 		}
-		if i == 1 {
-			before, after := ukiClusters(t, prev), ukiClusters(t, cur)
-			t.Logf("the UKI takes %d clusters before the edit, %d after", before, after)
-			if before == after {
-				t.Errorf("the second edit left the UKI at %d clusters: it tests no cluster boundary", after)
+		before, after := ukiClusters(t, prev), ukiClusters(t, cur)
+		t.Logf("edit %d: the UKI takes %d clusters before the edit, %d after", i, before, after)
+		switch {
+		case i == 1 && before == after:
+			t.Errorf("the second edit left the UKI at %d clusters: it tests no cluster boundary", after)
+		case i == 0 && before != after:
+			t.Errorf("the one-line edit moved the UKI from %d to %d clusters: its initrd room is not padded", before, after)
+		case i == 0:
+			at, diff := ukiOffset(t, cur), firstDiff(t, filepath.Join(prev, "disk.img"), filepath.Join(cur, "disk.img"))
+			t.Logf("edit 0: disk.img first differs at %.1f MiB, the UKI starts at %.1f MiB", float64(diff)/(1<<20), float64(at)/(1<<20))
+			if diff < at {
+				t.Errorf("edit 0: disk.img differs at %d, before the UKI (at %d)", diff, at)
 			}
 		}
 		prev = cur
@@ -251,4 +262,61 @@ func ukiClusters(t *testing.T, dir string) int64 {
 		t.Fatal(err)
 	}
 	return (int64(len(uki)) + fs.ClusterSize() - 1) / fs.ClusterSize()
+}
+
+// ukiOffset is where the published UKI of dir starts inside its disk.img.
+func ukiOffset(t *testing.T, dir string) int64 {
+	t.Helper()
+	uki, err := os.ReadFile(filepath.Join(dir, "peerboot.efi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := uki[:4096]
+	f, err := os.Open(filepath.Join(dir, "disk.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4<<20+len(head))
+	for off := int64(0); ; off += 4 << 20 {
+		n, err := f.ReadAt(buf, off)
+		if i := bytes.Index(buf[:n], head); i >= 0 {
+			return off + int64(i)
+		}
+		if err != nil {
+			t.Fatalf("disk.img of %s holds no UKI: %v", dir, err)
+		}
+	}
+}
+
+// firstDiff is the offset of the first byte where files a and b differ (the
+// shorter one's size when one is a prefix of the other; -1 when equal).
+func firstDiff(t *testing.T, a, b string) int64 {
+	t.Helper()
+	fa, err := os.Open(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	fb, err := os.Open(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	x, y := make([]byte, 4<<20), make([]byte, 4<<20)
+	for off := int64(0); ; off += 4 << 20 {
+		n, errA := io.ReadFull(fa, x)
+		m, errB := io.ReadFull(fb, y)
+		for i := range min(n, m) {
+			if x[i] != y[i] {
+				return off + int64(i)
+			}
+		}
+		if n != m {
+			return off + int64(min(n, m))
+		}
+		if errA != nil || errB != nil {
+			return -1
+		}
+	}
 }

@@ -178,6 +178,10 @@ func resume(sf *sparseFile, basePath string, baseMids []string) (int64, []string
 		if off+midChunk >= sf.size || off+midChunk > base.size {
 			break
 		}
+		if sf.hole(off, midChunk) && base.hole(off, midChunk) {
+			same++ // zeros in both: equal unread (a disk image is mostly holes)
+			continue
+		}
 		if sf.readAt(a, off) != nil || base.readAt(b, off) != nil || !bytes.Equal(a, b) {
 			break
 		}
@@ -207,6 +211,16 @@ func marshalState(h hash.Hash) string {
 type sparseFile struct {
 	f    *os.File
 	size int64
+}
+
+// hole says whether [off, off+n) holds no data extent (reads as zeros); false
+// when the filesystem cannot tell (no SEEK_DATA).
+func (s *sparseFile) hole(off, n int64) bool {
+	data, err := unix.Seek(int(s.f.Fd()), off, unix.SEEK_DATA)
+	if errors.Is(err, unix.ENXIO) {
+		return true // no data from off to the end
+	}
+	return err == nil && data >= off+n
 }
 
 func (s *sparseFile) readAt(buf []byte, off int64) error {

@@ -59,6 +59,8 @@ func TestCommitResumesFromBase(t *testing.T) {
 		{"unchanged", old, old, 3 * midChunk},
 		{"sparse, tail edit", sparse, edit(sparse, len(sparse)-3, "x"), 2 * midChunk},
 		{"all holes", make([]byte, 2*midChunk+5), make([]byte, 2*midChunk+5), 2 * midChunk},
+		{"a hole where the base has data", old, zeroed(old, midChunk, 2*midChunk), midChunk},
+		{"data where the base has a hole", sparse, edit(sparse, midChunk+9, "x"), midChunk},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -179,4 +181,11 @@ func TestCommitTakesLinkedSums(t *testing.T) {
 	if want, _ := fsutil.HashFile(filepath.Join(st.OutputDir(k), "copy.img")); got["copy.img"] != want {
 		t.Errorf("the copy took a linked sum: %s", got["copy.img"])
 	}
+}
+
+// zeroed is a copy of b with [from, to) zeros (a hole, once writeSparse writes it).
+func zeroed(b []byte, from, to int) []byte {
+	c := bytes.Clone(b)
+	clear(c[from:to])
+	return c
 }

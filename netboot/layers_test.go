@@ -14,7 +14,8 @@ import (
 // interfaces (docs/design.md, "serve's report pipeline"): SQL (database/sql
 // and its drivers) is sqldb's alone, and the module's internal/pgtest, which
 // starts the tests' PostgreSQL; sqldb is opened only by cmd/peerboot, never by
-// a handler or a stage; and the stages and the records speak no HTTP.
+// a handler or a stage; the stages and the records speak no HTTP; and only
+// the command imports the server (its client shares netboot/api, not netboot).
 func TestLayers(t *testing.T) {
 	const mod = "github.com/peerboot/peerboot/"
 	type rule struct {
@@ -30,6 +31,8 @@ func TestLayers(t *testing.T) {
 		{func(p string) bool { return p == mod+"netboot/fleetdb/sqldb" }, []string{"cmd/peerboot"},
 			"handlers and stages take fleetdb's interfaces; only the command opens the database"},
 		{func(p string) bool { return p == "net/http" }, nil, "the stages and the records speak no HTTP"},
+		{func(p string) bool { return p == mod+"netboot" }, []string{"cmd/peerboot"},
+			"the server is started by the command alone; its client (netboot/client) and the API's types (netboot/api) stand apart from it"},
 	}
 	// The third rule concerns these packages only.
 	noHTTP := map[string]bool{"netboot/fleetdb": true, "netboot/fleetdb/sqldb": true, "netboot/attestation": true, "netboot/vote": true, "rollout": true}

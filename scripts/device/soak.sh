@@ -7,6 +7,8 @@
 #     counts, row remapping); the PCIe AER counters of the GPU and the ports above it
 #     were read before and after (or a soak.aer info says why not); no ECC, remap or
 #     AER warning or failure;
+#   - --soak-progress: a copy taken mid-run says running with fewer rounds than the
+#     end; the last one says finished, every round counted, a plot series, no fault;
 #   - p2pcheck --soak 1m --soak-inject-corruption 3: must exit 9 with soak.corrupt
 #     naming round 3 and the soak stopped there.
 # One line per check, then one summary line; non-zero exit when any check failed.
@@ -25,7 +27,12 @@ nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl._
 [ -f "$nccl" ] || nccl=libnccl.so.2
 
 echo "== p2pcheck --soak $dur (NCCL: $nccl)"
-"$p2p" --soak "$dur" --nccl-lib "$nccl" --log-dir "$out" --out "$out/soak.json" >"$out/soak.txt" 2>"$out/soak.stderr"
+"$p2p" --soak "$dur" --soak-progress "$out/progress.json" --nccl-lib "$nccl" --log-dir "$out" --out "$out/soak.json" >"$out/soak.txt" 2>"$out/soak.stderr" &
+pid=$!
+# The progress file as serve would receive it mid-run (the init POSTs it every few minutes).
+sleep 45
+cp "$out/progress.json" "$out/progress-mid.json" 2>/dev/null
+wait $pid
 rc=$?
 head -3 "$out/soak.stderr"; echo "..."; tail -3 "$out/soak.stderr"
 sed -n '/^Soak (burn-in)/,/^$/p' "$out/soak.txt"
@@ -66,6 +73,16 @@ why = [f["message"] for f in r["findings"] if f["id"] == "soak.aer" and f["statu
 print("ok" if aer or why else "FAIL", "soak-aer-read", len(aer), "devices:",
       "; ".join("%s %s cor %d->%d nonfatal %d->%d fatal %d->%d" % (a["bdf"], a["of"], a["start"]["correctable"], a["end"]["correctable"], a["start"]["nonfatal"], a["end"]["nonfatal"], a["start"]["fatal"], a["end"]["fatal"]) for a in aer) or (why[0] if why else ""))
 bad = [f["status"] + " " + f["id"] + ": " + f["message"] for f in r["findings"] if f["id"] in ("soak.ecc", "soak.row_remap", "soak.aer", "soak.aer_uncorrectable") and f["status"] != "info"]
+import os
+def progress(name):
+    f = os.path.join(os.path.dirname(sys.argv[1]), name)
+    return json.load(open(f)) if os.path.exists(f) else {}
+mid, end = progress("progress-mid.json"), progress("progress.json")
+print("ok" if mid.get("state") == "running" and 0 < mid.get("rounds", 0) < s.get("rounds", 0) else "FAIL", "soak-progress-mid",
+      "state", mid.get("state"), "rounds", mid.get("rounds"), "elapsed", mid.get("elapsed_ms"), "ms, plot points", len((mid.get("plot") or {}).get("points") or []))
+pts = (end.get("plot") or {}).get("points") or []
+print("ok" if end.get("state") == "finished" and end.get("rounds") == s.get("rounds") and pts and end.get("faulty_rounds") == 0 else "FAIL", "soak-progress-final",
+      "state", end.get("state"), "rounds", end.get("rounds"), "of", s.get("rounds"), "faulty", end.get("faulty_rounds"), "plot points", len(pts), "stride", (end.get("plot") or {}).get("stride"))
 print("ok" if not bad else "FAIL", "soak-no-memory-or-link-errors", "; ".join(bad) or "no soak.ecc / soak.row_remap / soak.aer warnings or failures")
 PY
 results "$out/soak.checks"

@@ -166,29 +166,6 @@ func HashFile(path string) (string, error) {
 // never a part. Every error is returned, a failed sync's included; on one, path
 // is left as it was and the temporary file removed.
 func WriteAtomic(path string, mode os.FileMode, write func(f *os.File) error) error {
-	return writeTemp(path, mode, write, os.Rename)
-}
-
-// CreateAtomic is WriteAtomic that never replaces: the synced temporary file
-// is linked to path, so a reader sees no file or the whole one, and when path
-// exists (another writer made it first) the error wraps fs.ErrExist and path
-// is left as it is. For a file made once and trusted after (a credential).
-func CreateAtomic(path string, mode os.FileMode, write func(f *os.File) error) error {
-	return writeTemp(path, mode, write, os.Link)
-}
-
-// CreateFileAtomic is CreateAtomic of data.
-func CreateFileAtomic(path string, data []byte, mode os.FileMode) error {
-	return CreateAtomic(path, mode, func(f *os.File) error {
-		_, err := f.Write(data)
-		return err
-	})
-}
-
-// writeTemp is the two writers: a temporary file beside path, filled, given
-// mode, synced and closed, then put at path by place (a rename or a link),
-// and the directory synced.
-func writeTemp(path string, mode os.FileMode, write func(f *os.File) error, place func(tmp, path string) error) error {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -209,7 +186,7 @@ func writeTemp(path string, mode os.FileMode, write func(f *os.File) error, plac
 		err = cerr
 	}
 	if err == nil {
-		err = place(f.Name(), path)
+		err = os.Rename(f.Name(), path)
 	}
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)

@@ -2,7 +2,6 @@ package fsutil
 
 import (
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -187,55 +186,3 @@ func TestCopyFileSparse(t *testing.T) {
 		})
 	}
 }
-
-// TestCreateAtomic: a file is created whole with its mode whatever the umask,
-// an existing one is never replaced (fs.ErrExist, content kept), and a failed
-// write leaves nothing, temporary file included.
-func TestCreateAtomic(t *testing.T) {
-	old := syscall.Umask(0o077)
-	defer syscall.Umask(old)
-	tests := []struct {
-		name     string
-		existing string // "": no file there first
-		write    func(f *os.File) error
-		want     string // the file's content after; "": no file
-		wantErr  error  // nil: succeeds
-	}{
-		{"creates", "", func(f *os.File) error { _, err := f.WriteString("tok\n"); return err }, "tok\n", nil},
-		{"never replaces", "first\n", func(f *os.File) error { _, err := f.WriteString("second\n"); return err }, "first\n", fs.ErrExist},
-		{"write fails", "", func(f *os.File) error { f.WriteString("part"); return errBoom }, "", errBoom},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			dir := t.TempDir()
-			path := filepath.Join(dir, "operator.token")
-			if tt.existing != "" {
-				if err := os.WriteFile(path, []byte(tt.existing), 0o600); err != nil {
-					t.Fatal(err)
-				}
-			}
-			err := CreateAtomic(path, 0o640, tt.write)
-			if tt.wantErr == nil && err != nil || tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
-				t.Fatalf("err = %v, want %v", err, tt.wantErr)
-			}
-			got, rerr := os.ReadFile(path)
-			switch {
-			case tt.want == "" && !errors.Is(rerr, fs.ErrNotExist):
-				t.Errorf("a failed create left %q (%v)", got, rerr)
-			case tt.want != "" && string(got) != tt.want:
-				t.Errorf("content %q, want %q", got, tt.want)
-			}
-			if tt.wantErr == nil {
-				if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o640 {
-					t.Errorf("mode %v, want 0640 whatever the umask", fi.Mode().Perm())
-				}
-			}
-			ents, _ := os.ReadDir(dir)
-			if want := map[bool]int{true: 0, false: 1}[tt.want == ""]; len(ents) != want {
-				t.Errorf("%d entries left, want %d: %v", len(ents), want, ents)
-			}
-		})
-	}
-}
-
-var errBoom = errors.New("boom")

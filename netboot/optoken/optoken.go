@@ -46,10 +46,8 @@ func Ensure(file string) (tok string, created bool, err error) {
 	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		return "", false, fmt.Errorf("%w: %w", ErrCreate, err)
 	}
-	// Created whole, never over a file that is there: another serve starting at
-	// the same moment reads either no file or the whole token, never a part.
 	tok = hex.EncodeToString(raw)
-	err = fsutil.CreateFileAtomic(file, []byte(tok+"\n"), 0o600)
+	err = create(file, []byte(tok+"\n"))
 	if errors.Is(err, fs.ErrExist) {
 		tok, err = Read(file) // another serve made it first
 		return tok, false, err
@@ -58,6 +56,31 @@ func Ensure(file string) (tok string, created bool, err error) {
 		return "", false, fmt.Errorf("%w: %w", ErrCreate, err)
 	}
 	return tok, true, nil
+}
+
+// create puts data at file whole and never over a file that is there, so
+// another serve starting at the same moment reads either no file or the whole
+// token, never a part: fsutil.WriteAtomic writes it (mode 0600, fsync) under a
+// fresh name beside file, which is then linked to file (fs.ErrExist when
+// another made it first) and removed. Nothing is left beside file.
+func create(file string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(file), "."+FileName+"-*")
+	if err != nil {
+		return err
+	}
+	fresh := f.Name()
+	f.Close()
+	defer os.Remove(fresh)
+	if err := fsutil.WriteFileAtomic(fresh, data, 0o600); err != nil {
+		return err
+	}
+	if err := os.Link(fresh, file); err != nil {
+		return err
+	}
+	if err := os.Remove(fresh); err != nil {
+		return err
+	}
+	return fsutil.Sync(filepath.Dir(file))
 }
 
 // Read reads an existing token file: one line, at least MinLen characters,

@@ -2,10 +2,12 @@ package optoken
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
@@ -64,5 +66,33 @@ func TestEnsure(t *testing.T) {
 	os.WriteFile(short, []byte("abc\n"), 0o600)
 	if _, err := Read(short); err == nil || !strings.Contains(err.Error(), "at least 32") {
 		t.Errorf("a short token: %v", err)
+	}
+}
+
+// TestCreate: a token file is never replaced, so one a serve already handed
+// out stays valid; a created one has its mode whatever the umask, and nothing
+// is left beside it either way.
+func TestCreate(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	for _, existing := range []string{"", "first\n"} {
+		dir := t.TempDir()
+		file := filepath.Join(dir, FileName)
+		if existing != "" {
+			os.WriteFile(file, []byte(existing), 0o600)
+		}
+		err := create(file, []byte("second\n"))
+		got, _ := os.ReadFile(file)
+		if existing != "" && (!errors.Is(err, fs.ErrExist) || string(got) != existing) {
+			t.Errorf("over an existing file: %v, content %q; want fs.ErrExist and %q kept", err, got, existing)
+		}
+		if existing == "" {
+			if fi, serr := os.Stat(file); err != nil || string(got) != "second\n" || serr != nil || fi.Mode().Perm() != 0o600 {
+				t.Errorf("a new file: %v, content %q, mode %v", err, got, fi.Mode())
+			}
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+			t.Errorf("left beside the token: %v", ents)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package netboot
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -147,6 +148,7 @@ type SoakView struct {
 	Stride      int                    `json:"stride"`
 	Points      int                    `json:"points"`
 	Pairs       []selftest.SoakPairNow `json:"pairs,omitempty"` // progress only
+	GPUs        []GPUNow               `json:"gpus,omitempty"`  // progress only: the latest NVML sample
 	Bandwidth   template.HTML          `json:"-"`
 	Temperature template.HTML          `json:"-"`
 	Error       string                 `json:"error,omitempty"`
@@ -175,6 +177,9 @@ func (s *Server) attachBurnIn(ctx context.Context, v *NodeView, current bool) er
 			}
 			v.Soak = soakView("progress", sp.Rounds, sp.Plot)
 			v.Soak.Pairs = sp.Pairs
+			for _, g := range sp.GPUs {
+				v.Soak.GPUs = append(v.Soak.GPUs, gpuNow(g))
+			}
 			return nil
 		}
 	}
@@ -183,4 +188,39 @@ func (s *Server) attachBurnIn(ctx context.Context, v *NodeView, current bool) er
 		v.Soak = soakView("report", sk.Rounds, selftest.NewSoakPlot(sk.Series, sk.Stride, selftest.SoakMaxPoints))
 	}
 	return nil
+}
+
+// GPUNow is a GPU's latest sample as the node page shows it ("" where NVML did not
+// answer).
+type GPUNow struct {
+	GPU         int    `json:"gpu"`
+	Link        string `json:"link"`
+	Temperature string `json:"temperature"`
+	SMClock     string `json:"sm_clock"`
+	MemClock    string `json:"mem_clock"`
+	Power       string `json:"power"`
+	Throttle    string `json:"throttle"`
+}
+
+func gpuNow(g selftest.SoakGPU) GPUNow {
+	v := GPUNow{GPU: g.GPU}
+	if g.LinkGen > 0 {
+		v.Link = fmt.Sprintf("Gen%d x%d", g.LinkGen, g.LinkWidth)
+	}
+	if g.TemperatureC != nil {
+		v.Temperature = fmt.Sprintf("%d °C", *g.TemperatureC)
+	}
+	if g.SMClockMHz != nil {
+		v.SMClock = fmt.Sprintf("%d MHz", *g.SMClockMHz)
+	}
+	if g.MemClockMHz != nil {
+		v.MemClock = fmt.Sprintf("%d MHz", *g.MemClockMHz)
+	}
+	if g.PowerMW != nil {
+		v.Power = fmt.Sprintf("%.0f W", float64(*g.PowerMW)/1000)
+	}
+	if g.ThrottleReasons != nil {
+		v.Throttle = cmp.Or(selftest.ThrottleNames(*g.ThrottleReasons), "none")
+	}
+	return v
 }

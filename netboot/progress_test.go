@@ -37,8 +37,8 @@ func soakSeries(n, slowFrom, bad int) []selftest.SoakRound {
 			}
 		}
 		for g := 0; g < 4; g++ {
-			t := 60 + 20*r/n + g
-			rd.GPUs = append(rd.GPUs, selftest.SoakGPU{GPU: g, LinkGen: 4, LinkWidth: 16, ReplayCounter: 0, TemperatureC: &t})
+			t, sm, mem, mw, thr := 60+20*r/n+g, 2520, 10501, 290000+1000*g, uint64(0)
+			rd.GPUs = append(rd.GPUs, selftest.SoakGPU{GPU: g, LinkGen: 4, LinkWidth: 16, ReplayCounter: 0, TemperatureC: &t, SMClockMHz: &sm, MemClockMHz: &mem, PowerMW: &mw, ThrottleReasons: &thr})
 		}
 		out = append(out, rd)
 	}
@@ -141,7 +141,8 @@ func TestPostProgress(t *testing.T) {
 	// The node page draws the progress' plot.
 	_, page = e.get(t, "/nodes/"+node)
 	for _, want := range []string{`<h2 id="burn-in-now">`, `<div id="soak-plot" data-from="progress" data-points="`, `<svg class="soak-plot" data-kind="bandwidth"`,
-		`<svg class="soak-plot" data-kind="temperature"`, `<polyline class="pair" data-pair="0-&gt;1"`, `<line class="fault" data-round="201"`, `<tr class="soak-pair" data-pair="0->1">`} {
+		`<svg class="soak-plot" data-kind="temperature"`, `<polyline class="pair" data-pair="0-&gt;1"`, `<line class="fault" data-round="201"`, `<tr class="soak-pair" data-pair="0->1">`,
+		`<tr class="soak-gpu" data-gpu="3"><td>GPU3</td><td>Gen4 x16</td><td class="num">83 °C</td><td class="num">2520 MHz</td><td class="num">10501 MHz</td><td class="num">293 W</td><td>none</td></tr>`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("node page lacks %q", want)
 		}
@@ -179,5 +180,23 @@ func TestPostProgressRate(t *testing.T) {
 	}
 	if resp, b := e.post(t, "/reports?node="+node, tok, soakReport(t, 8)); resp.StatusCode != http.StatusCreated {
 		t.Errorf("the report after them: %d %s", resp.StatusCode, b)
+	}
+}
+
+func TestGPUNow(t *testing.T) {
+	i := func(v int) *int { return &v }
+	u := func(v uint64) *uint64 { return &v }
+	for _, tc := range []struct {
+		g    selftest.SoakGPU
+		want GPUNow
+	}{
+		{selftest.SoakGPU{GPU: 2}, GPUNow{GPU: 2}},
+		{selftest.SoakGPU{GPU: 1, LinkGen: 4, LinkWidth: 8, TemperatureC: i(91), SMClockMHz: i(1410), MemClockMHz: i(10501), PowerMW: i(299500), ThrottleReasons: u(0x20 | 0x40)},
+			GPUNow{GPU: 1, Link: "Gen4 x8", Temperature: "91 °C", SMClock: "1410 MHz", MemClock: "10501 MHz", Power: "300 W", Throttle: "SW thermal slowdown, HW thermal slowdown"}},
+		{selftest.SoakGPU{GPU: 0, ThrottleReasons: u(0)}, GPUNow{GPU: 0, Throttle: "none"}},
+	} {
+		if got := gpuNow(tc.g); got != tc.want {
+			t.Errorf("gpuNow(%+v) = %+v, want %+v", tc.g, got, tc.want)
+		}
 	}
 }

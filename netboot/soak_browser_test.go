@@ -79,7 +79,7 @@ func TestSoakPlotInChromium(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, shot := range []struct{ name, node, size string }{{"burn-in-progress.png", running, "1000,1040"}, {"burn-in-report.png", finished, "1400,2600"}} {
+	for _, shot := range []struct{ name, node, size string }{{"burn-in-progress.png", running, "1000,1180"}, {"burn-in-report.png", finished, "1400,2600"}} {
 		png := filepath.Join(dir, shot.name)
 		os.Remove(png)
 		chromium(t, e.http.URL+"/nodes/"+shot.node, "--screenshot="+png, "--window-size="+shot.size)

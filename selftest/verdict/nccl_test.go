@@ -78,3 +78,23 @@ func TestNCCLJudge(t *testing.T) {
 		}
 	}
 }
+
+// Without a recipe, unknown transports are a warning, not a failure: nothing
+// says P2P is required.
+func TestNCCLTransportsUnknownWithoutRecipe(t *testing.T) {
+	r := healthyReport(4)
+	r.NCCL.Transports = []selftest.Transport{}
+	Judge(r, nil)
+	found := false
+	for _, f := range r.Findings {
+		if f.ID == "nccl.transport" {
+			found = true
+			if f.Status != selftest.SevWarn {
+				t.Errorf("without a recipe: %s %s: %s", f.Status, f.ID, f.Message)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no nccl.transport finding:\n%s", dump(r.Findings))
+	}
+}

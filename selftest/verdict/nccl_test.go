@@ -1,6 +1,8 @@
 package verdict
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -43,6 +45,33 @@ func TestNCCLJudge(t *testing.T) {
 			delete(e.Env, "NCCL_P2P_LEVEL")
 			setVia(r, 1, 2, "SHM/direct/direct")
 		}, "nccl.transport", "via SHM/direct/direct", "beyond NCCL's default level PXB", "topology NODE", ""},
+		// The transport finding's hint and evidence.
+		{"a PXB pair over SHM, no level set", func(r *selftest.Report, e *Expect) {
+			delete(r.NCCL.Env, "NCCL_P2P_LEVEL")
+			delete(e.Env, "NCCL_P2P_LEVEL")
+			pair(r, 1, 2).Topology, pair(r, 1, 2).NVMLTopology = selftest.TopoPXB, selftest.TopoPXB
+			setVia(r, 1, 2, "SHM/direct/direct")
+		}, "nccl.transport", "via SHM/direct/direct", "NCCL takes P2P only where NVML reports P2P OK", "topology PXB; nvml p2p r=OK w=OK", ""},
+		{"NCCL_P2P_LEVEL=PXB, a NODE pair over SHM", func(r *selftest.Report, e *Expect) {
+			r.NCCL.Env["NCCL_P2P_LEVEL"] = "PXB"
+			setVia(r, 1, 2, "SHM/direct/direct")
+		}, "nccl.transport", "via SHM/direct/direct", "set NCCL_P2P_LEVEL=SYS: the pair is NODE, beyond NCCL_P2P_LEVEL=PXB", "; NCCL_P2P_LEVEL=PXB", ""},
+		{"NCCL_P2P_DISABLE=1", func(r *selftest.Report, e *Expect) {
+			r.NCCL.Env["NCCL_P2P_DISABLE"] = "1"
+			setVia(r, 1, 2, "SHM/direct/direct")
+		}, "nccl.transport", "via SHM/direct/direct", "NCCL_P2P_DISABLE is set", "", ""},
+		{"NCCL_P2P_DISABLE=0", func(r *selftest.Report, e *Expect) {
+			r.NCCL.Env["NCCL_P2P_DISABLE"] = "0"
+			setVia(r, 1, 2, "SHM/direct/direct")
+		}, "nccl.transport", "via SHM/direct/direct", "NCCL takes P2P only where NVML reports P2P OK", "", ""},
+		{"NVML's write status only", func(r *selftest.Report, e *Expect) {
+			pair(r, 1, 2).P2PRead = ""
+			setVia(r, 1, 2, "SHM/direct/direct")
+		}, "nccl.transport", "via SHM/direct/direct", "", "; nvml p2p r=? w=OK", "p2p.status"},
+		{"NVML's read status only", func(r *selftest.Report, e *Expect) {
+			pair(r, 1, 2).P2PWrite = ""
+			setVia(r, 1, 2, "SHM/direct/direct")
+		}, "nccl.transport", "via SHM/direct/direct", "", "; nvml p2p r=OK w=?", "p2p.status"},
 		// One rank has no channels to name; a run that measured no size named none yet.
 		{"one rank, no channels", func(r *selftest.Report, e *Expect) {
 			r.NCCL.Ranks, r.NCCL.Transports = 1, []selftest.Transport{}
@@ -96,5 +125,40 @@ func TestNCCLTransportsUnknownWithoutRecipe(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no nccl.transport finding:\n%s", dump(r.Findings))
+	}
+}
+
+func pair(r *selftest.Report, a, b int) *selftest.Pair {
+	p := r.PairOf(a, b)
+	if p == nil {
+		panic(fmt.Sprintf("no pair %d-%d", a, b))
+	}
+	return p
+}
+
+// A transport between GPUs that NVML gave no P2P status for, or that have no
+// pair record at all, says nothing of NVML in its evidence.
+func TestNCCLTransportWithoutNVMLStatus(t *testing.T) {
+	for _, drop := range []bool{false, true} {
+		r := healthyReport(4)
+		if drop {
+			r.Pairs = slices.DeleteFunc(r.Pairs, func(p selftest.Pair) bool { return p.A == 1 && p.B == 2 })
+		} else {
+			pair(r, 1, 2).P2PRead, pair(r, 1, 2).P2PWrite = "", ""
+		}
+		setVia(r, 1, 2, "SHM/direct/direct")
+		Judge(r, FromRecipe(healthyRecipe(4)))
+		found := false
+		for _, f := range r.Findings {
+			if f.ID == "nccl.transport" {
+				found = true
+				if strings.Contains(f.Evidence, "nvml") || !strings.Contains(f.Evidence, "channels [0 1] via SHM/direct/direct") {
+					t.Errorf("pair record dropped %v: evidence %q", drop, f.Evidence)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("pair record dropped %v: no nccl.transport finding:\n%s", drop, dump(r.Findings))
+		}
 	}
 }

@@ -21,3 +21,28 @@ func TestModeNoneAlone(t *testing.T) {
 		}
 	}
 }
+
+// A GPU in mode none is p2p.mode_none's, not half of a mixed pair, whichever
+// side of the pair it is.
+func TestModeNoneIsNotMixed(t *testing.T) {
+	for none := range 2 {
+		r := healthyReport(2)
+		for i := range r.GPUs {
+			mode := selftest.P2PModeDynamic
+			if i == none {
+				mode = selftest.P2PModeNone
+			}
+			r.GPUs[i].P2PMode, r.GPUs[i].P2PModeLine = mode, "NVRM: peerboot-p2p: bar1-mode gpu="+string(rune('0'+i))+" pci="+r.GPUs[i].BDF+" mode="+mode+" why=small-bar1"
+		}
+		Judge(r, FromRecipe(healthyRecipe(2)))
+		var ids []string
+		for _, f := range r.Findings {
+			if f.Status != selftest.SevInfo {
+				ids = append(ids, f.ID)
+			}
+		}
+		if len(ids) != 1 || ids[0] != "p2p.mode_none" {
+			t.Errorf("GPU%d in mode none: %v, want [p2p.mode_none]:\n%s", none, ids, dump(r.Findings))
+		}
+	}
+}

@@ -210,7 +210,7 @@ func (f *rolloutFlags) client() (*client.Client, error) {
 		v        *string
 		env, def string
 	}{
-		{&opt.Server, "PEERBOOT_SERVER", "http://127.0.0.1:8080"},
+		{&opt.Server, "PEERBOOT_SERVER", client.DefaultServer},
 		{&opt.PageToken, "PEERBOOT_PAGE_TOKEN", ""},
 		{&opt.Auth, "PEERBOOT_SERVE_AUTH", ""},
 		{&opt.OperatorTokenFile, envOperatorToken, optoken.Default("out")},

@@ -26,6 +26,10 @@ import (
 	"github.com/peerboot/peerboot/rollout"
 )
 
+// DefaultServer is the serve asked without a server named: one on this
+// machine at serve's default port (netboot.DefaultListen).
+const DefaultServer = "http://127.0.0.1:8080"
+
 // Options say which server to ask and with what.
 type Options struct {
 	// Server is the serve's base URL, http(s)://HOST[:PORT].

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net"
 	"net/http/httptest"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,5 +161,18 @@ func TestClient(t *testing.T) {
 	}
 	if _, err := New(Options{Server: "ftp://x"}); exitcode.Of(err) != int(exitcode.Usage) || !strings.Contains(err.Error(), "--server: want http://HOST[:PORT]") {
 		t.Errorf("a server URL that is not http: %v", err)
+	}
+}
+
+// TestDefaultServer: the client's default is where a serve started without
+// --listen answers on this machine, so a change of one moves the other.
+func TestDefaultServer(t *testing.T) {
+	u, err := neturl.Parse(DefaultServer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, err := net.SplitHostPort(netboot.DefaultListen)
+	if err != nil || u.Port() != port || u.Hostname() != "127.0.0.1" {
+		t.Errorf("DefaultServer %s, serve's default listen address %s (%v)", DefaultServer, netboot.DefaultListen, err)
 	}
 }

@@ -67,6 +67,10 @@ type Options struct {
 	// Stop, if set, is called with each console line; returning true ends the boot
 	// early (the guest said all it has to say).
 	Stop func(line string) bool
+	// Reply, if set, is called with each console line; what it returns (e.g. "b\n")
+	// is typed on the serial console, as a person at the box would type it. Without
+	// it the console gets no input.
+	Reply func(line string) string
 	// Succeeded, if set, says after a boot whether it did its job; in auto mode a
 	// KVM boot that did not is repeated under TCG (nested KVM can fail silently).
 	Succeeded func() bool
@@ -178,6 +182,13 @@ func boot(ctx context.Context, opt Options) (*Result, error) {
 		return nil, err
 	}
 	cmd.Stderr = cmd.Stdout
+	var typing io.WriteCloser
+	if opt.Reply != nil {
+		// -serial stdio: QEMU's stdin is the guest's serial input.
+		if typing, err = cmd.StdinPipe(); err != nil {
+			return nil, err
+		}
+	}
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting qemu: %w", err)
@@ -203,6 +214,13 @@ func boot(ctx context.Context, opt Options) (*Result, error) {
 			stopped = true
 			cmd.Process.Kill()
 			break
+		}
+		if typing != nil {
+			if in := opt.Reply(line); in != "" {
+				if _, err := io.WriteString(typing, in); err != nil && opt.Console != nil {
+					fmt.Fprintf(opt.Console, "peerboot run: typing on the console: %v\n", err)
+				}
+			}
 		}
 		if opt.Stop != nil && opt.Stop(line) {
 			stopped = true

@@ -1,10 +1,12 @@
 package qemu
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCommandLine(t *testing.T) {
@@ -93,5 +95,43 @@ func TestCommandLine(t *testing.T) {
 	}
 	if _, _, err := commandLine(Options{Mode: PXE, PXEDir: pxe, Accel: "hvf"}); err == nil {
 		t.Error("unknown accelerator accepted")
+	}
+}
+
+// Reply types on the serial console: QEMU's stdin under -serial stdio. The QEMU here
+// is a stand-in script on PATH (a real boot that answers is e2e's
+// TestStickBurnInPrompt): it prints a prompt, reads a line and prints what it got.
+func TestBootReplyTypesOnTheConsole(t *testing.T) {
+	fake := t.TempDir()
+	script := "#!/bin/sh\necho 'guest: press b then Enter'\nread answer\necho \"guest: got [$answer]\"\n"
+	if err := os.WriteFile(filepath.Join(fake, "qemu-system-x86_64"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", fake+string(os.PathListSeparator)+os.Getenv("PATH"))
+	pxe := t.TempDir()
+	os.WriteFile(filepath.Join(pxe, "boot.ipxe"), []byte("#!ipxe\n"), 0o644)
+	for _, tt := range []struct {
+		name  string
+		reply func(string) string
+		want  string
+	}{
+		{"answers the prompt", func(l string) string {
+			if strings.Contains(l, "press b") {
+				return "b\n"
+			}
+			return ""
+		}, "guest: got [b]"},
+		// No Reply: the console has no input, as before (stdin is /dev/null).
+		{"no reply", nil, "guest: got []"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			res, err := Boot(context.Background(), Options{Mode: PXE, PXEDir: pxe, Accel: "tcg", Timeout: time.Minute, WorkDir: t.TempDir(), Reply: tt.reply})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.TimedOut || len(res.Lines) != 2 || res.Lines[1] != tt.want {
+				t.Errorf("console %q (timed out: %v), want the second line %q", res.Lines, res.TimedOut, tt.want)
+			}
+		})
 	}
 }

@@ -43,6 +43,8 @@ type RunOptions struct {
 	KVMHint string
 	// Out gets the verdict's summary, or why there is none.
 	Out io.Writer
+	// Reply is Options.Reply: what to type on the serial console after a line.
+	Reply func(line string) string
 }
 
 // Run's outcomes other than a pass, for the caller's exit codes.
@@ -145,6 +147,7 @@ func Run(ctx context.Context, o RunOptions) (*RunResult, error) {
 		TPM: o.TPM, TPMStateDir: o.TPMStateDir, TPMEKCert: o.TPMEKCert, Net: o.Net,
 		Timeout: o.Timeout, WorkDir: work, Console: console, Accel: o.Accel,
 		KVMHint: o.KVMHint,
+		Reply:   o.Reply,
 		Stop: func(line string) bool {
 			if r := reportIn(line); r != nil {
 				res.Report = r

@@ -1,13 +1,19 @@
 package e2e
 
 import (
-	"github.com/peerboot/peerboot/internal/testguard"
+	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/peerboot/peerboot/internal/testguard"
+	"github.com/peerboot/peerboot/qemu"
+	"github.com/peerboot/peerboot/reportdisk"
 	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/store"
 )
 
 // The default image's PXE bundle offers a burn-in entry (the recipe's
@@ -70,5 +76,90 @@ func TestBootBurnInEntryDefault(t *testing.T) {
 	}
 	if r.Verdict != selftest.Pass || skipped == nil || skipped.Status != selftest.SevInfo || !strings.Contains(skipped.Message, "the recipe expects no GPUs (platform.gpus = 0) and the box has none") {
 		t.Errorf("verdict %s, soak.skipped %+v; findings %+v", r.Verdict, skipped, r.Findings)
+	}
+}
+
+// The default recipe's USB disk image has no boot menu (the UKI boots directly), so
+// the init offers the recipe's burn-in (selftest.soak.menu = 8h) on the console. In
+// QEMU (UEFI from disk.img, no GPU, no NIC): typing b then Enter on the serial
+// console makes the boot a burn-in chosen on the console, which the report records
+// (init.soak) and, with no GPU to soak, skips (soak.skipped) with a PASS; typing
+// nothing boots the self-test alone after the prompt's timeout. Either way the
+// report is also on the disk's report partition, with no network at all.
+func TestStickBurnInPrompt(t *testing.T) {
+	testguard.Short(t, "builds the default image and boots QEMU twice; runs in `make test`")
+	outRoot := t.TempDir()
+	if out, code := peerboot(t, "build", "--out", outRoot); code != 0 {
+		t.Fatalf("build: exit %d\n%s", code, out)
+	}
+	dir := filepath.Join(outRoot, "default")
+	const prompt = "peerboot: press b then Enter for burn-in (8h0m0s); booting the self-test in 5 s"
+	for _, tt := range []struct {
+		name   string
+		answer string // typed after the prompt; "" types nothing
+	}{
+		{"b", "b\n"},
+		{"nothing", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var console bytes.Buffer
+			var typed []string
+			// qemu.Boot, not Run: the disk copy stays in WorkDir for the partition check.
+			res, err := qemu.Boot(context.Background(), qemu.Options{Mode: qemu.UEFI, Disk: filepath.Join(dir, "disk.img"), WorkDir: t.TempDir(),
+				Timeout: 20 * time.Minute, Console: &console,
+				KVMHint: (&store.Store{Root: cacheDir()}).HintPath(store.KVMFailsHint),
+				Reply: func(line string) string {
+					if tt.answer != "" && strings.Contains(line, prompt) {
+						typed = append(typed, line)
+						return tt.answer
+					}
+					return ""
+				},
+				Succeeded: func() bool { return strings.Contains(console.String(), selftest.Marker) }})
+			if err != nil || res.TimedOut {
+				t.Fatalf("boot: %v (timed out: %v)\n%s", err, res != nil && res.TimedOut, tailOf(console.String(), 40))
+			}
+			out := console.String()
+			if !strings.Contains(out, prompt) || tt.answer != "" && len(typed) == 0 {
+				t.Fatalf("no burn-in prompt on the serial console:\n%s", tailOf(out, 60))
+			}
+			r, err := selftest.FindLine(console.Bytes())
+			if err != nil {
+				t.Fatalf("no report on the console: %v\n%s", err, tailOf(out, 40))
+			}
+			var initSoak, skipped *selftest.Finding
+			for i := range r.Findings {
+				switch r.Findings[i].ID {
+				case "init.soak":
+					initSoak = &r.Findings[i]
+				case "soak.skipped":
+					skipped = &r.Findings[i]
+				}
+			}
+			if r.Verdict != selftest.Pass {
+				t.Errorf("verdict %s; findings %+v", r.Verdict, r.Findings)
+			}
+			if tt.answer != "" {
+				if !strings.Contains(out, "burn-in: soaking for 8h0m0s after the self-test (chosen on the console)") {
+					t.Errorf("the console does not say the burn-in was chosen there:\n%s", tailOf(out, 60))
+				}
+				if initSoak == nil || initSoak.Evidence != "console: b" || skipped == nil || skipped.Status != selftest.SevInfo {
+					t.Errorf("init.soak %+v, soak.skipped %+v; findings %+v", initSoak, skipped, r.Findings)
+				}
+			} else {
+				if !strings.Contains(out, "peerboot: no burn-in chosen: booting the self-test") || strings.Contains(out, "burn-in: soaking") {
+					t.Errorf("the boot did not go on without a burn-in:\n%s", tailOf(out, 60))
+				}
+				if initSoak != nil || skipped != nil {
+					t.Errorf("soaked without an answer: init.soak %+v, soak.skipped %+v", initSoak, skipped)
+				}
+			}
+			// The same report on the disk's report partition: written with no network.
+			found, err := reportdisk.Read(res.DiskCopy)
+			if err != nil || len(found) != 1 || found[0].Report == nil || found[0].Report.StartedAt != r.StartedAt || found[0].Report.Verdict != r.Verdict {
+				t.Errorf("report partition of the booted disk: %d reports, %v", len(found), err)
+			}
+			t.Logf("%s: %s from power-on to shutdown (%s)", tt.name, res.Duration.Round(100*time.Millisecond), res.Accel)
+		})
 	}
 }

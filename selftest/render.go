@@ -31,6 +31,7 @@ func RenderWidth(r *Report, width int) string {
 	renderBAR1(&b, r, width)
 	renderNCCL(&b, r, width)
 	renderSoak(&b, r)
+	renderSoakSeries(&b, r, width)
 	renderKernelEvents(&b, r, width)
 	renderFindings(&b, r, width)
 	renderDurations(&b, r, width)

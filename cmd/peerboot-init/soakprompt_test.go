@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/peerboot/peerboot/bootproto"
 	"github.com/peerboot/peerboot/internal/testfs"
 	"github.com/peerboot/peerboot/node/kmod/kmodtest"
 	"github.com/peerboot/peerboot/selftest"
@@ -201,5 +203,30 @@ func TestBootSoakFromRecipe(t *testing.T) {
 	f := findingWith(r, "init.soak")
 	if !strings.Contains(string(args), "--soak 2s") || f == nil || f.Evidence != "recipe: selftest.soak.duration = 2s" {
 		t.Errorf("args %q, init.soak %+v", args, f)
+	}
+}
+
+// A burn-in with a report URL and no network (no DHCP lease): the final report,
+// soak findings and all, is still on the stick's report partition; the POST's
+// failure is on the console and stops nothing.
+func TestBootSoakNoNetworkSavesReport(t *testing.T) {
+	b := newFakeBox(t, "console=ttyS0 peerboot.report_url=http://10.0.2.2:9/r peerboot.soak=2s", &kmodtest.Loader{Errs: map[string]error{"nvidia": unix.ENODEV}})
+	b.lease, b.netErr = nil, errors.New("eth0: no DHCP offer: no answer within 10s")
+	b.m.run(&bootState{})
+	r := b.onlyReport(t)
+	files, _ := filepath.Glob(b.p(reportsMount + "/" + bootproto.ReportsDir + "/report-*.json"))
+	if len(files) != 1 {
+		t.Fatalf("report files on the partition: %v", files)
+	}
+	saved, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromFile, err := selftest.Decode(saved)
+	if err != nil || fromFile.StartedAt != r.StartedAt || findingWith(fromFile, "init.soak") == nil || findingWith(fromFile, "soak.skipped") == nil {
+		t.Errorf("saved report: %v; findings %+v", err, fromFile)
+	}
+	if len(b.posts) != 1 || !strings.Contains(b.console.String(), "report POST to http://10.0.2.2:9/r failed") || len(b.actions) != 1 {
+		t.Errorf("posts %v, actions %v; console:\n%s", b.posts, b.actions, b.console.String())
 	}
 }

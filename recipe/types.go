@@ -161,7 +161,9 @@ type Soak struct {
 	// entry, or peerboot.soak= on the kernel command line, which wins over this).
 	Duration Duration `toml:"duration"`
 	// Menu is the length of the "burn-in" entry that the PXE menus offer beside the
-	// normal boot (0s..168h); 0s: no burn-in entry, the boot goes straight on.
+	// normal boot, and that the init offers on the console of a USB stick or ISO
+	// boot ("press b then Enter", 5 s) when nothing chose (0s..168h); 0s: no burn-in
+	// entry and no prompt, the boot goes straight on.
 	Menu              Duration `toml:"menu"`
 	Rounds            int      `toml:"rounds"`              // stop after this many rounds at the latest (0..1000000); 0: only the duration bounds the soak
 	MaxDriftPct       float64  `toml:"max_drift_pct"`       // warn (soak.drift) when a copy's bandwidth ends more than this many percent below its start (at least 0, below 100); 0: not checked

@@ -85,27 +85,36 @@ func TestBootBurnInEntryDefault(t *testing.T) {
 // console makes the boot a burn-in chosen on the console, which the report records
 // (init.soak) and, with no GPU to soak, skips (soak.skipped) with a PASS; typing
 // nothing boots the self-test alone after the prompt's timeout. Either way the
-// report is also on the disk's report partition, with no network at all.
+// report is also on the disk's report partition. The third boot is the default
+// with a report URL and still no NIC: the network is down, the POST fails, and the
+// burn-in's final report is on the partition all the same.
 func TestStickBurnInPrompt(t *testing.T) {
-	testguard.Short(t, "builds the default image and boots QEMU twice; runs in `make test`")
-	outRoot := t.TempDir()
-	if out, code := peerboot(t, "build", "--out", outRoot); code != 0 {
-		t.Fatalf("build: exit %d\n%s", code, out)
+	testguard.Short(t, "builds the default image (and a variant) and boots QEMU three times; runs in `make test`")
+	work := t.TempDir()
+	build := func(recipe ...string) string {
+		outRoot := t.TempDir()
+		if out, code := peerboot(t, append(append([]string{"build"}, recipe...), "--out", outRoot)...); code != 0 {
+			t.Fatalf("build %v: exit %d\n%s", recipe, code, out)
+		}
+		return filepath.Join(outRoot, "default", "disk.img")
 	}
-	dir := filepath.Join(outRoot, "default")
+	const url = "http://10.0.2.2:9/reports"
+	disks := map[string]string{"default": build()}
+	disks["report-url"] = build(variantRecipe(t, work, "report-url", "[boot]\nreport_url = \""+url+"\"\n"))
 	const prompt = "peerboot: press b then Enter for burn-in (8h0m0s); booting the self-test in 5 s"
 	for _, tt := range []struct {
-		name   string
-		answer string // typed after the prompt; "" types nothing
+		name, disk string
+		answer     string // typed after the prompt; "" types nothing
 	}{
-		{"b", "b\n"},
-		{"nothing", ""},
+		{"b", "default", "b\n"},
+		{"nothing", "default", ""},
+		{"b, network down", "report-url", "b\n"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var console bytes.Buffer
 			var typed []string
 			// qemu.Boot, not Run: the disk copy stays in WorkDir for the partition check.
-			res, err := qemu.Boot(context.Background(), qemu.Options{Mode: qemu.UEFI, Disk: filepath.Join(dir, "disk.img"), WorkDir: t.TempDir(),
+			res, err := qemu.Boot(context.Background(), qemu.Options{Mode: qemu.UEFI, Disk: disks[tt.disk], WorkDir: t.TempDir(),
 				Timeout: 20 * time.Minute, Console: &console,
 				KVMHint: (&store.Store{Root: cacheDir()}).HintPath(store.KVMFailsHint),
 				Reply: func(line string) string {
@@ -120,6 +129,11 @@ func TestStickBurnInPrompt(t *testing.T) {
 				t.Fatalf("boot: %v (timed out: %v)\n%s", err, res != nil && res.TimedOut, tailOf(console.String(), 40))
 			}
 			out := console.String()
+			for _, l := range strings.Split(out, "\n") {
+				if strings.Contains(l, "burn-in") || strings.Contains(l, "report POST") || strings.Contains(l, "report saved") || strings.Contains(l, "peerboot: network:") {
+					t.Logf("console: %s", strings.TrimSpace(l))
+				}
+			}
 			if !strings.Contains(out, prompt) || tt.answer != "" && len(typed) == 0 {
 				t.Fatalf("no burn-in prompt on the serial console:\n%s", tailOf(out, 60))
 			}
@@ -153,6 +167,9 @@ func TestStickBurnInPrompt(t *testing.T) {
 				if initSoak != nil || skipped != nil {
 					t.Errorf("soaked without an answer: init.soak %+v, soak.skipped %+v", initSoak, skipped)
 				}
+			}
+			if tt.disk == "report-url" && !strings.Contains(out, "report POST to "+url+" failed") {
+				t.Errorf("the POST with the network down did not fail on the console:\n%s", tailOf(out, 60))
 			}
 			// The same report on the disk's report partition: written with no network.
 			found, err := reportdisk.Read(res.DiskCopy)

@@ -21,9 +21,10 @@ type Soak struct {
 	// "interrupted" (SIGINT or SIGTERM: Ctrl-C on the console).
 	Stopped   string `json:"stopped"`
 	StoppedAt string `json:"stopped_at,omitempty"`
-	// Stride is how many rounds one entry of Series stands for: the series keeps at
-	// most SoakMaxSeries entries, halving itself when full (every other entry goes,
-	// except the first, the last and rounds with a fault). 1: every round is there.
+	// Stride is how many rounds one entry of Series stands for: the series keeps
+	// round 1 and every Stride-th round after it, every round with a fault and the
+	// latest round, at most SoakMaxSeries entries; when full it doubles Stride and
+	// drops the rounds off it. 1: every round is there.
 	Stride int         `json:"stride"`
 	Series []SoakRound `json:"series"`
 	// Pairs summarises every copy over all rounds, downsampled or not: one entry per
@@ -180,38 +181,38 @@ func (r *SoakRound) Faulty() bool {
 	return false
 }
 
-// AddRound appends r to the series, halving it when it passes SoakMaxSeries.
+// AddRound appends r to the series, halving it when it passes SoakMaxSeries. The
+// series keeps the rounds on its stride (round 1, 1+Stride, 1+2*Stride, …), every
+// faulty round, and the latest round; halving doubles the stride. Rounds added
+// after a halving respect the stride too, so the series stays spread evenly over
+// the whole soak (an 8-hour soak's first hours are not thinned more than its last).
 func (s *Soak) AddRound(r SoakRound) {
 	if s.Stride == 0 {
 		s.Stride = 1
 	}
+	onStride := func(x SoakRound, stride int) bool { return (x.Round-1)%stride == 0 }
+	// The previous latest round was kept only for being the latest.
+	if n := len(s.Series); n > 1 && !onStride(s.Series[n-1], s.Stride) && !s.Series[n-1].Faulty() {
+		s.Series = s.Series[:n-1]
+	}
 	s.Series = append(s.Series, r)
-	if len(s.Series) <= SoakMaxSeries {
-		return
-	}
-	kept := s.Series[:0]
-	last := len(s.Series) - 1
-	for i, x := range s.Series {
-		if i == 0 || i == last || i%2 == 0 || x.Faulty() {
-			kept = append(kept, x)
-		}
-	}
-	// Faulty rounds can keep it above the bound: then the oldest healthy ones go.
-	for len(kept) > SoakMaxSeries {
-		drop := -1
-		for i := 1; i < len(kept)-1; i++ {
-			if !kept[i].Faulty() {
-				drop = i
-				break
+	for len(s.Series) > SoakMaxSeries {
+		stride := s.Stride * 2
+		last := len(s.Series) - 1
+		kept := make([]SoakRound, 0, len(s.Series))
+		for i, x := range s.Series {
+			if i == 0 || i == last || onStride(x, stride) || x.Faulty() {
+				kept = append(kept, x)
 			}
 		}
-		if drop < 0 {
-			drop = 1
+		if len(kept) == len(s.Series) {
+			// Faulty rounds alone pass the bound: the oldest ones after the first go,
+			// and the stride stays.
+			s.Series = append(kept[:1], kept[len(kept)-SoakMaxSeries+1:]...)
+			break
 		}
-		kept = append(kept[:drop], kept[drop+1:]...)
+		s.Series, s.Stride = kept, stride
 	}
-	s.Series = kept
-	s.Stride *= 2
 }
 
 // renderSoak is the burn-in's console summary: how it ended, each copy at its largest

@@ -1,6 +1,7 @@
 package selftest
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -41,6 +42,68 @@ func TestRenderSoakSeriesEdges(t *testing.T) {
 				if strings.Contains(got, w) {
 					t.Errorf("has %q:\n%s", w, got)
 				}
+			}
+		})
+	}
+}
+
+// AddRound keeps the series spread evenly over the whole soak: an 8-hour soak at
+// 1.5 s a round (19200 rounds) keeps about as many entries in its first half as in
+// its second, every entry but the faulty ones and the latest on the stride, the
+// first and latest rounds and every faulty one, within the bound.
+func TestAddRoundSpread(t *testing.T) {
+	for _, tt := range []struct {
+		rounds int
+		faulty []int
+	}{
+		{10, nil},
+		{257, nil},
+		{1000, []int{3, 777}},
+		{19200, []int{2, 9999, 19199}},
+		{5000, func() []int { // more faulty rounds than the bound holds
+			var f []int
+			for i := 2; i < 400; i++ {
+				f = append(f, i)
+			}
+			return f
+		}()},
+	} {
+		t.Run(fmt.Sprint(tt.rounds), func(t *testing.T) {
+			bad := map[int]bool{}
+			for _, f := range tt.faulty {
+				bad[f] = true
+			}
+			s := &Soak{}
+			for n := 1; n <= tt.rounds; n++ {
+				x := SoakRound{Round: n}
+				if bad[n] {
+					x.Error = "injected"
+				}
+				s.AddRound(x)
+				if len(s.Series) > SoakMaxSeries {
+					t.Fatalf("round %d: %d entries", n, len(s.Series))
+				}
+			}
+			e := s.Series
+			if e[0].Round != 1 || e[len(e)-1].Round != tt.rounds {
+				t.Errorf("first %d, last %d", e[0].Round, e[len(e)-1].Round)
+			}
+			firstHalf, faulty := 0, 0
+			for i, x := range e {
+				if x.Round <= tt.rounds/2 {
+					firstHalf++
+				}
+				if x.Faulty() {
+					faulty++
+				} else if i < len(e)-1 && (x.Round-1)%s.Stride != 0 {
+					t.Errorf("round %d off the stride %d", x.Round, s.Stride)
+				}
+			}
+			if len(tt.faulty) < SoakMaxSeries && faulty != len(tt.faulty) {
+				t.Errorf("%d faulty rounds kept, want %d", faulty, len(tt.faulty))
+			}
+			if healthy := len(e) - faulty; len(tt.faulty) < 10 && (firstHalf*10 < healthy*4 || firstHalf*10 > healthy*6+10) {
+				t.Errorf("%d of %d entries in the first half of %d rounds (stride %d): not spread evenly", firstHalf, len(e), tt.rounds, s.Stride)
 			}
 		})
 	}

@@ -287,15 +287,15 @@ func commandLine(opt Options) ([]string, string, error) {
 			return nil, "", fmt.Errorf("private OVMF VARS copy: %w", err)
 		}
 		args = append(args,
-			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+code,
-			"-drive", "if=pflash,format=raw,unit=1,file="+vars)
+			"-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+optValue(code),
+			"-drive", "if=pflash,format=raw,unit=1,file="+optValue(vars))
 		switch {
 		case opt.Mode == UEFIPXE:
 			if _, err := os.Stat(filepath.Join(opt.PXEDir, output.PXEScript)); err != nil {
 				return nil, "", fmt.Errorf("no boot.ipxe in %s", opt.PXEDir)
 			}
 			return append(args, "-boot", "n",
-				"-nic", "user,model=virtio-net-pci,tftp="+opt.PXEDir+",bootfile=boot.ipxe"), "", nil
+				"-nic", "user,model=virtio-net-pci,tftp="+optValue(opt.PXEDir)+",bootfile=boot.ipxe"), "", nil
 		case opt.Net:
 			// romfile= (empty): no iPXE ROM, so OVMF offers no network boot
 			// entry ahead of the disk.
@@ -309,7 +309,7 @@ func commandLine(opt Options) ([]string, string, error) {
 			}
 			// A CD-ROM with no disk beside it: what a node booted from
 			// virtual media sees (its reports go to the console and report_url).
-			args = append(args, "-drive", "if=none,id=cd,format=raw,media=cdrom,readonly=on,file="+opt.ISO,
+			args = append(args, "-drive", "if=none,id=cd,format=raw,media=cdrom,readonly=on,file="+optValue(opt.ISO),
 				"-device", "ide-cd,drive=cd,bootindex=0")
 			break
 		}
@@ -317,7 +317,7 @@ func commandLine(opt Options) ([]string, string, error) {
 		if err := fsutil.CopyFile(opt.Disk, diskCopy, 0o644); err != nil {
 			return nil, "", fmt.Errorf("disk copy: %w", err)
 		}
-		args = append(args, "-drive", "if=virtio,format=raw,file="+diskCopy)
+		args = append(args, "-drive", "if=virtio,format=raw,file="+optValue(diskCopy))
 	case PXE:
 		if _, err := os.Stat(filepath.Join(opt.PXEDir, output.PXEScript)); err != nil {
 			return nil, "", fmt.Errorf("no boot.ipxe in %s", opt.PXEDir)
@@ -325,12 +325,17 @@ func commandLine(opt Options) ([]string, string, error) {
 		// SeaBIOS runs the iPXE option ROM of the virtio NIC; slirp's DHCP names
 		// boot.ipxe and its TFTP serves the bundle.
 		args = append(args, "-boot", "n",
-			"-nic", "user,model=virtio-net-pci,tftp="+opt.PXEDir+",bootfile=boot.ipxe")
+			"-nic", "user,model=virtio-net-pci,tftp="+optValue(opt.PXEDir)+",bootfile=boot.ipxe")
 	default:
 		return nil, "", fmt.Errorf("unknown boot mode %q (want uefi, iso, pxe or uefi-pxe)", opt.Mode)
 	}
 	return args, diskCopy, nil
 }
+
+// optValue writes a path into a QEMU option list (-drive file=…, -nic tftp=…), where
+// commas separate options: a comma in the path is written twice, or QEMU would cut
+// the path there (a test's temp dir named after a subtest "b, network down" did).
+func optValue(path string) string { return strings.ReplaceAll(path, ",", ",,") }
 
 func kvmUsable() bool {
 	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)

@@ -10,10 +10,14 @@ import (
 )
 
 func TestCommandLine(t *testing.T) {
-	work := t.TempDir()
+	// Paths with a comma: QEMU's option lists need it doubled, or cut the path there.
+	work := filepath.Join(t.TempDir(), "a,b")
+	os.Mkdir(work, 0o755)
 	disk := filepath.Join(work, "in.img")
 	os.WriteFile(disk, []byte("disk"), 0o644)
-	pxe := t.TempDir()
+	pxe := filepath.Join(t.TempDir(), "p,x")
+	os.Mkdir(pxe, 0o755)
+	esc := func(p string) string { return strings.ReplaceAll(p, ",", ",,") }
 	os.WriteFile(filepath.Join(pxe, "boot.ipxe"), []byte("#!ipxe\n"), 0o644)
 
 	if firstExisting(OVMFCode) != "" {
@@ -22,7 +26,7 @@ func TestCommandLine(t *testing.T) {
 			t.Fatal(err)
 		}
 		line := strings.Join(args, " ")
-		for _, want := range []string{"-machine q35", "-accel tcg", "if=pflash,format=raw,unit=0,readonly=on", "file=" + filepath.Join(work, "OVMF_VARS.fd"), "if=virtio,format=raw,file=" + copyPath, "-nic none", "-no-reboot"} {
+		for _, want := range []string{"-machine q35", "-accel tcg", "if=pflash,format=raw,unit=0,readonly=on", "file=" + esc(filepath.Join(work, "OVMF_VARS.fd")), "if=virtio,format=raw,file=" + esc(copyPath), "-nic none", "-no-reboot"} {
 			if !strings.Contains(line, want) {
 				t.Errorf("UEFI command line lacks %q:\n%s", want, line)
 			}
@@ -39,7 +43,7 @@ func TestCommandLine(t *testing.T) {
 			t.Fatal(err)
 		}
 		line := strings.Join(args, " ")
-		for _, want := range []string{"if=pflash,format=raw,unit=0,readonly=on", "if=none,id=cd,format=raw,media=cdrom,readonly=on,file=" + iso, "-device ide-cd,drive=cd,bootindex=0", "-nic none"} {
+		for _, want := range []string{"if=pflash,format=raw,unit=0,readonly=on", "if=none,id=cd,format=raw,media=cdrom,readonly=on,file=" + esc(iso), "-device ide-cd,drive=cd,bootindex=0", "-nic none"} {
 			if !strings.Contains(line, want) {
 				t.Errorf("ISO command line lacks %q:\n%s", want, line)
 			}
@@ -65,7 +69,7 @@ func TestCommandLine(t *testing.T) {
 			t.Fatal(err)
 		}
 		line = strings.Join(args, " ")
-		for _, want := range []string{"if=pflash,format=raw,unit=0,readonly=on", "-boot n", "user,model=virtio-net-pci,tftp=" + pxe + ",bootfile=boot.ipxe"} {
+		for _, want := range []string{"if=pflash,format=raw,unit=0,readonly=on", "-boot n", "user,model=virtio-net-pci,tftp=" + esc(pxe) + ",bootfile=boot.ipxe"} {
 			if !strings.Contains(line, want) {
 				t.Errorf("UEFI PXE command line lacks %q:\n%s", want, line)
 			}
@@ -84,7 +88,7 @@ func TestCommandLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if line := strings.Join(args, " "); !strings.Contains(line, "user,model=virtio-net-pci,tftp="+pxe+",bootfile=boot.ipxe") || !strings.Contains(line, "-accel kvm -cpu host") {
+	if line := strings.Join(args, " "); !strings.Contains(line, "user,model=virtio-net-pci,tftp="+esc(pxe)+",bootfile=boot.ipxe") || !strings.Contains(line, "-accel kvm -cpu host") {
 		t.Errorf("PXE command line: %s", line)
 	}
 	if _, _, err := commandLine(Options{Mode: PXE, PXEDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "no boot.ipxe") {

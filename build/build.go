@@ -268,7 +268,7 @@ func runStage(ctx context.Context, p *Plan, s *Stage, opt Options, clock *buildC
 		}
 		return nil
 	}
-	co := store.CommitOptions{Base: base}
+	co := store.CommitOptions{Base: base, Log: sr.Log}
 	for _, d := range s.def.Deps {
 		co.Links = append(co.Links, p.Stage(d).Key)
 	}

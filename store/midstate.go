@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -30,6 +31,9 @@ type CommitOptions struct {
 	// deps): a file that is the same inode as one of theirs takes its sha256
 	// from their MANIFEST, unhashed, and needs no fsync (it was synced there).
 	Links []string
+	// Log, when set, gets one line saying how many bytes the commit hashed
+	// of how many, and where each resumed file's hash started.
+	Log io.Writer
 }
 
 // midChunk is the distance between two kept sha256 midstates.
@@ -106,11 +110,14 @@ func (s *Store) linkedFiles(keys []string) map[inode]linked {
 	return out
 }
 
-// hashed is one file's MANIFEST sum, size and midstates.
+// hashed is one file's MANIFEST sum, size and midstates, and how much of it
+// was hashed: from offset from on, or nothing when linked.
 type hashed struct {
-	sum  string
-	size int64
-	mids []string
+	sum    string
+	size   int64
+	mids   []string
+	from   int64
+	linked bool
 }
 
 // hashFile hashes path (rel inside the output) and fsyncs it, reusing what it
@@ -128,7 +135,7 @@ func hashFile(path, rel, base string, baseMids *midstates, links map[inode]linke
 		return hashed{}, err
 	}
 	if l, ok := links[inode{st.Dev, st.Ino}]; ok {
-		return hashed{sum: l.sum, size: st.Size, mids: l.mids}, nil
+		return hashed{sum: l.sum, size: st.Size, mids: l.mids, linked: true}, nil
 	}
 	sf := &sparseFile{f: f, size: st.Size}
 	h := sha256.New()
@@ -137,6 +144,7 @@ func hashFile(path, rel, base string, baseMids *midstates, links map[inode]linke
 	if baseMids != nil && len(baseMids.Files[rel]) > 0 {
 		off, mids, h = resume(sf, filepath.Join(base, rel), baseMids.Files[rel])
 	}
+	from := off
 	buf := make([]byte, midChunk)
 	for off < st.Size {
 		n := min(int64(midChunk), st.Size-off)
@@ -152,7 +160,7 @@ func hashFile(path, rel, base string, baseMids *midstates, links map[inode]linke
 	if err := f.Sync(); err != nil {
 		return hashed{}, fmt.Errorf("syncing %s: %w", path, err)
 	}
-	return hashed{sum: hex.EncodeToString(h.Sum(nil)), size: st.Size, mids: mids}, nil
+	return hashed{sum: hex.EncodeToString(h.Sum(nil)), size: st.Size, mids: mids, from: from}, nil
 }
 
 // resume compares sf with the base file chunk by chunk and returns the offset
@@ -255,4 +263,27 @@ func (s *sparseFile) readAt(buf []byte, off int64) error {
 		pos = stop
 	}
 	return nil
+}
+
+// logHashed writes CommitOptions.Log's line for output key's files (rel
+// paths) hashed as hs, named by the key's stage.
+func logHashed(w io.Writer, key string, rels []string, hs []hashed) {
+	var total, done int64
+	var resumed []string
+	for i, h := range hs {
+		total += h.size
+		if h.linked {
+			continue
+		}
+		done += h.size - h.from
+		if h.from > 0 {
+			resumed = append(resumed, fmt.Sprintf("%s from %.1f MiB", rels[i], float64(h.from)/(1<<20)))
+		}
+	}
+	stage, _, _ := strings.Cut(key, "-")
+	line := fmt.Sprintf("%s: committed, %.1f of %.1f MiB hashed", stage, float64(done)/(1<<20), float64(total)/(1<<20))
+	if len(resumed) > 0 {
+		line += " (resumed: " + strings.Join(resumed, ", ") + ")"
+	}
+	fmt.Fprintln(w, line)
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -66,11 +67,12 @@ func TestCommitResumesFromBase(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			st, _ := Open(t.TempDir())
 			k1, k2 := "image-"+strings.Repeat("1", 64), "image-"+strings.Repeat("2", 64)
+			var log bytes.Buffer
 			for _, o := range []struct {
 				key string
 				b   []byte
 				opt CommitOptions
-			}{{k1, c.old, CommitOptions{}}, {k2, c.new, CommitOptions{Base: k1}}} {
+			}{{k1, c.old, CommitOptions{}}, {k2, c.new, CommitOptions{Base: k1, Log: &log}}} {
 				dir, _ := st.NewScratch("t")
 				writeSparse(t, filepath.Join(dir, "disk.img"), o.b)
 				if err := st.CommitOutputWith(o.key, dir, o.opt); err != nil {
@@ -90,6 +92,10 @@ func TestCommitResumesFromBase(t *testing.T) {
 			off, _, _ := resume(&sparseFile{f: f, size: int64(len(c.new))}, filepath.Join(st.OutputDir(k1), "disk.img"), readMidstates(st.OutputDir(k1)).Files["disk.img"])
 			if off != c.resumeAt {
 				t.Errorf("case %d: hashing resumes at %d, want %d", i, off, c.resumeAt)
+			}
+			mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+			if want := fmt.Sprintf("image: committed, %.1f of %.1f MiB hashed", mib(int64(len(c.new))-c.resumeAt), mib(int64(len(c.new)))); !strings.HasPrefix(log.String(), want) {
+				t.Errorf("commit log %q, want it to start %q", log.String(), want)
 			}
 			// The new output's midstates are a full hash's, so the next commit can resume from them.
 			want := readMidstates(st.OutputDir(k2)).Files["disk.img"]

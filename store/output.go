@@ -105,9 +105,16 @@ func (s *Store) CommitOutputWith(key, dir string, opt CommitOptions) error {
 		base = s.OutputDir(opt.Base)
 		baseMids = readMidstates(base)
 	}
-	lines, sizes, mids, err := hashAndSyncAll(dir, files, base, baseMids, s.linkedFiles(opt.Links))
+	lines, sizes, mids, hs, err := hashAndSyncAll(dir, files, base, baseMids, s.linkedFiles(opt.Links))
 	if err != nil {
 		return fmt.Errorf("hashing output %s: %w", dir, err)
+	}
+	if opt.Log != nil {
+		rels := make([]string, len(files))
+		for i, f := range files {
+			rels[i], _ = filepath.Rel(dir, f)
+		}
+		logHashed(opt.Log, key, rels, hs)
 	}
 	for _, d := range dirs {
 		if err := fsutil.Sync(d); err != nil {
@@ -214,10 +221,11 @@ func pathOf(line string) string { _, p, _ := strings.Cut(line, "  "); return p }
 
 // hashAndSyncAll hashes and fsyncs files (under dir) on several goroutines: one
 // fsync at a time waits for a journal commit each, concurrent ones share commits.
-// It returns MANIFEST's and SIZES' lines and the files' midstates.
-func hashAndSyncAll(dir string, files []string, base string, baseMids *midstates, links map[inode]linked) (lines, sizes []string, mids midstates, err error) {
+// It returns MANIFEST's and SIZES' lines, the files' midstates and how each
+// was hashed.
+func hashAndSyncAll(dir string, files []string, base string, baseMids *midstates, links map[inode]linked) (lines, sizes []string, mids midstates, hs []hashed, err error) {
 	lines, sizes = make([]string, len(files)), make([]string, len(files))
-	hs := make([]hashed, len(files))
+	hs = make([]hashed, len(files))
 	errs := make([]error, len(files))
 	next := make(chan int)
 	var wg sync.WaitGroup
@@ -244,7 +252,7 @@ func hashAndSyncAll(dir string, files []string, base string, baseMids *midstates
 			mids.Files[rel] = h.mids
 		}
 	}
-	return lines, sizes, mids, errors.Join(errs...)
+	return lines, sizes, mids, hs, errors.Join(errs...)
 }
 
 // sizesName lists each MANIFEST file's size at commit ("<bytes>  <path>"), so

@@ -110,7 +110,7 @@ func copyRows(series []SoakRound, size int64) []seriesRow {
 	for _, k := range order {
 		label := fmt.Sprintf("GPU%d->GPU%d %s", k.src, k.dst, chosen[k])
 		if k.src == k.dst {
-			label = fmt.Sprintf("GPU%d local %s", k.src, chosen[k])
+			label = fmt.Sprintf("GPU%d local %s", k.src, strings.TrimSuffix(chosen[k], " "+DirLocal))
 		}
 		row := seriesRow{label: label, vals: make([]float64, len(series)), at: make([]float64, len(series)), low: true, unit: "GB/s", prec: 1}
 		base := map[int64]float64{} // the copy's first figure at each size

@@ -127,6 +127,21 @@ func soakCases() []faultCase {
 						t.Errorf("FAKE: drift on %s, only GPU0->GPU1 slowed", f.Subject)
 					}
 				}
+				// report show's time series: GPU0->GPU1 at full height, then half; GPU1->GPU0 level.
+				out := selftest.Render(r)
+				line := func(prefix string) string { // the last: the summary table above has the same names
+					last := ""
+					for _, l := range strings.Split(out, "\n") {
+						if strings.HasPrefix(l, prefix) {
+							last = l
+						}
+					}
+					return last
+				}
+				if slow, level := line("  GPU0->GPU1 ce write  "), line("  GPU1->GPU0 ce write  "); !strings.Contains(out, "  Over time: rounds 1 to 24") ||
+					!strings.Contains(slow, "█▄") || strings.Contains(level, "▄") || level == "" {
+					t.Errorf("FAKE: report show's series does not show GPU0->GPU1 halving:\n%s\n%s\n%s", slow, level, out)
+				}
 			},
 		},
 		{

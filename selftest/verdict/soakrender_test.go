@@ -25,7 +25,7 @@ func soakReport(rounds, xidAt int) *selftest.Report {
 			method, direction string
 			gbps              float64
 		}{
-			{0, 0, selftest.MethodCE, selftest.DirWrite, 850}, {1, 1, selftest.MethodCE, selftest.DirWrite, 848},
+			{0, 0, selftest.MethodCE, selftest.DirLocal, 850}, {1, 1, selftest.MethodCE, selftest.DirLocal, 848},
 			{0, 1, selftest.MethodCE, selftest.DirRead, 23.0}, {0, 1, selftest.MethodCE, selftest.DirWrite, 24.1},
 			{1, 0, selftest.MethodCE, selftest.DirWrite, 24.3}, {1, 0, selftest.MethodSM, selftest.DirWrite, 22.2},
 		} {
@@ -84,7 +84,7 @@ func TestRenderSoakSeries(t *testing.T) {
 					t.Errorf("line %d is %d columns, more than %d: %q", n+1, w, tt.width, line)
 				}
 			}
-			for _, want := range []string{"GPU0->GPU1 ce write", "GPU1->GPU0 ce write", "GPU0 local ce write", "all-reduce busbw", "GPU1 °C", "GPU0 power", "faults"} {
+			for _, want := range []string{"GPU0->GPU1 ce write", "GPU1->GPU0 ce write", "GPU0 local ce  ", "all-reduce busbw", "GPU1 °C", "GPU0 power", "faults"} {
 				if !strings.Contains(series, want) {
 					t.Errorf("series lacks %q", want)
 				}

@@ -108,3 +108,25 @@ func TestModeLineMissing(t *testing.T) {
 		}
 	}
 }
+
+// Corruption injected into another check does not excuse a peer-memory
+// mismatch: its hint is a real corruption's.
+func TestPeerMemInjectedElsewhere(t *testing.T) {
+	r := healthyReport(2)
+	r.Add(selftest.SevInfo, "test.injected", "corruption injected on purpose (--inject-corruption): CorruptOnce test hook: after the ce write copy GPU 0 -> GPU 1, the word at byte offset 100 ...", "")
+	corrupt(findCopy(r, 0, 1, selftest.MethodCE, selftest.DirWrite), 100, 1)
+	r.PeerMem = []selftest.PeerMem{{Kind: selftest.MemManaged, Owner: 0, Peer: 1, Bytes: 32 << 20, Step: selftest.StepPeerWrite, Mismatch: &selftest.Mismatch{Offset: 4096, Want: 1, Got: 2, Words: 1}}}
+	Judge(r, FromRecipe(healthyRecipe(2)))
+	found := false
+	for _, f := range r.Findings {
+		if f.ID == "peermem.corrupt" {
+			found = true
+			if strings.Contains(f.Hint, "on purpose") || !strings.Contains(f.Hint, "landed in the wrong place") {
+				t.Errorf("hint %q, want a real corruption's", f.Hint)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no peermem.corrupt finding:\n%s", dump(r.Findings))
+	}
+}

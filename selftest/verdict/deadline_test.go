@@ -61,3 +61,23 @@ func TestDeadline(t *testing.T) {
 		}
 	}
 }
+
+// The PTX finding's evidence carries the JIT log's first line only, and a
+// one-line log whole.
+func TestPTXEvidence(t *testing.T) {
+	for log, want := range map[string]string{
+		"ptxas fatal   : Unsupported .version 7.0\nmore\n": "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): ptxas fatal   : Unsupported .version 7.0",
+		"ptxas fatal   : Unsupported .version 7.0":          "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): ptxas fatal   : Unsupported .version 7.0",
+		"":                                                  "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)",
+	} {
+		r := healthyReport(2)
+		r.CUDA.PTX = &selftest.Status{Name: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", Code: 222}
+		r.CUDA.PTXLog = log
+		Judge(r, FromRecipe(healthyRecipe(2)))
+		for _, f := range r.Findings {
+			if f.ID == "cuda.ptx" && f.Evidence != want {
+				t.Errorf("log %q: evidence %q, want %q", log, f.Evidence, want)
+			}
+		}
+	}
+}

@@ -67,8 +67,8 @@ func TestDeadline(t *testing.T) {
 func TestPTXEvidence(t *testing.T) {
 	for log, want := range map[string]string{
 		"ptxas fatal   : Unsupported .version 7.0\nmore\n": "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): ptxas fatal   : Unsupported .version 7.0",
-		"ptxas fatal   : Unsupported .version 7.0":          "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): ptxas fatal   : Unsupported .version 7.0",
-		"":                                                  "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)",
+		"ptxas fatal   : Unsupported .version 7.0":         "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222): ptxas fatal   : Unsupported .version 7.0",
+		"": "CUDA_ERROR_UNSUPPORTED_PTX_VERSION (222)",
 	} {
 		r := healthyReport(2)
 		r.CUDA.PTX = &selftest.Status{Name: "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", Code: 222}

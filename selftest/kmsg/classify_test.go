@@ -1,0 +1,74 @@
+package kmsg
+
+import (
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/peerboot/peerboot/selftest"
+)
+
+// The prefixes message strips and the ones it leaves: journalctl's "DATE HOST
+// kernel: " only when something precedes " kernel: " within 64 bytes, and a
+// /dev/kmsg header only when its flags field is one the kernel writes.
+func TestClassifyPrefixes(t *testing.T) {
+	const rm = "NVRM: RmInitAdapter failed! (0x26:0xffff:1464)"
+	for line, want := range map[string]string{
+		"Nov 29 14:01:33 node7 kernel: " + rm:      rm,
+		strings.Repeat("h", 63) + " kernel: " + rm: rm,
+		strings.Repeat("h", 64) + " kernel: " + rm: strings.Repeat("h", 64) + " kernel: " + rm,
+		" kernel: " + rm: "kernel: " + rm,
+		"4,1,2,-;" + rm:  rm,
+		"4,1,2,c;" + rm:  rm,
+		"4,1,2,+;" + rm:  rm,
+		"4,1,2,x;" + rm:  "4,1,2,x;" + rm,
+		"4,1,2;" + rm:    "4,1,2;" + rm,
+		"4,a,2,-;" + rm:  "4,a,2,-;" + rm,
+	} {
+		ev, ok := Classify(line)
+		if !ok || ev.Kind != selftest.KEventNVRM || ev.Line != want {
+			t.Errorf("Classify(%q) = %+v %v, want an NVRM event with the line %q", line, ev, ok, want)
+		}
+	}
+}
+
+// An NVRM line about firmware is a firmware event when it says "firmware" or
+// "GSP" (either will do) and a failure.
+func TestClassifyFirmwareWords(t *testing.T) {
+	for line, kind := range map[string]string{
+		"NVRM: GPU 0000:01:00.0: loading firmware failed": selftest.KEventFirmware,
+		"NVRM: GPU 0000:01:00.0: GSP boot failed":         selftest.KEventFirmware,
+		"NVRM: GPU 0000:01:00.0: RmInitAdapter failed!":   selftest.KEventNVRM,
+	} {
+		if ev, ok := Classify(line); !ok || ev.Kind != kind {
+			t.Errorf("Classify(%q) = %+v %v, want a %s event", line, ev, ok, kind)
+		}
+	}
+}
+
+// A line longer than maxLine is cut to at most maxLine bytes, before a
+// character, never through one; one of exactly maxLine bytes stays whole; a
+// line of no character starts before the cut becomes empty rather than cut
+// through (or past) its bytes.
+func TestClassifyCutsLongLines(t *testing.T) {
+	const xid = "NVRM: Xid (PCI:0000:01:00): 79, pid=1, GPU has fallen off the bus."
+	exact := xid + strings.Repeat("x", maxLine-len(xid))
+	euro := xid + strings.Repeat("x", maxLine-len(xid)-1) + "€ and more" // "€" is 3 bytes, at maxLine-1
+	for _, c := range []struct {
+		name, line, want string
+	}{
+		{"exactly maxLine bytes", exact, exact},
+		{"a character across the cut", euro, euro[:maxLine-1]},
+		{"one byte more, ASCII", exact + "y", exact},
+		{"no character start before the cut", strings.Repeat("\x80", maxLine+10) + " " + xid, ""},
+	} {
+		ev, ok := Classify(c.line)
+		if !ok || ev.Kind != selftest.KEventXid {
+			t.Errorf("%s: not an Xid: %+v %v", c.name, ev, ok)
+			continue
+		}
+		if ev.Line != c.want || len(ev.Line) > maxLine || !utf8.ValidString(ev.Line) && c.want != "" {
+			t.Errorf("%s: line of %d bytes %q..., want %d bytes", c.name, len(ev.Line), ev.Line[:min(len(ev.Line), 40)], len(c.want))
+		}
+	}
+}

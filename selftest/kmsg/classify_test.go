@@ -72,3 +72,33 @@ func TestClassifyCutsLongLines(t *testing.T) {
 		}
 	}
 }
+
+// The mode line's edges: the tag may start the message, a bare word is no
+// field (a bare "mode" does not hide the mode=… after it), and pci= is at
+// most 20 bytes.
+func TestP2PModeEdges(t *testing.T) {
+	for _, tc := range []struct {
+		line, bdf, mode string
+	}{
+		{"peerboot-p2p: bar1-mode gpu=0 pci=0000:41:00.0 mode=dynamic", "0000:41:00.0", "dynamic"},
+		{"NVRM: peerboot-p2p: bar1-mode gpu=0 mode pci=0000:41:00.0 mode=static", "0000:41:00.0", "static"},
+		{"NVRM: peerboot-p2p: bar1-mode gpu=0 pci=0000:01:00.0-abcdefg mode=static", "0000:01:00.0", "static"}, // 20 bytes
+		{"NVRM: peerboot-p2p: bar1-mode gpu=0 pci=0000:01:00.0-abcdefgh mode=static", "", ""},                  // 21
+	} {
+		bdf, mode, _, ok := P2PMode(tc.line)
+		if bdf != tc.bdf || mode != tc.mode || ok != (tc.bdf != "") {
+			t.Errorf("P2PMode(%q) = %q %q %v, want %q %q", tc.line, bdf, mode, ok, tc.bdf, tc.mode)
+		}
+	}
+}
+
+// Scan reads at most scanLineMax bytes of a line: an Xid past them is not
+// seen, and the lines after a long one still are.
+func TestScanLongLine(t *testing.T) {
+	const xid = "NVRM: Xid (PCI:0000:01:00): 79, pid=1, GPU has fallen off the bus."
+	log := strings.Repeat("x", scanLineMax) + " " + xid + "\n" + strings.Replace(xid, "01:00", "02:00", 1) + "\n"
+	evs := Scan(strings.NewReader(log))
+	if len(evs) != 1 || evs[0].BDF != "0000:02:00.0" {
+		t.Fatalf("Scan = %+v, want only the second line's Xid", evs)
+	}
+}

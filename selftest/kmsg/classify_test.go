@@ -102,3 +102,18 @@ func TestScanLongLine(t *testing.T) {
 		t.Fatalf("Scan = %+v, want only the second line's Xid", evs)
 	}
 }
+
+// Only a VT-d DRHD header folds into the fault record after it: an Xid, or an
+// IOMMU event without a device that is no DRHD header, stays its own event.
+func TestScanFoldsOnlyDRHD(t *testing.T) {
+	const record = "DMAR: [DMA Write] Request device [1b:00.0] PASID ffffffff fault addr 3c8000000 [fault reason 05] PTE Write access is not set"
+	for _, first := range []string{
+		"NVRM: Xid (PCI:0000:01:00): 79, pid=1, GPU has fallen off the bus.",
+		"AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000e address=0x7f0000000 flags=0x0020]",
+	} {
+		evs := Scan(strings.NewReader(first + "\n" + record + "\n"))
+		if len(evs) != 2 || evs[0].Line != first || evs[1].BDF != "0000:1b:00.0" {
+			t.Errorf("%q then a DMAR record: %+v, want both", first, evs)
+		}
+	}
+}

@@ -117,3 +117,13 @@ func TestScanFoldsOnlyDRHD(t *testing.T) {
 		}
 	}
 }
+
+// A DRHD header folds into a VT-d record only: an event of another kind after
+// it, even one quoting a record's words, stays its own event.
+func TestScanFoldsIntoRecordsOnly(t *testing.T) {
+	const xid = "NVRM: Xid (PCI:0000:01:00): 79, pid=1, after DMAR: [DMA Read] Request device [01:00.0]"
+	evs := Scan(strings.NewReader("DMAR: DRHD: handling fault status reg 2\n" + xid + "\n"))
+	if len(evs) != 2 || evs[0].Kind != selftest.KEventIOMMU || evs[1].Kind != selftest.KEventXid {
+		t.Errorf("a DRHD header, then an Xid: %+v, want both", evs)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -80,13 +81,19 @@ func (w *progressWriter) notStarted(r *selftest.Report, requested time.Duration,
 
 func (w *progressWriter) progress(r *selftest.Report, s *selftest.Soak, t *soakTracker, state, msg string) *selftest.SoakProgress {
 	p := &selftest.SoakProgress{Schema: selftest.SoakProgressSchema, State: state, Message: truncate(msg, 1000), RequestedMS: s.RequestedMS, ElapsedMS: s.ElapsedMS,
-		Rounds: s.Rounds, FaultyRounds: w.faulty, FirstFault: truncate(w.firstFault, 1000), Pairs: t.now(), GPUs: []selftest.SoakGPU{},
-		Plot: selftest.NewSoakPlot(s.Series, s.Stride, selftest.SoakMaxPoints)}
+		Rounds: s.Rounds, FaultyRounds: w.faulty, FirstFault: truncate(w.firstFault, 1000), Pairs: t.now(), GPUs: []selftest.SoakGPU{}}
 	if n := len(s.Series); n > 0 {
 		p.GPUs = append(p.GPUs, s.Series[n-1].GPUs...)
 	}
 	p.Fails, p.Warns = counts(r)
-	return p
+	// A box with many GPUs has many pairs a point: fewer points keep the document
+	// within its bound (8 GPUs fit at SoakMaxPoints; 16 GPUs' 240 pairs do not).
+	for n := selftest.SoakMaxPoints; ; n /= 2 {
+		p.Plot = selftest.NewSoakPlot(s.Series, s.Stride, n)
+		if b, err := json.Marshal(p); err != nil || len(b) <= selftest.MaxSoakProgressBytes || n <= 8 {
+			return p
+		}
+	}
 }
 
 func (w *progressWriter) write(p *selftest.SoakProgress) {

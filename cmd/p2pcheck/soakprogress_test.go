@@ -67,6 +67,49 @@ func TestProgressWriterRate(t *testing.T) {
 	}
 }
 
+// TestProgressManyGPUs: a 20-GPU box (380 ordered pairs, every round at one size so
+// every point carries every pair) still gets a progress document within its bound,
+// with fewer points; 8 GPUs keep them all.
+func TestProgressManyGPUs(t *testing.T) {
+	for _, tc := range []struct {
+		gpus      int
+		maxPoints int
+		minPoints int
+	}{{8, selftest.SoakMaxPoints, selftest.SoakMaxPoints}, {20, selftest.SoakMaxPoints / 2, 16}} {
+		path := filepath.Join(t.TempDir(), "progress.json")
+		w := newProgressWriter(path, io.Discard)
+		s := &selftest.Soak{RequestedMS: 8 * 3600000, Stride: 1}
+		tr := newSoakTracker()
+		r := &selftest.Report{}
+		for round := 1; round <= 600; round++ {
+			rd := selftest.SoakRound{Round: round, AtMS: int64(round) * 48000, Bytes: 256 << 20}
+			for a := 0; a < tc.gpus; a++ {
+				temp := 60 + a
+				rd.GPUs = append(rd.GPUs, selftest.SoakGPU{GPU: a, LinkGen: 4, LinkWidth: 16, ReplayCounter: 0, TemperatureC: &temp})
+				for b := 0; b < tc.gpus; b++ {
+					if a != b {
+						rd.Copies = append(rd.Copies, selftest.SoakCopy{Src: a, Dst: b, Method: selftest.MethodCE, Direction: selftest.DirWrite, GBps: 21.123 + float64(a*b)/7, Verified: true})
+					}
+				}
+			}
+			s.Rounds = round
+			s.AddRound(rd)
+			tr.round(&rd)
+		}
+		s.Stopped = "duration"
+		w.end(r, s, tr)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%d GPUs: no progress written: %v", tc.gpus, err)
+		}
+		p := readProgress(t, path)
+		if n := len(p.Plot.Points); n > tc.maxPoints || n < tc.minPoints || len(p.Plot.Pairs) != tc.gpus*(tc.gpus-1) {
+			t.Errorf("%d GPUs: %d points of %d pairs, want %d..%d points of %d", tc.gpus, n, len(p.Plot.Pairs), tc.minPoints, tc.maxPoints, tc.gpus*(tc.gpus-1))
+		}
+		t.Logf("%d GPUs, 600 rounds: %d bytes, %d points", tc.gpus, len(b), len(p.Plot.Points))
+	}
+}
+
 // TestSoakProgressFAKE runs FAKE soaks with --soak-progress: the file p2pcheck leaves
 // is the soak's last state, with the plot's series, sensors and pairs.
 func TestSoakProgressFAKE(t *testing.T) {

@@ -1,6 +1,9 @@
 package kmsg
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -125,5 +128,61 @@ func TestScanFoldsIntoRecordsOnly(t *testing.T) {
 	evs := Scan(strings.NewReader("DMAR: DRHD: handling fault status reg 2\n" + xid + "\n"))
 	if len(evs) != 2 || evs[0].Kind != selftest.KEventIOMMU || evs[1].Kind != selftest.KEventXid {
 		t.Errorf("a DRHD header, then an Xid: %+v, want both", evs)
+	}
+}
+
+// After Close, Events and Messages refuse (the descriptor is gone, not
+// reused); a second Close is nothing.
+func TestWatchClosed(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "kmsg")
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Start(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Events(); err == nil || !strings.Contains(err.Error(), "the watch is closed") {
+		t.Errorf("Events after Close: %v", err)
+	}
+	if _, err := w.Messages(); err == nil || !strings.Contains(err.Error(), "the watch is closed") {
+		t.Errorf("Messages after Close: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Errorf("a second Close: %v", err)
+	}
+}
+
+// A file read in 16 KiB reads: an empty line does not hold up the lines after
+// it, and an unended line keeps at most scanLineMax bytes before the read
+// that ends it (the reads past them are dropped, the last is kept).
+func TestBacklogLineAssembly(t *testing.T) {
+	const xid = "NVRM: Xid (PCI:0000:01:00): 79, pid=1, GPU has fallen off the bus."
+	for _, c := range []struct {
+		name, text string
+		want       []int // the messages' lengths
+	}{
+		{"an empty line first", "\n" + xid + "\n", []int{len(xid)}},
+		{"exactly scanLineMax bytes, then the end", strings.Repeat("x", scanLineMax) + xid + "\n", []int{scanLineMax + len(xid)}},
+		{"a read more than scanLineMax", strings.Repeat("x", scanLineMax+16<<10) + xid + "\n", []int{scanLineMax + len(xid)}},
+	} {
+		p := filepath.Join(t.TempDir(), "kmsg")
+		if err := os.WriteFile(p, []byte(c.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		msgs, err := Backlog(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int
+		for _, m := range msgs {
+			got = append(got, len(m))
+		}
+		if !slices.Equal(got, c.want) || !strings.HasSuffix(msgs[len(msgs)-1], xid) {
+			t.Errorf("%s: messages of %v bytes, want %v ending in the Xid", c.name, got, c.want)
+		}
 	}
 }

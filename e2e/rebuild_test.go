@@ -154,6 +154,7 @@ func TestOverlayEditEqualsFresh(t *testing.T) {
 		pb := overlayPeerboot(t, filepath.Join(dir, fmt.Sprintf("bin%d", i)), hostsPath, hosts)
 		warm := filepath.Join(dir, fmt.Sprintf("warm%d", i))
 		out, code := runPeerboot(t, pb, "build", "--out", warm)
+		warmOut := out
 		t.Logf("edit %d, warm build:\n%s", i, out)
 		if code != 0 {
 			t.Fatalf("edit %d: warm build: exit %d", i, code)
@@ -191,6 +192,10 @@ func TestOverlayEditEqualsFresh(t *testing.T) {
 			t.Logf("edit 0: disk.img first differs at %.1f MiB, the UKI starts at %.1f MiB", float64(diff)/(1<<20), float64(at)/(1<<20))
 			if diff < at {
 				t.Errorf("edit 0: disk.img differs at %d, before the UKI (at %d)", diff, at)
+			}
+			// The store hashed disk.img from the 4 MiB chunk holding that byte on.
+			if want := fmt.Sprintf("disk.img from %.1f MiB", float64(diff/(4<<20)*(4<<20))/(1<<20)); !strings.Contains(lineOf(warmOut, "image: committed,"), want) {
+				t.Errorf("edit 0: the image commit did not resume disk.img's hash at its first changed chunk (%q):\n%s", want, lineOf(warmOut, "image: committed,"))
 			}
 		}
 		prev = cur

@@ -55,6 +55,7 @@ type progressPoster struct {
 	console io.Writer
 	last    []byte // the body last POSTed
 	posted  int
+	failed  bool // the last POST failed
 }
 
 func (p *progressPoster) say(format string, args ...any) {
@@ -74,10 +75,11 @@ func (p *progressPoster) once() {
 		return
 	}
 	if err := p.post(p.url, p.token, body, ""); err != nil {
+		p.failed = true
 		p.say("burn-in progress POST to %s failed: %v; the soak goes on", p.url, err)
 		return
 	}
-	p.last = body
+	p.last, p.failed = body, false
 	p.posted++
 	if prog, err := selftest.DecodeSoakProgress(body); err == nil {
 		p.say("burn-in progress POSTed to %s: %s, %d rounds, %d faulty", p.url, prog.State, prog.Rounds, prog.FaultyRounds)
@@ -123,6 +125,12 @@ func (p *progressPoster) watch(every time.Duration) (stop func() int) {
 	return func() int {
 		close(done)
 		<-finished
+		if p.failed {
+			// The network failed the last time: another try (with its retries) would
+			// only hold up the report, which carries everything.
+			p.say("burn-in: the last progress is not sent (the POST before it failed); the report follows")
+			return p.posted
+		}
 		p.once()
 		return p.posted
 	}

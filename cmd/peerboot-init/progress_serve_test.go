@@ -109,27 +109,7 @@ func TestSoakProgressToServeFAKE(t *testing.T) {
 	tok := srv.Token(builds.All()[0].ID, node)
 
 	// The node: the init's fake box with the recipe, and p2pcheck with FAKE GPUs.
-	b := newFakeBox(t, fmt.Sprintf("console=ttyS0 peerboot.soak=12s peerboot.soak_progress=1s peerboot.report_url=%s/reports?node=%s peerboot.token=%s", hs.URL, node, tok), &kmodtest.Loader{})
-	testfs.Write(t, b.p(recipePath), string(rc.Canonical()))
-	gpuRoot := filepath.Join(t.TempDir(), "gpuroot")
-	if err := pcietest.Build(gpuRoot, pcietest.EPYC4GPU()); err != nil {
-		t.Fatal(err)
-	}
-	pre, err := pcie.Scan(gpuRoot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	scen, _ := json.Marshal(fakeSoakScenario(t, pre))
-	testfs.Write(t, filepath.Join(gpuRoot, "scenario.json"), string(scen))
-	testfs.Write(t, filepath.Join(gpuRoot, "kmsg"), "")
-	bin := filepath.Join(t.TempDir(), "p2pcheck.fake")
-	if o, err := exec.Command("go", "build", "-tags", "gpufake", "-o", bin, "../p2pcheck").CombinedOutput(); err != nil {
-		t.Fatalf("building the FAKE p2pcheck: %v\n%s", err, o)
-	}
-	testfs.Write(t, b.p(p2pcheckPath), fmt.Sprintf("#!/bin/sh\necho \"$@\" > %s\nexec %s \"$@\" --root %s --fake %s --kmsg %s --copy-size 16KiB --no-nccl\n",
-		b.p("/args"), bin, gpuRoot, filepath.Join(gpuRoot, "scenario.json"), filepath.Join(gpuRoot, "kmsg")))
-	os.Chmod(b.p(p2pcheckPath), 0o755)
-	b.m.post = retryPost(httpPost, time.Sleep) // the init's own client, as main wires it
+	b := fakeSoakBox(t, rc, fmt.Sprintf("console=ttyS0 peerboot.soak=12s peerboot.soak_progress=1s peerboot.report_url=%s/reports?node=%s peerboot.token=%s", hs.URL, node, tok))
 
 	done := make(chan struct{})
 	go func() {
@@ -189,6 +169,63 @@ func TestSoakProgressToServeFAKE(t *testing.T) {
 	// The verdict is not this test's: the FAKE box boots without the patched
 	// driver's mode lines in its kernel log, which the recipe's P2P rules judge.
 	t.Logf("FAKE: %d rounds in %s, %d progress POSTs, verdict %s (%v)", r.Soak.Rounds, time.Duration(r.Soak.ElapsedMS)*time.Millisecond, strings.Count(serveLog, `msg="burn-in progress"`), r.Verdict, failing)
+}
+
+// fakeSoakBox is the init's fake box booting cmdline with recipe rc, its p2pcheck the
+// real one built -tags gpufake over a FAKE 4-GPU EPYC box (fakeSoakScenario), and
+// its POSTs made by the init's own HTTP client, as main wires it.
+func fakeSoakBox(t *testing.T, rc *recipe.Resolved, cmdline string) *fakeBox {
+	t.Helper()
+	b := newFakeBox(t, cmdline, &kmodtest.Loader{})
+	testfs.Write(t, b.p(recipePath), string(rc.Canonical()))
+	gpuRoot := filepath.Join(t.TempDir(), "gpuroot")
+	if err := pcietest.Build(gpuRoot, pcietest.EPYC4GPU()); err != nil {
+		t.Fatal(err)
+	}
+	pre, err := pcie.Scan(gpuRoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scen, _ := json.Marshal(fakeSoakScenario(t, pre))
+	testfs.Write(t, filepath.Join(gpuRoot, "scenario.json"), string(scen))
+	testfs.Write(t, filepath.Join(gpuRoot, "kmsg"), "")
+	bin := filepath.Join(t.TempDir(), "p2pcheck.fake")
+	if o, err := exec.Command("go", "build", "-tags", "gpufake", "-o", bin, "../p2pcheck").CombinedOutput(); err != nil {
+		t.Fatalf("building the FAKE p2pcheck: %v\n%s", err, o)
+	}
+	testfs.Write(t, b.p(p2pcheckPath), fmt.Sprintf("#!/bin/sh\necho \"$@\" > %s\nexec %s \"$@\" --root %s --fake %s --kmsg %s --copy-size 16KiB --no-nccl\n",
+		b.p("/args"), bin, gpuRoot, filepath.Join(gpuRoot, "scenario.json"), filepath.Join(gpuRoot, "kmsg")))
+	os.Chmod(b.p(p2pcheckPath), 0o755)
+	b.m.post = retryPost(httpPost, time.Sleep)
+	return b
+}
+
+// TestSoakProgressNoServeFAKE: serve is not there. The FAKE soak runs its whole
+// duration anyway, the console says each progress POST failed, and the final report
+// is saved on the stick.
+func TestSoakProgressNoServeFAKE(t *testing.T) {
+	testguard.Short(t, "a FAKE soak runs dozens of phase processes")
+	rc, err := recipe.Load(filepath.Join("..", "p2pcheck", "testdata", "epyc-dynamic.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := httptest.NewServer(http.NotFoundHandler())
+	url := dead.URL
+	dead.Close() // nothing listens there now: every POST is refused
+	b := fakeSoakBox(t, rc, "console=ttyS0 peerboot.soak=6s peerboot.soak_progress=1s peerboot.report_url="+url+"/reports?node=n1 peerboot.token=0123456789abcdef.t0k")
+	b.m.run(&bootState{})
+	r := b.onlyReport(t)
+	if r.Soak == nil || r.Soak.Stopped != "duration" || r.Soak.Rounds < 3 || r.Soak.ElapsedMS < 6000 {
+		t.Fatalf("FAKE: the soak %+v, want its whole 6 s of rounds", r.Soak)
+	}
+	con := b.console.String()
+	for _, want := range []string{"burn-in progress POST to " + url + "/progress?node=n1 failed: ", "; the soak goes on",
+		"burn-in: no progress was POSTed", "report saved as ", "report POST to " + url + "/reports?node=n1 failed"} {
+		if !strings.Contains(con, want) {
+			t.Errorf("console lacks %q", want)
+		}
+	}
+	t.Logf("FAKE: %d rounds in %s with serve down; %d progress POSTs failed", r.Soak.Rounds, time.Duration(r.Soak.ElapsedMS)*time.Millisecond, strings.Count(con, "burn-in progress POST to"))
 }
 
 type writerFunc func([]byte) (int, error)

@@ -99,6 +99,46 @@ func TestProgressPoster(t *testing.T) {
 	}
 }
 
+// TestProgressPosterNetworkDown: when the last POST failed, stop does not try again
+// (each try, with its retries, would hold up the report, which carries everything).
+func TestProgressPosterNetworkDown(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "soak-progress.json")
+	os.WriteFile(file, progressDoc(t, "running", 3), 0o644)
+	var mu sync.Mutex
+	tries := 0
+	var console strings.Builder
+	p := &progressPoster{url: "http://serve/progress", file: file, console: &lockedWriter{w: &console},
+		post: func(string, string, []byte, string) error {
+			mu.Lock()
+			defer mu.Unlock()
+			tries++
+			return errors.New("no route to host")
+		}}
+	stop := p.watch(10 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		n := tries
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no POST was tried")
+		}
+	}
+	os.WriteFile(file, progressDoc(t, "finished", 9), 0o644)
+	mu.Lock()
+	before := tries
+	mu.Unlock()
+	if n := stop(); n != 0 {
+		t.Errorf("stop says %d POSTed", n)
+	}
+	// At most the tick in flight when stop came, never a final try after it.
+	if tries > before+1 || !strings.Contains(console.String(), "burn-in: the last progress is not sent (the POST before it failed); the report follows") {
+		t.Errorf("%d tries before stop, %d after; console:\n%s", before, tries, console.String())
+	}
+}
+
 // TestBootSoakProgress: a burn-in boot with a report URL has p2pcheck write its
 // progress and POSTs it beside the report URL with the report's token, then the
 // report. On this GPU-less box the soak is skipped, and the progress says so.

@@ -101,6 +101,11 @@ func (m Mutant) Key() string {
 	return strings.Join([]string{m.Pkg + "/" + m.File, m.Type, strconv.Itoa(m.Col), m.Source}, "\t")
 }
 
+// cacheKey identifies a mutant within one report, for the recheck and build
+// caches: Key and the line number. Key alone would give every `if err != nil {`
+// at one column of a file one result, whichever of them ran first.
+func (m Mutant) cacheKey() string { return m.Key() + "\t" + strconv.Itoa(m.Line) }
+
 // Stats is one package's result.
 type Stats struct {
 	Pkg                                           string
@@ -195,7 +200,7 @@ func recheckAll(p Package, ms []Mutant, out, goflags string, coef int, lived boo
 		if m.Status != "NOT COVERED" && !again {
 			continue
 		}
-		st, ok := cache[m.Key()]
+		st, ok := cache[m.cacheKey()]
 		if lived && (st == "LIVED" || st == "TIMED OUT") {
 			ok = false // run again: tests may have been added since (a kill stays a kill)
 		}
@@ -212,7 +217,7 @@ func recheckAll(p Package, ms []Mutant, out, goflags string, coef int, lived boo
 			if st, err = recheck(p, m, goflags, timeouts[dir]); err != nil {
 				return nil, err
 			}
-			cache[m.Key()] = st
+			cache[m.cacheKey()] = st
 			// Kept after each: a recheck stopped half way keeps what it ran.
 			b, _ := json.MarshalIndent(cache, "", "  ")
 			if err := os.WriteFile(cacheFile, b, 0o644); err != nil {
@@ -243,7 +248,7 @@ func checkBuilds(p Package, ms []Mutant, out, goflags string) ([]Mutant, error) 
 		if m.Status != "KILLED" || m.Rechecked { // recheck tells a build failure from a kill itself
 			continue
 		}
-		why, ok := cache[m.Key()]
+		why, ok := cache[m.cacheKey()]
 		if !ok {
 			builds, msg, err := Builds(p, m, goflags)
 			if err != nil {
@@ -254,7 +259,7 @@ func checkBuilds(p Package, ms []Mutant, out, goflags string) ([]Mutant, error) 
 			} else if why == "" {
 				why = "does not build"
 			}
-			cache[m.Key()] = why
+			cache[m.cacheKey()] = why
 			b, _ := json.MarshalIndent(cache, "", "  ")
 			if err := os.WriteFile(cacheFile, b, 0o644); err != nil {
 				return nil, err

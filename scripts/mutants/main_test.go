@@ -220,15 +220,16 @@ func TestKilledMustBuild(t *testing.T) {
 		}
 	}
 	write("go.mod", "module example.com/m\n\ngo 1.24\n")
-	write("m/m.go", "package m\n\nfunc Name(a, b string) string { return a + \"/\" + b }\n\nfunc Two(x int) bool { return x == 1 || x == 2 }\n\nfunc Half(n int) int { return n / 2 }\n")
+	write("m/m.go", "package m\n\nfunc Name(a, b string) string { return a + \"/\" + b }\n\nfunc Two(x int) bool { return x == 1 || x == 2 }\n\nfunc Half(n int) int {\n\treturn n / 2\n}\n\nfunc Untested(n int) int {\n\treturn n / 2\n}\n")
 	write("m/m_test.go", "package m\n\nimport \"testing\"\n\nfunc TestM(t *testing.T) {\n\tif Name(\"a\", \"b\") != \"a/b\" || !Two(2) || Two(3) || Half(4) != 2 {\n\t\tt.Fatal(\"wrong\")\n\t}\n}\n")
 	t.Chdir(dir)
 	p := Package{Path: "m"}
 	ms := []Mutant{
-		{Pkg: "m", File: "m.go", Type: "ARITHMETIC_BASE", Status: "KILLED", Line: 3, Col: 42, Source: "a"},       // a - "/": no "-" on strings
-		{Pkg: "m", File: "m.go", Type: "INVERT_LOGICAL", Status: "KILLED", Line: 5, Col: 38, Source: "b"},        // x == 1 && x == 2: vet's "suspect and"
-		{Pkg: "m", File: "m.go", Type: "CONDITIONALS_NEGATION", Status: "KILLED", Line: 5, Col: 33, Source: "c"}, // x != 1 || x == 2: builds
-		{Pkg: "m", File: "m.go", Type: "ARITHMETIC_BASE", Status: "NOT COVERED", Line: 7, Col: 33, Source: "d"},  // n * 2: the test kills it
+		{Pkg: "m", File: "m.go", Type: "ARITHMETIC_BASE", Status: "KILLED", Line: 3, Col: 42, Source: "a"},                  // a - "/": no "-" on strings
+		{Pkg: "m", File: "m.go", Type: "INVERT_LOGICAL", Status: "KILLED", Line: 5, Col: 38, Source: "b"},                   // x == 1 && x == 2: vet's "suspect and"
+		{Pkg: "m", File: "m.go", Type: "CONDITIONALS_NEGATION", Status: "KILLED", Line: 5, Col: 33, Source: "c"},            // x != 1 || x == 2: builds
+		{Pkg: "m", File: "m.go", Type: "ARITHMETIC_BASE", Status: "NOT COVERED", Line: 8, Col: 11, Source: "return n / 2"},  // n * 2: the test kills it
+		{Pkg: "m", File: "m.go", Type: "ARITHMETIC_BASE", Status: "NOT COVERED", Line: 12, Col: 11, Source: "return n / 2"}, // the same key, another line: no test runs it
 	}
 	out := t.TempDir()
 	got, err := recheckAll(p, slices.Clone(ms), out, "-short", 5, false)
@@ -239,11 +240,11 @@ func TestKilledMustBuild(t *testing.T) {
 	for _, m := range got {
 		status = append(status, m.Status)
 	}
-	if want := []string{"NOT VIABLE", "NOT VIABLE", "KILLED", "KILLED"}; !slices.Equal(status, want) {
+	if want := []string{"NOT VIABLE", "NOT VIABLE", "KILLED", "KILLED", "LIVED"}; !slices.Equal(status, want) {
 		t.Fatalf("statuses %q, want %q", status, want)
 	}
 	s := Tally("m", got, nil)
-	if s.Killed != 2 || s.NotViable != 2 || s.Rate() != 100 || !strings.Contains(s.String(), "not viable 2") {
+	if s.Killed != 2 || s.Lived != 1 || s.NotViable != 2 || !strings.Contains(s.String(), "not viable 2") {
 		t.Fatalf("tally %+v", s)
 	}
 	b, err := os.ReadFile(filepath.Join(out, "m.builds.json"))

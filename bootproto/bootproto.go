@@ -55,6 +55,23 @@ const (
 	ProgressPath = "/progress"
 )
 
+// ProgressAnswer is serve's answer to a progress POST. Stop is an operator's request
+// (peerboot burn-in stop) that the burn-in end now: the init ends p2pcheck's soak as
+// Ctrl-C does, and the report says who asked (StopBy, the operator write's address),
+// when and why.
+type ProgressAnswer struct {
+	Node       string    `json:"node"`
+	State      string    `json:"state"`
+	Rounds     int       `json:"rounds"`
+	Stop       bool      `json:"stop,omitempty"`
+	StopAt     time.Time `json:"stop_requested_at,omitzero"`
+	StopBy     string    `json:"stop_by,omitempty"`
+	StopReason string    `json:"stop_reason,omitempty"`
+}
+
+// MaxProgressAnswerBytes bounds what the init reads of a progress answer.
+const MaxProgressAnswerBytes = 4096
+
 // ProgressURL is the progress endpoint beside a report URL: the path's last element
 // (…/reports) becomes progress, the query (?node=) stays. A URL that does not end in
 // /reports gets /progress added to its path.

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/peerboot/peerboot/bootproto"
+	"github.com/peerboot/peerboot/netboot/api"
 	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/netboot/soakplot"
 	"github.com/peerboot/peerboot/selftest"
@@ -77,7 +79,57 @@ func (s *Server) postProgress(w http.ResponseWriter, r *http.Request) {
 	}
 	s.prune(r, node)
 	s.log.Info("burn-in progress", "node", node, "state", p.State, "rounds", p.Rounds, "elapsed_ms", p.ElapsedMS, "faulty", p.FaultyRounds, "bytes", len(body))
-	writeJSON(w, map[string]any{"node": node, "state": p.State, "rounds": p.Rounds})
+	ans := bootproto.ProgressAnswer{Node: node, State: p.State, Rounds: p.Rounds}
+	// The stop request, if an operator made one on this burn-in (SetProgress kept it).
+	if c, err := s.opt.Store.Progress(r.Context(), node); err == nil {
+		if c != nil && !c.StopAt.IsZero() && p.State == selftest.SoakRunning {
+			ans.Stop, ans.StopAt, ans.StopBy, ans.StopReason = true, c.StopAt, c.StopBy, c.StopReason
+			s.log.Info("burn-in stop sent to the node", "node", node, "requested_at", c.StopAt, "by", c.StopBy)
+		}
+	} else {
+		s.log.Warn("burn-in progress: reading the stop request", "node", node, "error", err.Error())
+	}
+	writeJSON(w, ans)
+}
+
+// POST /api/nodes/{node}/soak/stop (an operator write: operator.go) asks a node's
+// running burn-in to stop. serve cannot reach the node; the node reads the request
+// in the answer to its next progress POST (every peerboot.soak_progress=, 3 min by
+// default) and ends the soak as Ctrl-C on its console does: the report is written
+// and sent with everything so far.
+func (s *Server) apiSoakStop(w http.ResponseWriter, r *http.Request) {
+	const refused = "burn-in stop refused"
+	a, ok := s.readAction(w, r)
+	if !ok {
+		return
+	}
+	if a.Build != "" {
+		s.fail(w, r, http.StatusBadRequest, refused, errors.New(`a stop takes an optional {"reason": "..."}, no build`))
+		return
+	}
+	id, err := nodeKey(r.PathValue("node"))
+	if err != nil {
+		s.fail(w, r, http.StatusBadRequest, refused, err)
+		return
+	}
+	if n, err := s.opt.Store.Node(r.Context(), id); err == nil {
+		id = n.ID
+	}
+	p, recorded, err := s.opt.Store.RequestStop(r.Context(), id, s.opt.Now(), remoteIP(r), a.Reason)
+	if err != nil {
+		s.fail(w, r, http.StatusServiceUnavailable, "burn-in stop not stored", err, "node", id)
+		return
+	}
+	if p == nil {
+		s.fail(w, r, http.StatusNotFound, refused, fmt.Errorf("node %s is not burning in: serve has no burn-in progress from it: %w", id, fleetdb.ErrNotFound), "node", id)
+		return
+	}
+	if p.State != selftest.SoakRunning {
+		s.fail(w, r, http.StatusConflict, refused, fmt.Errorf("node %s is not burning in: its last burn-in is %s (progress received %s)", id, p.State, p.ReceivedAt.Format(time.RFC3339)), "node", id)
+		return
+	}
+	s.log.Info("burn-in stop requested", "node", id, "by", remoteIP(r), "reason", a.Reason, "already", !recorded)
+	writeJSON(w, api.SoakStop{Node: id, State: p.State, Rounds: p.Rounds, StopAt: p.StopAt, StopBy: p.StopBy, Reason: p.StopReason, Already: !recorded})
 }
 
 // firstFault is what the fleet page says went wrong first: the first faulty round,
@@ -106,6 +158,15 @@ type BurnIn struct {
 	Text string `json:"text"`
 	// Clean: nothing faulty so far.
 	Clean bool `json:"clean"`
+	// StopRequested: an operator asked this burn-in to stop (when, from where, why).
+	StopRequested *StopRequest `json:"stop_requested,omitempty"`
+}
+
+// StopRequest is an operator's request that a burn-in stop.
+type StopRequest struct {
+	At     time.Time `json:"at"`
+	By     string    `json:"by"`
+	Reason string    `json:"reason,omitempty"`
 }
 
 func burnInView(p fleetdb.Progress) *BurnIn {
@@ -130,6 +191,17 @@ func burnInView(p fleetdb.Progress) *BurnIn {
 		b.Text = "burn-in skipped · " + p.FirstFault
 	default:
 		b.Text = fmt.Sprintf("burn-in stopped · %s · %d rounds · %s", of, p.Rounds, health)
+	}
+	if !p.StopAt.IsZero() {
+		b.StopRequested = &StopRequest{At: p.StopAt, By: p.StopBy, Reason: p.StopReason}
+		stop := fmt.Sprintf("stop requested by %s at %s", p.StopBy, p.StopAt.Format("2006-01-02 15:04:05 UTC"))
+		if p.StopReason != "" {
+			stop += ": " + p.StopReason
+		}
+		if p.State == selftest.SoakRunning {
+			stop += " (the node reads it with its next progress)"
+		}
+		b.Text += " · " + stop
 	}
 	return b
 }

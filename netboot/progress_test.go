@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/peerboot/peerboot/bootproto"
+	"github.com/peerboot/peerboot/netboot/api"
 	"github.com/peerboot/peerboot/selftest"
 )
 
@@ -198,5 +200,88 @@ func TestGPUNow(t *testing.T) {
 		if got := gpuNow(tc.g); got != tc.want {
 			t.Errorf("gpuNow(%+v) = %+v, want %+v", tc.g, got, tc.want)
 		}
+	}
+}
+
+// TestSoakStop: issue 32 item 4. An operator asks a node's running burn-in to stop;
+// the node reads the request in the answer to its next progress POST. Only the
+// operator token authorises it, a node with no burn-in or one that ended is refused
+// by name, a second request keeps the first, and the pages say so.
+func TestSoakStop(t *testing.T) {
+	clk := &clock{t: time.Date(2026, 12, 3, 20, 0, 0, 0, time.UTC)}
+	e := newEnv(t, Options{RateEvery: 1, RateBurst: 1000, OperatorToken: testOperator, Now: clk.now})
+	const node, done = "52:54:00:00:00:51", "52:54:00:00:00:52"
+	id := e.build(t, "default").ID
+	tok := e.srv.Token(id, node)
+	progress := func(n int, state string) bootproto.ProgressAnswer {
+		t.Helper()
+		resp, body := e.post(t, "/progress?node="+node, tok, progressBody(t, state, n, 0))
+		var a bootproto.ProgressAnswer
+		if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &a) != nil {
+			t.Fatalf("progress: %d %s", resp.StatusCode, body)
+		}
+		return a
+	}
+	if a := progress(10, "running"); a.Stop || a.Node != node || a.Rounds != 10 {
+		t.Fatalf("a stop before anyone asked: %+v", a)
+	}
+	if resp, body := e.post(t, "/progress?node="+done, e.srv.Token(id, done), progressBody(t, "finished", 20, 0)); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	stop := "/api/nodes/" + node + "/soak/stop"
+	for _, tc := range []struct {
+		name, path, token, body string
+		status                  int
+		want                    string
+	}{
+		{"no token", stop, "", `{"reason":"x"}`, 401, "operator token"},
+		{"the node's own token", stop, tok, `{}`, 401, "operator token"},
+		{"unknown node", "/api/nodes/52:54:00:00:00:99/soak/stop", testOperator, ``, 404, "node 52:54:00:00:00:99 is not burning in: serve has no burn-in progress from it"},
+		{"bad node", "/api/nodes/a%20b/soak/stop", testOperator, ``, 400, "want a MAC or a node id"},
+		{"ended", "/api/nodes/" + done + "/soak/stop", testOperator, ``, 409, "node " + done + " is not burning in: its last burn-in is finished"},
+		{"a build", stop, testOperator, `{"build":"0123456789abcdef"}`, 400, "no build"},
+		{"stop", stop, testOperator, `{"reason":"rack 4 power work"}`, 200, `"already": false`},
+		{"again", stop, testOperator, `{"reason":"later"}`, 200, `"already": true`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk.add(time.Minute)
+			resp, body := e.post(t, tc.path, tc.token, []byte(tc.body))
+			if resp.StatusCode != tc.status || !strings.Contains(body, tc.want) {
+				t.Errorf("POST %s: %d %q, want %d and %q", tc.path, resp.StatusCode, body, tc.status, tc.want)
+			}
+			if tc.status == 200 {
+				var s api.SoakStop
+				asked := time.Date(2026, 12, 3, 20, 7, 0, 0, time.UTC) // the "stop" case's minute
+				if err := json.Unmarshal([]byte(body), &s); err != nil || s.Node != node || s.State != "running" || s.Reason != "rack 4 power work" || !s.StopAt.Equal(asked) || s.StopBy != "127.0.0.1" {
+					t.Errorf("answer %+v (%v), want the first request's reason, time %s and author", s, err, asked)
+				}
+			}
+		})
+	}
+	// The pages say it before the node has heard.
+	_, page := e.get(t, "/")
+	if want := "stop requested by 127.0.0.1 at 2026-12-03 20:07:00 UTC: rack 4 power work (the node reads it with its next progress)"; !strings.Contains(page, want) {
+		t.Errorf("fleet page lacks %q:\n%s", want, page)
+	}
+	var v NodeView
+	if _, js := e.get(t, "/api/nodes/"+node); json.Unmarshal([]byte(js), &v) != nil || v.BurnIn == nil || v.BurnIn.StopRequested == nil || v.BurnIn.StopRequested.By != "127.0.0.1" {
+		t.Errorf("/api/nodes/%s lacks the stop request: %s", node, js)
+	}
+	// The node's next progress is answered with the stop, who and when.
+	a := progress(11, "running")
+	if !a.Stop || a.StopBy != "127.0.0.1" || a.StopReason != "rack 4 power work" || !a.StopAt.Equal(time.Date(2026, 12, 3, 20, 7, 0, 0, time.UTC)) {
+		t.Errorf("progress answer after the stop: %+v", a)
+	}
+	// Its final state is not asked to stop again, and the line says it stopped as asked.
+	if a := progress(12, "stopped"); a.Stop {
+		t.Errorf("the final progress was asked to stop: %+v", a)
+	}
+	_, page = e.get(t, "/")
+	if want := "burn-in stopped · 6 min of 12 h 00 · 12 rounds · clean · stop requested by 127.0.0.1 at 2026-12-03 20:07:00 UTC: rack 4 power work<"; !strings.Contains(page, strings.TrimSuffix(want, "<")) || strings.Contains(page, "reads it with its next progress") {
+		t.Errorf("fleet page after the stop lacks %q:\n%s", want, page)
+	}
+	// A new burn-in on the node is not stopped by the old request.
+	if a := progress(1, "running"); a.Stop {
+		t.Errorf("a new burn-in got the old stop: %+v", a)
 	}
 }

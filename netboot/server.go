@@ -14,7 +14,7 @@
 //	GET  /api/nodes, /api/nodes/{node}, /api/reports/{id}, /api/builds   the same as JSON
 //	GET  /api/rollouts, /api/rollouts/{recipe}                          the rollouts as JSON
 //	POST /api/rollouts/{recipe}/{promote,halt,resume}, /api/nodes/{node}/{clear,ak-reset},
-//	     /api/attest/enroll                                             the operator's writes (operator.go)
+//	     /api/attest/enroll, /api/nodes/{node}/soak/stop                the operator's writes (operator.go)
 //
 // docs/hardening.md has the table: who may call each, with what, to change what.
 //
@@ -250,6 +250,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /reports", s.postReport)
 	m.HandleFunc("POST /attest/nonce", s.postNonce)
 	m.HandleFunc("POST "+bootproto.ProgressPath, s.postProgress)
+	m.Handle("POST /api/nodes/{node}/soak/stop", s.operator(s.apiSoakStop))
 	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
 	m.Handle("GET /{$}", s.pages(s.fleetPage))
 	m.Handle("GET /nodes/{node}", s.pages(s.nodePage))

@@ -123,7 +123,8 @@ channel = "canary"
 	// The stranger's writes.
 	_, nodeToken, _ := script("mac=" + n2)
 	for _, path := range []string{"/api/rollouts/default/promote", "/api/rollouts/default/halt", "/api/rollouts/default/resume",
-		"/api/nodes/" + n1 + "/clear", "/api/nodes/" + n1 + "/ak-reset", "/api/attest/enroll"} {
+		"/api/nodes/" + n1 + "/clear", "/api/nodes/" + n1 + "/ak-reset", "/api/attest/enroll",
+		"/api/nodes/" + n1 + "/soak/stop"} {
 		for _, hdr := range [][]string{nil, page, {"Authorization", "Bearer " + nodeToken}} {
 			code, body := postWith(t, e.testEnv, path, `{"build": "`+b+`", "for": "1h"}`, hdr...)
 			if code != 401 {

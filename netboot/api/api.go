@@ -33,3 +33,16 @@ type AKReset struct {
 	Node   string `json:"node"`
 	AKName string `json:"ak_name"`
 }
+
+// SoakStop is POST /api/nodes/{node}/soak/stop's answer: the node's burn-in and
+// the stop request on it (Already: an earlier request, whose time and author stay).
+// The node reads the request in the answer to its next progress POST.
+type SoakStop struct {
+	Node    string    `json:"node"`
+	State   string    `json:"state"`
+	Rounds  int       `json:"rounds"`
+	StopAt  time.Time `json:"stop_requested_at"`
+	StopBy  string    `json:"stop_by"`
+	Reason  string    `json:"reason,omitempty"`
+	Already bool      `json:"already"`
+}

@@ -21,6 +21,13 @@ type Progress struct {
 	Faulty      int    // rounds that found something
 	FirstFault  string // the first of them, or how it stopped
 	Body        []byte // only from Progress
+	// StopAt is when an operator asked this burn-in to stop (zero: nobody has), StopBy
+	// from where (the write's remote address) and StopReason why (may be ""). The
+	// node reads it in the answer to its next progress; SetProgress keeps it while the
+	// same burn-in goes on and drops it when a new one starts.
+	StopAt     time.Time
+	StopBy     string
+	StopReason string
 }
 
 // ProgressStore keeps the latest burn-in progress of each node: one row a node, so a
@@ -33,4 +40,9 @@ type ProgressStore interface {
 	Progress(ctx context.Context, node string) (*Progress, error)
 	// Progresses is every node's latest without bodies, by node id.
 	Progresses(ctx context.Context) (map[string]Progress, error)
+	// RequestStop records that an operator asked node's running burn-in to stop, once
+	// (a second request keeps the first's time and author), and returns the progress
+	// as it is after and whether this request was recorded; a burn-in no longer
+	// running comes back unchanged; nil when the node has no progress.
+	RequestStop(ctx context.Context, node string, at time.Time, by, reason string) (*Progress, bool, error)
 }

@@ -102,6 +102,8 @@ UPDATE reports SET size = (SELECT length(b.body) FROM report_bodies b WHERE b.re
 	trustMigration,
 	// 7: each node's latest burn-in progress (progress.go).
 	progressMigration,
+	// 8: an operator's request that a node's burn-in stop (progress.go).
+	progressStopMigration,
 }
 
 // DB is the report database: SQLite or PostgreSQL, one schema and one set of

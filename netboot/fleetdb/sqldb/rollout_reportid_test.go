@@ -106,6 +106,16 @@ func TestRolloutReasonsAndStatus(t *testing.T) {
 	if fmt.Sprint(got) != "map[A:[stable] B:[] C:[canary]]" {
 		t.Errorf("the builds' channels: %v", got)
 	}
+	// Every event of a verdict is in the log, not only its first.
+	holds := 0
+	for _, e := range s.Events {
+		if e.Kind == rollout.Held {
+			holds++
+		}
+	}
+	if holds != 2 {
+		t.Errorf("the status's events: %d holds, want 2 (n1 and n2): %+v", holds, s.Events)
+	}
 	if s.Halted { // the canary's fail halted it
 		if _, err := rs.Resume(ctx, p, at(19)); err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package sqldb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"testing"
@@ -115,6 +116,14 @@ func TestRolloutReasonsAndStatus(t *testing.T) {
 	}
 	if holds != 2 {
 		t.Errorf("the status's events: %d holds, want 2 (n1 and n2): %+v", holds, s.Events)
+	}
+	// A manual clear says what it cleared, and a second one finds nothing.
+	ev, err := rs.ClearHold(ctx, "n2", at(15))
+	if err != nil || ev.Kind != rollout.Cleared || ev.Node != "n2" || ev.Build != "C" || ev.Reason != "manual" {
+		t.Errorf("ClearHold(n2): %+v %v, want the cleared hold of n2 on C", ev, err)
+	}
+	if _, err := rs.ClearHold(ctx, "n2", at(16)); !errors.Is(err, fleetdb.ErrNotFound) {
+		t.Errorf("ClearHold(n2) again: %v, want ErrNotFound", err)
 	}
 	if s.Halted { // the canary's fail halted it
 		if _, err := rs.Resume(ctx, p, at(19)); err != nil {

@@ -49,6 +49,9 @@ type machine struct {
 	// post sends a report; token "": no Authorization header, attestation "": no
 	// Peerboot-Attestation header.
 	post func(url, token string, body []byte, attestation string) error
+	// postProgress sends a burn-in's progress and returns serve's answer (at most
+	// bootproto.MaxProgressAnswerBytes); nil: post, with no answer read.
+	postProgress func(url, token string, body []byte) ([]byte, error)
 	// askConsole shows prompt on every console and returns the first line typed on
 	// any within timeout ("" when none was); nil: the boot has no console to ask.
 	askConsole func(prompt string, timeout time.Duration) (string, error)
@@ -247,14 +250,33 @@ func (m *machine) selftest(st *bootState, env map[string]string, total time.Dura
 		limit += st.plan.soak
 		m.say("burn-in: soaking for %s after the self-test (%s)", st.plan.soak, st.plan.soakSource())
 	}
-	console, stopProgress := m.console, func() {}
+	console, stopProgress := m.console, func() *bootproto.ProgressAnswer { return nil }
+	var halt <-chan struct{}
 	if st.plan.soak > 0 && st.plan.reportURL != "" {
-		args, console, stopProgress = m.soakProgress(st, args)
+		args, console, halt, stopProgress = m.soakProgress(st, args)
 	}
 	m.say("self-test: %s %s", p2pcheckPath, strings.Join(args, " "))
-	run := runP2PCheck(m.path(p2pcheckPath), args, checkEnv(env), limit, console)
-	stopProgress()
-	return reportFrom(run, m.baseReport(st), limit)
+	run := runP2PCheck(m.path(p2pcheckPath), args, checkEnv(env), limit, console, halt)
+	halted := stopProgress()
+	r := reportFrom(run, m.baseReport(st), limit)
+	if halted != nil {
+		r.Add(selftest.SevInfo, "init.soak_halt", haltMessage(halted, r.Soak), "")
+	}
+	return r
+}
+
+// haltMessage is the init.soak_halt finding: serve asked the burn-in to stop, who
+// asked and when, and where the soak ended.
+func haltMessage(a *bootproto.ProgressAnswer, soak *selftest.Soak) string {
+	msg := fmt.Sprintf("serve asked this burn-in to stop (requested by %s at %s", a.StopBy, a.StopAt.UTC().Format(time.RFC3339))
+	if a.StopReason != "" {
+		msg += ": " + a.StopReason
+	}
+	msg += "); the init ended p2pcheck's soak with SIGTERM"
+	if soak != nil {
+		msg += fmt.Sprintf(", which stopped it after %d rounds (%s)", soak.Rounds, soak.Stopped)
+	}
+	return msg
 }
 
 // baseReport is the report the init can make without p2pcheck: for a crash, a
@@ -327,6 +349,32 @@ func httpPost(url, token string, body []byte, attestation string) error {
 		return &statusError{resp.StatusCode, resp.Status}
 	}
 	return nil
+}
+
+// httpProgress POSTs a burn-in's progress and returns serve's answer, bounded.
+func httpProgress(url, token string, body []byte, _ string) ([]byte, error) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	req, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return nil, &statusError{resp.StatusCode, resp.Status}
+	}
+	ans, err := io.ReadAll(io.LimitReader(resp.Body, bootproto.MaxProgressAnswerBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer: %w", err)
+	}
+	return ans, nil
 }
 
 func writeJSON(path string, v any) error {

@@ -38,6 +38,9 @@ func main() {
 		now:     time.Now,
 		sleep:   time.Sleep,
 		post:    retryPost(httpPost, time.Sleep),
+		postProgress: func(url, token string, body []byte) ([]byte, error) {
+			return retryPostAnswer(httpProgress, time.Sleep)(url, token, body, "")
+		},
 		netUp: func() (*dhcp.Lease, error) {
 			return netup.Real("/sys/class/net").BringUp(context.Background(), netup.DefaultLimits())
 		},

@@ -197,7 +197,118 @@ func fakeSoakBox(t *testing.T, rc *recipe.Resolved, cmdline string) *fakeBox {
 		b.p("/args"), bin, gpuRoot, filepath.Join(gpuRoot, "scenario.json"), filepath.Join(gpuRoot, "kmsg")))
 	os.Chmod(b.p(p2pcheckPath), 0o755)
 	b.m.post = retryPost(httpPost, time.Sleep)
+	b.m.postProgress = func(url, token string, body []byte) ([]byte, error) {
+		return retryPostAnswer(httpProgress, time.Sleep)(url, token, body, "")
+	}
 	return b
+}
+
+// TestSoakHaltFromServeFAKE: issue 32 item 4 end to end on loopback, with FAKE GPUs
+// (as TestSoakProgressToServeFAKE). A 10-minute soak posts progress every second to a
+// real serve; once the fleet page shows it running, the operator's write (POST
+// /api/nodes/{node}/soak/stop with the operator token) asks it to stop. The node reads
+// the stop in the answer to its next progress, the init sends p2pcheck SIGTERM, the
+// soak ends after its round, the report (saved on the stick and POSTed) says serve
+// asked, and the node's last progress says stopped.
+func TestSoakHaltFromServeFAKE(t *testing.T) {
+	testguard.Short(t, "a FAKE soak runs dozens of phase processes")
+	ctx := context.Background()
+	rc, err := recipe.Load(filepath.Join("..", "p2pcheck", "testdata", "epyc-dynamic.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	testfs.Write(t, filepath.Join(out, "manifest.json"), fmt.Sprintf(`{"recipe":%q,"recipe_digest":%q,"outputs":[]}`, rc.Name, rc.Digest))
+	builds, err := netboot.LoadBuilds([]string{out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqldb.OpenSQLite(ctx, filepath.Join(t.TempDir(), "reports.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var logMu sync.Mutex
+	var logs strings.Builder
+	const operator = "operator-token-of-the-halt-test"
+	srv, err := netboot.New(ctx, netboot.Options{Builds: builds, Store: st, RateEvery: time.Second, RateBurst: 3, OperatorToken: operator,
+		Log: slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return logs.Write(p) }), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	const node = "52:54:00:00:00:61"
+	tok := srv.Token(builds.All()[0].ID, node)
+	b := fakeSoakBox(t, rc, fmt.Sprintf("console=ttyS0 peerboot.soak=10m peerboot.soak_progress=1s peerboot.report_url=%s/reports?node=%s peerboot.token=%s", hs.URL, node, tok))
+
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		b.m.run(&bootState{})
+	}()
+	for !strings.Contains(get(t, hs.URL+"/"), `<div class="burnin clean" data-state="running"`) {
+		select {
+		case <-done:
+			t.Fatalf("the boot ended before the burn-in ran; serve's log:\n%s\nconsole:\n%s", logs.String(), b.console.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	req, _ := http.NewRequest(http.MethodPost, hs.URL+"/api/nodes/"+node+"/soak/stop", strings.NewReader(`{"reason":"halt test"}`))
+	req.Header.Set("Authorization", "Bearer "+operator)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ans, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(ans), `"already": false`) {
+		t.Fatalf("the stop: %d %s", resp.StatusCode, ans)
+	}
+	asked := time.Since(start)
+	select {
+	case <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the boot did not end within 3 minutes of the stop; console:\n%s", b.console.String())
+	}
+	took := time.Since(start)
+	r := b.onlyReport(t)
+	if r.Soak == nil || r.Soak.Stopped != "interrupted" || r.Soak.Rounds < 1 || r.Soak.ElapsedMS >= 10*60*1000 {
+		t.Fatalf("FAKE: the report's soak %+v, want it interrupted well before its 10 minutes", r.Soak)
+	}
+	var halt *selftest.Finding
+	for i, f := range r.Findings {
+		if f.ID == "init.soak_halt" {
+			halt = &r.Findings[i]
+		}
+	}
+	if halt == nil || halt.Status != selftest.SevInfo || !strings.Contains(halt.Message, "serve asked this burn-in to stop (requested by 127.0.0.1 at ") ||
+		!strings.Contains(halt.Message, ": halt test); the init ended p2pcheck's soak with SIGTERM, which stopped it after ") {
+		t.Errorf("init.soak_halt finding %+v", halt)
+	}
+	con := b.console.String()
+	for _, want := range []string{"burn-in: serve asks this burn-in to stop (requested by 127.0.0.1 at ", "p2pcheck: interrupted: soak ends after round ", "report saved as ", "report POSTed to " + hs.URL} {
+		if !strings.Contains(con, want) {
+			t.Errorf("console lacks %q", want)
+		}
+	}
+	if n := strings.Count(con, "serve asks this burn-in to stop"); n != 1 {
+		t.Errorf("the stop was acted on %d times, want once", n)
+	}
+	p, err := st.Progress(ctx, node)
+	if err != nil || p == nil || p.State != selftest.SoakStopped || p.StopBy != "127.0.0.1" || p.StopReason != "halt test" {
+		t.Errorf("the node's last progress %+v, %v; want stopped, the request kept", p, err)
+	}
+	logMu.Lock()
+	serveLog := logs.String()
+	logMu.Unlock()
+	if !strings.Contains(serveLog, `msg="burn-in stop sent to the node"`) || !strings.Contains(serveLog, `msg="report stored"`) {
+		t.Errorf("serve's log lacks the stop sent and the report stored:\n%s", serveLog)
+	}
+	t.Logf("FAKE: stop asked at %s, the boot ended at %s: %d rounds in %s, soak stopped %q",
+		asked.Round(time.Millisecond), took.Round(time.Millisecond), r.Soak.Rounds, time.Duration(r.Soak.ElapsedMS)*time.Millisecond, r.Soak.Stopped)
 }
 
 // TestSoakProgressNoServeFAKE: serve is not there. The FAKE soak runs its whole

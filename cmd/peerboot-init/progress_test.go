@@ -53,18 +53,18 @@ func TestProgressPoster(t *testing.T) {
 	var bodies []string
 	fail := true
 	p := &progressPoster{url: "http://serve/progress?node=n", token: "tok", file: file, console: &lockedWriter{w: &strings.Builder{}},
-		post: func(url, token string, body []byte, att string) error {
+		post: func(url, token string, body []byte) ([]byte, error) {
 			mu.Lock()
 			defer mu.Unlock()
-			if url != "http://serve/progress?node=n" || token != "tok" || att != "" {
-				t.Errorf("POST %s token %s attestation %q", url, token, att)
+			if url != "http://serve/progress?node=n" || token != "tok" {
+				t.Errorf("POST %s token %s", url, token)
 			}
 			if fail {
 				fail = false
-				return errors.New("connection refused")
+				return nil, errors.New("connection refused")
 			}
 			bodies = append(bodies, string(body))
-			return nil
+			return nil, nil
 		}}
 	posted := func() int {
 		mu.Lock()
@@ -108,11 +108,11 @@ func TestProgressPosterNetworkDown(t *testing.T) {
 	tries := 0
 	var console strings.Builder
 	p := &progressPoster{url: "http://serve/progress", file: file, console: &lockedWriter{w: &console},
-		post: func(string, string, []byte, string) error {
+		post: func(string, string, []byte) ([]byte, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			tries++
-			return errors.New("no route to host")
+			return nil, errors.New("no route to host")
 		}}
 	stop := p.watch(10 * time.Millisecond)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
@@ -186,5 +186,55 @@ func TestBootSoakProgressNoNetwork(t *testing.T) {
 		if !strings.Contains(con, want) {
 			t.Errorf("console lacks %q:\n%s", want, con)
 		}
+	}
+}
+
+// TestProgressAnswer: serve's answer to a progress POST. Only an explicit stop closes
+// halt, once, and is kept for the report; an answer that is not serve's JSON or is
+// too long is said once and ignored, and the soak goes on.
+func TestProgressAnswer(t *testing.T) {
+	at := time.Date(2026, 12, 3, 20, 7, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name    string
+		answers []string
+		stop    bool
+		console string
+	}{
+		{"no answer read", []string{""}, false, ""},
+		{"running", []string{`{"node":"n","state":"running","rounds":3}`}, false, ""},
+		{"stop", []string{`{"node":"n","state":"running","rounds":3}`, `{"node":"n","state":"running","rounds":4,"stop":true,"stop_requested_at":"2026-12-03T20:07:00Z","stop_by":"10.0.0.9","stop_reason":"rack 4"}`,
+			`{"node":"n","state":"running","rounds":5,"stop":true,"stop_requested_at":"2026-12-03T21:00:00Z","stop_by":"10.0.0.10"}`},
+			true, "serve asks this burn-in to stop (requested by 10.0.0.9 at 2026-12-03T20:07:00Z: rack 4); ending the soak after this round"},
+		{"not JSON", []string{"<html>", "<html>"}, false, "serve's answer to the progress is not its JSON"},
+		{"too long", []string{`{"stop":true,"stop_by":"` + strings.Repeat("x", 5000) + `"}`}, false, "over 4096 bytes; ignored"},
+		{"stop is a bool", []string{`{"stop":"yes"}`}, false, "not its JSON"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var console strings.Builder
+			p := &progressPoster{console: &console, halt: make(chan struct{})}
+			for _, a := range tc.answers {
+				var ans []byte
+				if a != "" {
+					ans = []byte(a)
+				}
+				p.answer(ans) // a second stop must not close halt again (that panics)
+			}
+			closed := false
+			select {
+			case <-p.halt:
+				closed = true
+			default:
+			}
+			if closed != tc.stop || (p.stopped != nil) != tc.stop {
+				t.Fatalf("halt closed %v, stopped %+v; want %v", closed, p.stopped, tc.stop)
+			}
+			if tc.stop && (!p.stopped.StopAt.Equal(at) || p.stopped.StopBy != "10.0.0.9" || p.stopped.StopReason != "rack 4") {
+				t.Errorf("kept %+v, want the first stop", p.stopped)
+			}
+			out := console.String()
+			if (tc.console == "") != (out == "") || !strings.Contains(out, tc.console) || strings.Count(out, "\n") > 1 {
+				t.Errorf("console %q, want one line with %q", out, tc.console)
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/peerboot/peerboot/selftest"
@@ -55,7 +56,9 @@ const killGrace = 5 * time.Second
 // runP2PCheck runs the self-test binary under limit. Its stderr goes to the console as
 // it happens (a person watching sees progress) and its tail is kept for the report;
 // stdout is the report JSON. On timeout the process is killed: a hang is a verdict.
-func runP2PCheck(bin string, args, env []string, limit time.Duration, console io.Writer) checkRun {
+// When halt closes (serve asked the burn-in to stop) p2pcheck gets one SIGTERM, the
+// signal it ends a soak on cleanly (after the round, writing everything).
+func runP2PCheck(bin string, args, env []string, limit time.Duration, console io.Writer, halt <-chan struct{}) checkRun {
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	var stdout bytes.Buffer
@@ -71,15 +74,22 @@ func runP2PCheck(bin string, args, env []string, limit time.Duration, console io
 	timer := time.NewTimer(limit)
 	defer timer.Stop()
 	var err error
-	select {
-	case err = <-done:
-	case <-timer.C:
-		_ = cmd.Process.Kill()
+wait:
+	for {
 		select {
-		case <-done:
-		case <-time.After(killGrace):
+		case err = <-done:
+			break wait
+		case <-halt:
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			halt = nil // once
+		case <-timer.C:
+			_ = cmd.Process.Kill()
+			select {
+			case <-done:
+			case <-time.After(killGrace):
+			}
+			return checkRun{tail: tail.String(), exitCode: -1, timedOut: true}
 		}
-		return checkRun{tail: tail.String(), exitCode: -1, timedOut: true}
 	}
 	run := checkRun{stdout: stdout.Bytes(), tail: tail.String(), exitCode: -1, err: err}
 	var ee *exec.ExitError

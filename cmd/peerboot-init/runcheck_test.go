@@ -54,7 +54,7 @@ func TestReportFrom(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var console bytes.Buffer
 			start := time.Now()
-			run := runP2PCheck(script(t, tt.body), nil, checkEnv(nil), tt.limit, &console)
+			run := runP2PCheck(script(t, tt.body), nil, checkEnv(nil), tt.limit, &console, nil)
 			if time.Since(start) > 20*time.Second {
 				t.Errorf("took %s", time.Since(start))
 			}
@@ -84,7 +84,7 @@ func TestReportFrom(t *testing.T) {
 }
 
 func TestRunP2PCheckMissingBinary(t *testing.T) {
-	run := runP2PCheck("/nonexistent/p2pcheck", nil, nil, time.Second, io.Discard)
+	run := runP2PCheck("/nonexistent/p2pcheck", nil, nil, time.Second, io.Discard, nil)
 	r := reportFrom(run, baseForTest(), time.Second)
 	if r.Verdict != selftest.Fail || r.Findings[len(r.Findings)-1].ID != "p2pcheck.start" {
 		t.Errorf("%+v", r.Findings)

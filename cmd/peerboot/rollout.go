@@ -36,7 +36,7 @@ type rolloutFlags struct {
 func rolloutCmd() *cobra.Command {
 	f := &rolloutFlags{}
 	cmd := &cobra.Command{
-		Use:   "rollout status|promote|halt|resume|clear|enroll|ak-reset",
+		Use:   "rollout status|promote|halt|resume|clear|enroll|ak-reset|burn-in-stop",
 		Short: "Show and steer the rollouts of a running peerboot serve",
 		Long: `rollout talks to a running ` + "`peerboot serve`" + ` (its JSON API). status reads, protected
 like the fleet pages: --token is its --page-token, --auth its --auth USER:PASSWORD.
@@ -54,6 +54,10 @@ created 0600 at its --operator-token (default OUT/operator.token), read here fro
   enroll [NODE...] --for D   let the nodes (none named: every node) record their first
                              TPM AK for D (default 1h)
   ak-reset NODE              forget a node's AK (a replaced TPM); enroll it again after
+  burn-in-stop NODE [--reason ...]
+                             stop a node's running burn-in: it reads the request with
+                             its next progress (peerboot.soak_progress=, default 3m),
+                             ends the soak after the round and sends its report
 
 --server defaults to $PEERBOOT_SERVER, else http://127.0.0.1:8080; --token to
 $PEERBOOT_PAGE_TOKEN; --auth to $PEERBOOT_SERVE_AUTH.
@@ -107,7 +111,7 @@ a state the action does not apply to, wrong credentials).`,
 			return f.action(cmd, func(c *client.Client) (rollout.Event, error) { return c.Clear(cmd.Context(), args[0]) })
 		},
 	}
-	cmd.AddCommand(rolloutStatusCmd(f), promote, halt, resume, clear, rolloutEnrollCmd(f), rolloutAKResetCmd(f))
+	cmd.AddCommand(rolloutStatusCmd(f), promote, halt, resume, clear, rolloutEnrollCmd(f), rolloutAKResetCmd(f), rolloutSoakStopCmd(f))
 	return cmd
 }
 
@@ -201,6 +205,40 @@ func rolloutAKResetCmd(f *rolloutFlags) *cobra.Command {
 		},
 	}
 	return akReset
+}
+
+// rolloutSoakStopCmd asks a node's burn-in to stop (docs/burn-in.md, "Halting a
+// burn-in"). serve cannot reach the node: this records the request, and the node acts
+// on it with its next progress POST.
+func rolloutSoakStopCmd(f *rolloutFlags) *cobra.Command {
+	var reason string
+	stop := &cobra.Command{
+		Use:   "burn-in-stop NODE [--reason TEXT]",
+		Short: "Stop a node's running burn-in (MAC, hostname, serial or node id)",
+		Args:  exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := f.client()
+			if err != nil {
+				return err
+			}
+			out, err := c.SoakStop(cmd.Context(), args[0], reason)
+			if err != nil {
+				return err
+			}
+			if f.asJSON {
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			asked := "stop requested"
+			if out.Already {
+				asked = "stop already requested"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "node %s: %s at %s by %s (burn-in %s, %d rounds); the node stops after its next progress and sends its report\n",
+				out.Node, asked, out.StopAt.UTC().Format("2006-01-02 15:04:05Z"), out.StopBy, out.State, out.Rounds)
+			return nil
+		},
+	}
+	stop.Flags().StringVar(&reason, "reason", "", "why, shown on the fleet page and in the node's report")
+	return stop
 }
 
 // client is the API client the flags (and, without them, the environment) name.

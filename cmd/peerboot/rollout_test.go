@@ -89,6 +89,9 @@ channel = "canary"
 	if _, e, code := rollout("ak-reset", "52:54:00:12:34:56"); code != 2 || !strings.Contains(e, "no AK on record") {
 		t.Errorf("ak-reset of a node without an AK: exit %d %s", code, e)
 	}
+	if _, e, code := rollout("burn-in-stop", "52:54:00:12:34:56", "--reason", "x"); code != 2 || !strings.Contains(e, "404") || !strings.Contains(e, "node 52:54:00:12:34:56 is not burning in") {
+		t.Errorf("burn-in-stop of a node not burning in: exit %d %s", code, e)
+	}
 	if _, e, code := run(t, "rollout", "enroll", "--server", "http://"+addr, "--operator-token", forged); code != 2 || !strings.Contains(e, "chmod 600") {
 		t.Errorf("enroll without the operator token: exit %d %s", code, e)
 	}

@@ -111,6 +111,13 @@ func (c *Client) AKReset(ctx context.Context, node string) (api.AKReset, error) 
 	return out, c.call(ctx, http.MethodPost, "/api/nodes/"+url.PathEscape(node)+"/ak-reset", api.Action{}, &out)
 }
 
+// SoakStop asks node's running burn-in to stop, for reason (may be ""): the node
+// reads it with its next progress POST.
+func (c *Client) SoakStop(ctx context.Context, node, reason string) (api.SoakStop, error) {
+	var out api.SoakStop
+	return out, c.call(ctx, http.MethodPost, "/api/nodes/"+url.PathEscape(node)+"/soak/stop", api.Action{Reason: reason}, &out)
+}
+
 func (c *Client) action(ctx context.Context, path string, body *api.Action) (rollout.Event, error) {
 	var ev rollout.Event
 	var b any

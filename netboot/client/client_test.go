@@ -14,6 +14,7 @@ import (
 
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/netboot"
+	"github.com/peerboot/peerboot/netboot/fleetdb"
 	"github.com/peerboot/peerboot/netboot/fleetdb/sqldb"
 	"github.com/peerboot/peerboot/netboot/optoken"
 	"github.com/peerboot/peerboot/output"
@@ -26,6 +27,13 @@ const mac = "52:54:00:12:34:56"
 // of recipe default with a two-channel rollout; it returns its URL and the
 // operator token's file.
 func server(t *testing.T) (string, string) {
+	t.Helper()
+	url, opFile, _ := serverStore(t)
+	return url, opFile
+}
+
+// serverStore is server with its store.
+func serverStore(t *testing.T) (string, string, *sqldb.DB) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "default")
 	os.MkdirAll(filepath.Join(dir, "pxe"), 0o755)
@@ -69,7 +77,33 @@ channel = "canary"
 	}
 	hs := httptest.NewServer(srv)
 	t.Cleanup(hs.Close)
-	return hs.URL, opFile
+	return hs.URL, opFile, st
+}
+
+// TestClientSoakStop: SoakStop against the real server: the answer decodes into
+// api.SoakStop with its fields filled, a second request says already, and a node
+// not burning in is a usage refusal naming it.
+func TestClientSoakStop(t *testing.T) {
+	url, opFile, st := serverStore(t)
+	ctx := context.Background()
+	c, err := New(Options{Server: url, OperatorTokenFile: opFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SoakStop(ctx, mac, ""); err == nil || exitcode.Of(err) != int(exitcode.Usage) || !strings.Contains(err.Error(), "404") || !strings.Contains(err.Error(), "node "+mac+" is not burning in") {
+		t.Errorf("stopping a node not burning in: %v (class %v)", err, exitcode.Of(err))
+	}
+	if err := st.SetProgress(ctx, fleetdb.Progress{NodeID: mac, State: "running", ElapsedMS: 60000, RequestedMS: 3600000, Rounds: 2, Body: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.SoakStop(ctx, mac, "rack 4 power work")
+	if err != nil || out.Node != mac || out.State != "running" || out.Rounds != 2 || out.StopBy != "127.0.0.1" || out.Reason != "rack 4 power work" || out.StopAt.IsZero() || out.Already {
+		t.Fatalf("SoakStop: %+v %v", out, err)
+	}
+	again, err := c.SoakStop(ctx, mac, "")
+	if err != nil || !again.Already || !again.StopAt.Equal(out.StopAt) || again.Reason != "rack 4 power work" {
+		t.Errorf("SoakStop again: %+v %v; want already, the first request kept", again, err)
+	}
 }
 
 // TestClient drives every call against the real server: each answer decodes

@@ -56,7 +56,7 @@ const (
 )
 
 // ProgressAnswer is serve's answer to a progress POST. Stop is an operator's request
-// (peerboot burn-in stop) that the burn-in end now: the init ends p2pcheck's soak as
+// (peerboot rollout burn-in-stop) that the burn-in end now: the init ends p2pcheck's soak as
 // Ctrl-C does, and the report says who asked (StopBy, the operator write's address),
 // when and why.
 type ProgressAnswer struct {

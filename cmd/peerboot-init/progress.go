@@ -19,7 +19,7 @@ import (
 // with the report's token (docs/burn-in.md). A POST that fails is said on the console
 // and tried again at the next interval, and the final report is written to the stick
 // and POSTed as on every boot. The one thing serve can do to the soak is answer a
-// POST with "stop": true (an operator's peerboot burn-in stop): the poster then
+// POST with "stop": true (peerboot rollout burn-in-stop): the poster then
 // closes halt, once, and the init sends p2pcheck the SIGTERM it ends a soak on.
 
 // progressEvery is the interval peerboot.soak_progress= asks for, else the default;

@@ -55,9 +55,7 @@ func lastLines(s string, n int) string {
 // the DOM the browser built, and saves a screenshot of the 8-GPU node as an artifact
 // ($PEERBOOT_ARTIFACTS, default $TMPDIR/peerboot-artifacts).
 func TestFleetPageInChromium(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a browser")
-	}
+	testguard.Short(t, "starts a browser")
 	e := seededEnv(t, Options{})
 
 	dom := string(chromium(t, e.http.URL+"/", "--dump-dom"))

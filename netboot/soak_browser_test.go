@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/peerboot/peerboot/internal/testguard"
 )
 
 // TestSoakPlotInChromium loads the fleet page and two nodes' pages in headless
@@ -16,9 +18,7 @@ import (
 // ($PEERBOOT_ARTIFACTS, default $TMPDIR/peerboot-artifacts): burn-in-progress.png,
 // burn-in-report.png.
 func TestSoakPlotInChromium(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a browser")
-	}
+	testguard.Short(t, "starts a browser")
 	e := newEnv(t, Options{RateEvery: 1, RateBurst: 1000})
 	id := e.build(t, "default").ID
 	const running, finished = "52:54:00:00:00:61", "52:54:00:00:00:62"

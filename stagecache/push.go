@@ -10,10 +10,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2"
+	"oras.land/oras-go/v2/registry/remote/errcode"
 
 	"github.com/peerboot/peerboot/progress"
 	"github.com/peerboot/peerboot/sign"
@@ -111,7 +113,7 @@ func (c *Cache) Push(ctx context.Context, st *store.Store, e Entry) (*PushResult
 		}
 		ann[AnnotationDates] = string(b)
 	}
-	img, err := oras.PackManifest(ctx, c.repo, oras.PackManifestVersion1_1, ArtifactStage, oras.PackManifestOptions{Layers: layers, ManifestAnnotations: ann})
+	img, err := c.packManifest(ctx, ArtifactStage, oras.PackManifestOptions{Layers: layers, ManifestAnnotations: ann})
 	if err != nil {
 		return nil, fmt.Errorf("pushing the manifest of %s to %s: %w", e.Key, c.Ref, err)
 	}
@@ -134,7 +136,7 @@ func (c *Cache) Push(ctx context.Context, st *store.Store, e Entry) (*PushResult
 	if err := c.pushBlob(ctx, sigLayer, func() io.ReadCloser { return io.NopCloser(bytes.NewReader(envBytes)) }, res, e.Key); err != nil {
 		return nil, err
 	}
-	if _, err := oras.PackManifest(ctx, c.repo, oras.PackManifestVersion1_1, ArtifactSignature, oras.PackManifestOptions{
+	if _, err := c.packManifest(ctx, ArtifactSignature, oras.PackManifestOptions{
 		Subject: &img, Layers: []ocispec.Descriptor{sigLayer}, ManifestAnnotations: map[string]string{ocispec.AnnotationCreated: created},
 	}); err != nil {
 		return nil, fmt.Errorf("attaching the signature of %s: %w", e.Key, err)
@@ -145,6 +147,44 @@ func (c *Cache) Push(ctx context.Context, st *store.Store, e Entry) (*PushResult
 		return nil, fmt.Errorf("tagging %s in %s: %w", e.Key, c.Ref, err)
 	}
 	return res, nil
+}
+
+// manifestRetries bounds the retries of a manifest refused for an unknown blob.
+const manifestRetries = 4
+
+// packManifest pushes a manifest, retrying one the registry refused for a
+// blob it does not know although this push saw every blob present: builders
+// pushing one stage at once upload the same blobs (the empty config above
+// all), and a registry can answer while another push is still linking one.
+// The distribution registry's filesystem driver rewrites a link in place, and
+// CI saw exactly this: MANIFEST_BLOB_UNKNOWN for the empty config.
+func (c *Cache) packManifest(ctx context.Context, artifactType string, opts oras.PackManifestOptions) (ocispec.Descriptor, error) {
+	for attempt := 1; ; attempt++ {
+		d, err := oras.PackManifest(ctx, c.repo, oras.PackManifestVersion1_1, artifactType, opts)
+		if err == nil || attempt == manifestRetries || !blobUnknown(err) {
+			return d, err
+		}
+		select {
+		case <-ctx.Done():
+			return d, ctx.Err()
+		case <-time.After(time.Duration(attempt) * 100 * time.Millisecond):
+		}
+	}
+}
+
+// blobUnknown says whether a registry refused a manifest for a blob it
+// does not know.
+func blobUnknown(err error) bool {
+	var resp *errcode.ErrorResponse
+	if !errors.As(err, &resp) {
+		return false
+	}
+	for _, e := range resp.Errors {
+		if e.Code == errcode.ErrorCodeManifestBlobUnknown || e.Code == errcode.ErrorCodeBlobUnknown {
+			return true
+		}
+	}
+	return false
 }
 
 func blobDesc(mediaType, title string, b []byte) ocispec.Descriptor {

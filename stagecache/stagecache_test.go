@@ -11,12 +11,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -374,5 +380,62 @@ func TestRacingPushes(t *testing.T) {
 	}
 	if verified == 0 {
 		t.Error("no builder's key verifies the raced stage")
+	}
+}
+
+// TestManifestBlobUnknownRetried: a registry that refuses a manifest for an
+// unknown blob while another push links it (CI saw this in TestRacingPushes)
+// costs a retry, not the push; a registry that keeps refusing fails it after
+// a bounded number of tries.
+func TestManifestBlobUnknownRetried(t *testing.T) {
+	reg := registrytest.Start(t)
+	target, err := url.Parse("http://" + reg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		refuse  int // manifest PUTs refused before the registry sees one
+		wantErr bool
+	}{
+		{"refused once", 1, false},
+		{"refused always", 1 << 30, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var refused atomic.Int64
+			proxy := httputil.NewSingleHostReverseProxy(target)
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/manifests/") && refused.Load() < int64(tc.refuse) {
+					refused.Add(1)
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusBadRequest)
+					io.WriteString(w, `{"errors":[{"code":"MANIFEST_BLOB_UNKNOWN","message":"blob unknown to registry"}]}`)
+					return
+				}
+				proxy.ServeHTTP(w, r)
+			}))
+			defer srv.Close()
+			key := newKey(t)
+			c, err := Open("oci://"+strings.TrimPrefix(srv.URL, "http://")+"/peerboot/"+strings.ReplaceAll(tc.name, " ", "-"), Options{Signer: key, Trust: []crypto.PublicKey{key.Public()}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Push(context.Background(), smallStage(t, testKey, "a"), Entry{Key: testKey, Plan: []byte(`{}`)})
+			if tc.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "MANIFEST_BLOB_UNKNOWN") && !strings.Contains(err.Error(), "blob unknown") {
+					t.Fatalf("push through a registry that always refuses: %v, want the registry's refusal", err)
+				}
+				if got := refused.Load(); got != manifestRetries {
+					t.Errorf("%d manifest PUTs, want %d (bounded retries)", got, manifestRetries)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("push after one refused manifest: %v", err)
+			}
+			if ok, err := c.Has(context.Background(), testKey); err != nil || !ok {
+				t.Errorf("Has after the retried push: %v, %v", ok, err)
+			}
+		})
 	}
 }

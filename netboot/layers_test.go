@@ -1,13 +1,15 @@
 package netboot
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
-	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/peerboot/peerboot/internal/literals"
 )
 
 // TestLayers fails when the report pipeline's packages reach past their
@@ -36,53 +38,17 @@ func TestLayers(t *testing.T) {
 	}
 	// The third rule concerns these packages only.
 	noHTTP := map[string]bool{"netboot/fleetdb": true, "netboot/fleetdb/sqldb": true, "netboot/attestation": true, "netboot/vote": true, "rollout": true}
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fset := token.NewFileSet()
-	checked := 0
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); p != root && (strings.HasPrefix(n, ".") || n == "testdata" || n == "out" || n == "bin") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, filepath.Dir(p))
-		rel = filepath.ToSlash(rel)
-		f, err := parser.ParseFile(fset, p, nil, parser.ImportsOnly)
-		if err != nil {
-			return err
-		}
-		checked++
+	literals.Files(t, parser.ImportsOnly, func(fset *token.FileSet, rel string, f *ast.File) {
 		for _, is := range f.Imports {
 			path, _ := strconv.Unquote(is.Path.Value)
 			for i, r := range rules {
 				if !r.imp(path) || (i == 2 && !noHTTP[rel]) {
 					continue
 				}
-				ok := false
-				for _, a := range r.allowed {
-					ok = ok || a == rel
-				}
-				if !ok {
+				if !slices.Contains(r.allowed, rel) {
 					t.Errorf("%s imports %s: %s", fset.Position(is.Pos()), path, r.why)
 				}
 			}
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if checked < 100 {
-		t.Fatalf("checked %d files: is the module root %s?", checked, root)
-	}
 }

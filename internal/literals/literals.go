@@ -1,7 +1,7 @@
-// Package literals walks the module's non-test Go files for the string literals
-// they spell: the one walker of the tests that hold a concept to its owning
-// package (bootproto's and output's TestOneHome), so each says only what its
-// values are and what counts as a copy.
+// Package literals walks the module's non-test Go files: for the string
+// literals they spell (bootproto's and output's TestOneHome, which hold a
+// concept to its owning package) and for their imports (netboot's TestLayers).
+// One walker, so each test says only what it checks.
 package literals
 
 import (
@@ -25,11 +25,32 @@ type Lit struct {
 }
 
 // Each calls fn for every string literal in the module's non-test Go files
-// outside the package directory owner (relative to the module root, which is
-// the parent of the calling test's directory), skipping hidden directories,
-// testdata, out and bin. It fails the test when it finds fewer than 100 files:
-// a walk that saw almost nothing would pass without checking.
+// outside the package directory owner (relative to the module root).
 func Each(t *testing.T, owner string, fn func(Lit)) {
+	t.Helper()
+	Files(t, parser.SkipObjectResolution, func(fset *token.FileSet, dir string, f *ast.File) {
+		if dir == owner {
+			return
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			lit, ok := n.(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			if s, err := strconv.Unquote(lit.Value); err == nil {
+				fn(Lit{Pos: fset.Position(lit.Pos()), Dir: dir, Quoted: lit.Value, Value: s})
+			}
+			return true
+		})
+	})
+}
+
+// Files calls fn for every non-test Go file of the module (whose root is the
+// parent of the calling test's directory), parsed with mode, with its package
+// directory relative to the root (slash-separated); it skips hidden
+// directories, testdata, out and bin. It fails the test when it finds fewer
+// than 100 files: a walk that saw almost nothing would pass without checking.
+func Files(t *testing.T, mode parser.Mode, fn func(fset *token.FileSet, dir string, f *ast.File)) {
 	t.Helper()
 	root, err := filepath.Abs("..")
 	if err != nil {
@@ -51,25 +72,12 @@ func Each(t *testing.T, owner string, fn func(Lit)) {
 			return nil
 		}
 		rel, _ := filepath.Rel(root, filepath.Dir(p))
-		rel = filepath.ToSlash(rel)
-		if rel == owner {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, p, nil, parser.SkipObjectResolution)
+		f, err := parser.ParseFile(fset, p, nil, mode)
 		if err != nil {
 			return err
 		}
 		checked++
-		ast.Inspect(f, func(n ast.Node) bool {
-			lit, ok := n.(*ast.BasicLit)
-			if !ok || lit.Kind != token.STRING {
-				return true
-			}
-			if s, err := strconv.Unquote(lit.Value); err == nil {
-				fn(Lit{Pos: fset.Position(lit.Pos()), Dir: rel, Quoted: lit.Value, Value: s})
-			}
-			return true
-		})
+		fn(fset, filepath.ToSlash(rel), f)
 		return nil
 	})
 	if err != nil {

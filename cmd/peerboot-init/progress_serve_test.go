@@ -78,35 +78,10 @@ func fakeSoakScenario(t *testing.T, pre *pcie.Result) *gpufake.Scenario {
 // the final report replaces it, its soak series drawn on the node page.
 func TestSoakProgressToServeFAKE(t *testing.T) {
 	testguard.Short(t, "a FAKE soak runs dozens of phase processes")
-	ctx := context.Background()
-
-	// serve: a build of the FAKE box's recipe, a fresh SQLite store, on loopback.
-	rc, err := recipe.Load(filepath.Join("..", "p2pcheck", "testdata", "epyc-dynamic.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := t.TempDir()
-	testfs.Write(t, filepath.Join(out, "manifest.json"), fmt.Sprintf(`{"recipe":%q,"recipe_digest":%q,"outputs":[]}`, rc.Name, rc.Digest))
-	builds, err := netboot.LoadBuilds([]string{out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqldb.OpenSQLite(ctx, filepath.Join(t.TempDir(), "reports.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var logMu sync.Mutex
-	var logs strings.Builder
-	srv, err := netboot.New(ctx, netboot.Options{Builds: builds, Store: st, RateEvery: time.Second, RateBurst: 3,
-		Log: slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return logs.Write(p) }), nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv)
-	defer hs.Close()
+	fs := startFakeServe(t, "")
+	rc, hs := fs.recipe, fs.http
 	const node = "52:54:00:00:00:51"
-	tok := srv.Token(builds.All()[0].ID, node)
+	tok := fs.token(node)
 
 	// The node: the init's fake box with the recipe, and p2pcheck with FAKE GPUs.
 	b := fakeSoakBox(t, rc, fmt.Sprintf("console=ttyS0 peerboot.soak=12s peerboot.soak_progress=1s peerboot.report_url=%s/reports?node=%s peerboot.token=%s", hs.URL, node, tok))
@@ -121,7 +96,7 @@ func TestSoakProgressToServeFAKE(t *testing.T) {
 	for sawRunning == "" {
 		select {
 		case <-done:
-			t.Fatalf("the boot ended before the fleet page showed a running burn-in; serve's log:\n%s\nconsole:\n%s", logs.String(), b.console.String())
+			t.Fatalf("the boot ended before the fleet page showed a running burn-in; serve's log:\n%s\nconsole:\n%s", fs.log(), b.console.String())
 		case <-time.After(100 * time.Millisecond):
 		}
 		page := get(t, hs.URL+"/")
@@ -138,9 +113,7 @@ func TestSoakProgressToServeFAKE(t *testing.T) {
 	if r.Soak == nil || r.Soak.Stopped != "duration" || r.Soak.Rounds < 3 {
 		t.Fatalf("FAKE: the report's soak %+v, want 12 s of rounds; findings %v", r.Soak, r.Findings)
 	}
-	logMu.Lock()
-	serveLog := logs.String()
-	logMu.Unlock()
+	serveLog := fs.log()
 	if n := strings.Count(serveLog, `msg="burn-in progress"`); n < 2 || !strings.Contains(serveLog, "state=finished") || !strings.Contains(serveLog, `msg="report stored"`) {
 		t.Errorf("serve's log has %d progress POSTs (want the running and the finished), and the report:\n%s", n, serveLog)
 	}
@@ -213,33 +186,11 @@ func fakeSoakBox(t *testing.T, rc *recipe.Resolved, cmdline string) *fakeBox {
 func TestSoakHaltFromServeFAKE(t *testing.T) {
 	testguard.Short(t, "a FAKE soak runs dozens of phase processes")
 	ctx := context.Background()
-	rc, err := recipe.Load(filepath.Join("..", "p2pcheck", "testdata", "epyc-dynamic.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := t.TempDir()
-	testfs.Write(t, filepath.Join(out, "manifest.json"), fmt.Sprintf(`{"recipe":%q,"recipe_digest":%q,"outputs":[]}`, rc.Name, rc.Digest))
-	builds, err := netboot.LoadBuilds([]string{out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := sqldb.OpenSQLite(ctx, filepath.Join(t.TempDir(), "reports.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	var logMu sync.Mutex
-	var logs strings.Builder
 	const operator = "operator-token-of-the-halt-test"
-	srv, err := netboot.New(ctx, netboot.Options{Builds: builds, Store: st, RateEvery: time.Second, RateBurst: 3, OperatorToken: operator,
-		Log: slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) { logMu.Lock(); defer logMu.Unlock(); return logs.Write(p) }), nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(srv)
-	defer hs.Close()
+	fs := startFakeServe(t, operator)
+	rc, st, hs := fs.recipe, fs.store, fs.http
 	const node = "52:54:00:00:00:61"
-	tok := srv.Token(builds.All()[0].ID, node)
+	tok := fs.token(node)
 	b := fakeSoakBox(t, rc, fmt.Sprintf("console=ttyS0 peerboot.soak=10m peerboot.soak_progress=1s peerboot.report_url=%s/reports?node=%s peerboot.token=%s", hs.URL, node, tok))
 
 	start := time.Now()
@@ -251,7 +202,7 @@ func TestSoakHaltFromServeFAKE(t *testing.T) {
 	for !strings.Contains(get(t, hs.URL+"/"), `<div class="burnin clean" data-state="running"`) {
 		select {
 		case <-done:
-			t.Fatalf("the boot ended before the burn-in ran; serve's log:\n%s\nconsole:\n%s", logs.String(), b.console.String())
+			t.Fatalf("the boot ended before the burn-in ran; serve's log:\n%s\nconsole:\n%s", fs.log(), b.console.String())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -301,9 +252,7 @@ func TestSoakHaltFromServeFAKE(t *testing.T) {
 	if err != nil || p == nil || p.State != selftest.SoakStopped || p.StopBy != "127.0.0.1" || p.StopReason != "halt test" {
 		t.Errorf("the node's last progress %+v, %v; want stopped, the request kept", p, err)
 	}
-	logMu.Lock()
-	serveLog := logs.String()
-	logMu.Unlock()
+	serveLog := fs.log()
 	if !strings.Contains(serveLog, `msg="burn-in stop sent to the node"`) || !strings.Contains(serveLog, `msg="report stored"`) {
 		t.Errorf("serve's log lacks the stop sent and the report stored:\n%s", serveLog)
 	}
@@ -355,4 +304,55 @@ func get(t *testing.T, url string) string {
 		t.Fatalf("GET %s: %d %s", url, resp.StatusCode, b)
 	}
 	return string(b)
+}
+
+// fakeServe is a real serve on loopback for the FAKE soak tests: a build of the
+// FAKE box's recipe, a fresh SQLite store, its log kept for failure messages.
+type fakeServe struct {
+	recipe *recipe.Resolved
+	builds *netboot.Builds
+	srv    *netboot.Server
+	store  *sqldb.DB
+	http   *httptest.Server
+	mu     sync.Mutex
+	logs   strings.Builder
+}
+
+func startFakeServe(t *testing.T, operatorToken string) *fakeServe {
+	t.Helper()
+	ctx := context.Background()
+	rc, err := recipe.Load(filepath.Join("..", "p2pcheck", "testdata", "epyc-dynamic.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	testfs.Write(t, filepath.Join(out, "manifest.json"), fmt.Sprintf(`{"recipe":%q,"recipe_digest":%q,"outputs":[]}`, rc.Name, rc.Digest))
+	builds, err := netboot.LoadBuilds([]string{out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := sqldb.OpenSQLite(ctx, filepath.Join(t.TempDir(), "reports.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	fs := &fakeServe{recipe: rc, builds: builds, store: st}
+	logTo := writerFunc(func(p []byte) (int, error) { fs.mu.Lock(); defer fs.mu.Unlock(); return fs.logs.Write(p) })
+	fs.srv, err = netboot.New(ctx, netboot.Options{Builds: builds, Store: st, RateEvery: time.Second, RateBurst: 3, OperatorToken: operatorToken,
+		Log: slog.New(slog.NewTextHandler(logTo, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.http = httptest.NewServer(fs.srv)
+	t.Cleanup(fs.http.Close)
+	return fs
+}
+
+// token is the report token serve gives node for the build.
+func (fs *fakeServe) token(node string) string { return fs.srv.Token(fs.builds.All()[0].ID, node) }
+
+func (fs *fakeServe) log() string {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.logs.String()
 }

@@ -205,7 +205,7 @@ func (s *Server) fleet(r *http.Request) (*fleetData, error) {
 		v := s.nodeView(&nodes[i])
 		v.Refused = refused[v.ID]
 		if p, ok := progress[v.ID]; ok && newer(p, v.Latest) {
-			v.BurnIn = burnInView(p)
+			v.BurnIn = burnInView(p, d.Generated, s.opt.BurnInSilent)
 		}
 		switch {
 		case v.Latest == nil:

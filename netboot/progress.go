@@ -160,6 +160,9 @@ type BurnIn struct {
 	Clean bool `json:"clean"`
 	// StopRequested: an operator asked this burn-in to stop (when, from where, why).
 	StopRequested *StopRequest `json:"stop_requested,omitempty"`
+	// SilentMS: a running burn-in serve has not heard from for longer than
+	// Options.BurnInSilent, for this long (0: heard in time, or not running).
+	SilentMS int64 `json:"silent_ms,omitempty"`
 }
 
 // StopRequest is an operator's request that a burn-in stop.
@@ -169,7 +172,9 @@ type StopRequest struct {
 	Reason string    `json:"reason,omitempty"`
 }
 
-func burnInView(p fleetdb.Progress) *BurnIn {
+// burnInView is p as the pages show it at now; a running burn-in not heard from
+// for longer than silent says so first.
+func burnInView(p fleetdb.Progress, now time.Time, silent time.Duration) *BurnIn {
 	b := &BurnIn{State: p.State, ElapsedMS: p.ElapsedMS, RequestedMS: p.RequestedMS, Rounds: p.Rounds, Faulty: p.Faulty, FirstFault: p.FirstFault,
 		ReceivedAt: p.ReceivedAt, Clean: p.Faulty == 0 && p.State != selftest.SoakFailed}
 	health := "clean"
@@ -202,6 +207,10 @@ func burnInView(p fleetdb.Progress) *BurnIn {
 			stop += " (the node reads it with its next progress)"
 		}
 		b.Text += " · " + stop
+	}
+	if quiet := now.Sub(p.ReceivedAt); p.State == selftest.SoakRunning && quiet > silent {
+		b.SilentMS = quiet.Milliseconds()
+		b.Text = fmt.Sprintf("silent for %s (the node stopped sending progress: down, hung or cut off?) · last heard: %s", soakplot.Elapsed(b.SilentMS), b.Text)
 	}
 	return b
 }
@@ -241,7 +250,7 @@ func (s *Server) attachBurnIn(ctx context.Context, v *NodeView, current bool) er
 			return err
 		}
 		if p != nil && newer(*p, v.Latest) {
-			v.BurnIn = burnInView(*p)
+			v.BurnIn = burnInView(*p, s.opt.Now(), s.opt.BurnInSilent)
 			sp, err := selftest.DecodeSoakProgress(p.Body)
 			if err != nil {
 				v.Soak = &SoakView{From: "progress", Error: err.Error()}

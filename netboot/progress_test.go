@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -283,5 +284,78 @@ func TestSoakStop(t *testing.T) {
 	// A new burn-in on the node is not stopped by the old request.
 	if a := progress(1, "running"); a.Stop {
 		t.Errorf("a new burn-in got the old stop: %+v", a)
+	}
+}
+
+// TestBurnInSilent: a running burn-in serve stops hearing from (the box died, hung
+// or lost its network) turns silent on the pages after Options.BurnInSilent, rather
+// than showing "burning in" forever; a finished one never does; a heard one is
+// itself again.
+func TestBurnInSilent(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	e := newEnv(t, Options{RateEvery: 1, RateBurst: 1000, Now: clock})
+	const node = "52:54:00:00:00:33"
+	tok := e.srv.Token(e.build(t, "default").ID, node)
+	post := func(state string, rounds int) {
+		t.Helper()
+		if resp, body := e.post(t, "/progress?node="+node, tok, progressBody(t, state, rounds, 0)); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	}
+	silent := func() (string, *BurnIn) {
+		t.Helper()
+		_, page := e.get(t, "/")
+		var nodes []NodeView
+		_, js := e.get(t, "/api/nodes")
+		if err := json.Unmarshal([]byte(js), &nodes); err != nil || len(nodes) != 1 || nodes[0].BurnIn == nil {
+			t.Fatalf("/api/nodes: %v %s", err, js)
+		}
+		return page, nodes[0].BurnIn
+	}
+	post(selftest.SoakRunning, 120)
+	for _, step := range []struct {
+		after      time.Duration
+		wantSilent bool
+		wantText   string
+	}{
+		{0, false, "burning in · 1 h 00 of 12 h 00"},
+		{DefaultBurnInSilent - time.Second, false, "burning in · 1 h 00 of 12 h 00"},
+		{2 * time.Second, true, "silent for 15 min (the node stopped sending progress: down, hung or cut off?) · last heard: burning in · 1 h 00 of 12 h 00"},
+		{3 * time.Hour, true, "silent for 3 h 15 "},
+	} {
+		advance(step.after)
+		page, b := silent()
+		if got := b.SilentMS > 0; got != step.wantSilent || !strings.Contains(page, step.wantText) || strings.Contains(page, `burnin clean silent`) != step.wantSilent {
+			t.Errorf("%s after the progress: silent %v (%d ms), want %v; page has %q: %v", now.Sub(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)), got, b.SilentMS, step.wantSilent, step.wantText, strings.Contains(page, step.wantText))
+		}
+	}
+	// Heard again: itself again.
+	post(selftest.SoakRunning, 121)
+	if page, b := silent(); b.SilentMS != 0 || strings.Contains(page, "silent for") {
+		t.Errorf("a burn-in heard again is still silent: %d ms", b.SilentMS)
+	}
+	// Finished: the report follows whenever it does; never silent.
+	post(selftest.SoakFinished, 1440)
+	advance(24 * time.Hour)
+	if page, b := silent(); b.SilentMS != 0 || strings.Contains(page, "silent for") {
+		t.Errorf("a finished burn-in turned silent: %d ms", b.SilentMS)
+	}
+
+	// The threshold is serve's --burn-in-silent: a longer one waits longer.
+	e2 := newEnv(t, Options{RateEvery: 1, RateBurst: 1000, Now: clock, BurnInSilent: time.Hour})
+	tok2 := e2.srv.Token(e2.build(t, "default").ID, node)
+	if resp, body := e2.post(t, "/progress?node="+node, tok2, progressBody(t, selftest.SoakRunning, 120, 0)); resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	advance(30 * time.Minute)
+	if _, page := e2.get(t, "/nodes/"+node); strings.Contains(page, "silent for") {
+		t.Error("silent after 30 min with --burn-in-silent 1h")
+	}
+	advance(31 * time.Minute)
+	if _, page := e2.get(t, "/nodes/"+node); !strings.Contains(page, "silent for 1 h 01") {
+		t.Error("the node page does not say a burn-in silent for 61 min with --burn-in-silent 1h is silent")
 	}
 }

@@ -99,7 +99,15 @@ type Options struct {
 	// EnrollAll, when set, opens an AK enrollment window for every node for
 	// this long from New (serve --enroll; enroll.go).
 	EnrollAll time.Duration
+	// BurnInSilent: a running burn-in not heard from for this long is shown
+	// as silent (the node died, hung or lost the network), not as burning in
+	// (default DefaultBurnInSilent).
+	BurnInSilent time.Duration
 }
+
+// DefaultBurnInSilent is five of the init's default progress intervals: one
+// lost POST is not silence, a box that stopped talking for a quarter hour is.
+const DefaultBurnInSilent = 5 * bootproto.DefaultSoakProgressEvery
 
 // Server is the HTTP boot service, report collector and fleet dashboard.
 type Server struct {
@@ -135,6 +143,7 @@ func DefaultOptions() Options {
 		SourceBurst:     30,
 		Retention:       fleetdb.DefaultRetention(),
 		Limits:          DefaultLimits(),
+		BurnInSilent:    DefaultBurnInSilent,
 	}
 }
 
@@ -161,6 +170,9 @@ func New(ctx context.Context, opt Options) (*Server, error) {
 	}
 	if opt.SourceBurst <= 0 {
 		opt.SourceBurst = def.SourceBurst
+	}
+	if opt.BurnInSilent <= 0 {
+		opt.BurnInSilent = def.BurnInSilent
 	}
 	opt.Retention = withDefaults(opt.Retention)
 	opt.Limits = opt.Limits.withDefaults()

@@ -34,7 +34,7 @@ type serveFlags struct {
 	keepReports, keepUnreported                   int
 	keepBytes                                     string
 	maxConns                                      int
-	bodyTimeout, writeIdle                        time.Duration
+	bodyTimeout, writeIdle, burnInSilent          time.Duration
 	tftpMax, tftpPerSource                        int
 	ekCA                                          string
 	operatorToken                                 string
@@ -123,6 +123,7 @@ is built it serves the fleet pages alone: a build named "demo" with no boot file
 	fl.IntVar(&f.maxConns, "max-conns", def.Limits.MaxConns, "open HTTP connections at most; more wait in the listen backlog")
 	fl.DurationVar(&f.bodyTimeout, "body-timeout", def.Limits.BodyTimeout, "a request body must arrive whole within this")
 	fl.DurationVar(&f.writeIdle, "write-timeout", def.Limits.WriteIdle, "a response that makes no progress for this long (a client that stops reading) is cut off")
+	fl.DurationVar(&f.burnInSilent, "burn-in-silent", def.BurnInSilent, "a running burn-in not heard from for this long shows as silent on the pages (set it above a few of the nodes' peerboot.soak_progress intervals)")
 	fl.IntVar(&f.tftpMax, "tftp-max", def.TFTPMax, "TFTP transfers at once; more requests are dropped")
 	fl.IntVar(&f.tftpPerSource, "tftp-per-source", def.TFTPPerSource, "TFTP transfers at once per client address")
 	fl.StringArrayVar(&f.reportTokens, "report-token", nil, "extra report token accepted for any build (UKI and disk boots); repeatable")
@@ -176,8 +177,8 @@ func (f *serveFlags) config(args []string, stdout, stderr io.Writer) (netboot.Se
 			return cfg, fmt.Errorf("%s: want a count, or -1 for no bound, got %d", c.name, c.v)
 		}
 	}
-	if f.maxConns <= 0 || f.sourceBurst <= 0 || f.tftpMax <= 0 || f.tftpPerSource <= 0 || f.bodyTimeout <= 0 || f.writeIdle <= 0 || f.sourceRate <= 0 {
-		return cfg, errors.New("--max-conns, --source-burst, --source-rate, --body-timeout, --write-timeout, --tftp-max and --tftp-per-source must be above zero")
+	if f.maxConns <= 0 || f.sourceBurst <= 0 || f.tftpMax <= 0 || f.tftpPerSource <= 0 || f.bodyTimeout <= 0 || f.writeIdle <= 0 || f.sourceRate <= 0 || f.burnInSilent <= 0 {
+		return cfg, errors.New("--max-conns, --source-burst, --source-rate, --body-timeout, --write-timeout, --burn-in-silent, --tftp-max and --tftp-per-source must be above zero")
 	}
 	if f.enroll < 0 {
 		return cfg, errors.New("--enroll: want a duration such as 1h")
@@ -188,7 +189,7 @@ func (f *serveFlags) config(args []string, stdout, stderr io.Writer) (netboot.Se
 	opt.StaticTokens, opt.PageToken = f.reportTokens, f.pageToken
 	opt.Retention = fleetdb.Retention{ReportsPerNode: f.keepReports, ReportBytes: keepBytes, UnreportedNodes: f.keepUnreported}
 	opt.Limits = netboot.Limits{MaxConns: f.maxConns, BodyTimeout: f.bodyTimeout, WriteIdle: f.writeIdle}
-	opt.FilesURL, opt.EnrollAll, opt.PredictPCR11 = f.filesURL, f.enroll, predictPCR11
+	opt.FilesURL, opt.EnrollAll, opt.PredictPCR11, opt.BurnInSilent = f.filesURL, f.enroll, predictPCR11, f.burnInSilent
 	if f.ekCA != "" {
 		if opt.EKRoots, err = loadEKRoots(f.ekCA); err != nil {
 			return cfg, err

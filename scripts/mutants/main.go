@@ -8,7 +8,7 @@
 // mutants (no test can tell them from the original) are listed in
 // mutants/equivalent.txt, each with a reason, and left out of the rate.
 //
-//	go run ./scripts/mutants [-update] [-reuse [-recheck-lived]] [-skip REGEXP] [-files F,F... PKG] [-workers N] [-timeout-coefficient N] [PKG...]
+//	go run ./scripts/mutants [-update] [-reuse [-recheck-lived]] [-skip REGEXP] [-files F,F... PKG] [-workers N] [-timeout-coefficient N] [-overlay] [-stop D] [-gremlins BIN] [PKG...]
 //
 // -update rewrites the baseline from this run (for the packages run). See
 // docs/testing.md.
@@ -17,6 +17,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -43,6 +45,9 @@ type Package struct {
 	Name  string // in MUTANTS, the baseline and the workflow; "": Path
 	Path  string
 	Files []string // "": every file
+	// Fixtures are subdirectories of Path that hold test helpers, not checks
+	// users rely on: left out of the unit (a mutant there tests the tests).
+	Fixtures []string
 }
 
 // Unit is the package's name in MUTANTS, the baseline and the workflow.
@@ -60,7 +65,8 @@ func (p Package) Unit() string {
 var Packages = []Package{
 	{Path: "rollout"},
 	{Path: "store"},
-	{Path: "nvrun"},
+	// nvruntest builds .run installers for nvrun's tests.
+	{Path: "nvrun", Fixtures: []string{"nvruntest"}},
 	{Path: "patch"},
 	{Path: "attest"},
 	{Path: "sign"},
@@ -68,7 +74,8 @@ var Packages = []Package{
 	{Path: "sign/modsign"},
 	{Path: "selftest"},
 	{Path: "selftest/verdict"},
-	{Path: "selftest/pcie"},
+	// pcietest writes fake sysfs trees and config spaces for the tests.
+	{Path: "selftest/pcie", Fixtures: []string{"pcietest"}},
 	{Path: "selftest/kmsg"},
 	{Path: "selftest/cuda"},
 	{Path: "selftest/nccl"},
@@ -111,6 +118,7 @@ type Stats struct {
 	Pkg                                           string
 	Killed, TimedOut, Lived, NotCovered, Excluded int
 	NotViable                                     int      // do not build: no mutants of the code, not counted
+	NotRun                                        int      // -stop came first: not counted, the rate is partial
 	Rechecked                                     int      // of those counted, how many recheck ran
 	Survivors                                     []Mutant // lived or not covered, not excluded
 }
@@ -127,8 +135,12 @@ func (s Stats) Rate() float64 {
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("%-10s %6.1f%%  killed %d  timed out %d  lived %d  not covered %d  equivalent %d  not viable %d  (rechecked %d)",
+	str := fmt.Sprintf("%-10s %6.1f%%  killed %d  timed out %d  lived %d  not covered %d  equivalent %d  not viable %d  (rechecked %d)",
 		s.Pkg, s.Rate(), s.Killed, s.TimedOut, s.Lived, s.NotCovered, s.Excluded, s.NotViable, s.Rechecked)
+	if s.NotRun > 0 {
+		str += fmt.Sprintf("  NOT RUN %d (stopped: a partial figure)", s.NotRun)
+	}
+	return str
 }
 
 // report is the JSON gremlins writes with -o.
@@ -177,61 +189,115 @@ func ParseReport(pkg string, r io.Reader, src func(file string) []string) ([]Mut
 	return out, nil
 }
 
+// opts are how the mutants run: go test's flags, the timeout coefficient,
+// how many at a time, and when to stop starting new ones.
+type opts struct {
+	goflags string
+	coef    int
+	workers int       // mutants run at once (gremlins' workers, the recheck's)
+	lived   bool      // -recheck-lived
+	stop    time.Time // zero: never; after it no mutant starts, the rest are NOT RUN
+}
+
 // recheckAll runs every mutant gremlins reported not covered (recheck.go),
-// keeping the results in out/PKG.recheck.json so -reuse does not run them again,
-// then compiles those it reported killed (checkBuilds).
+// and every one it only listed (RUNNABLE: a -overlay run's --dry-run report),
+// o.workers at a time, keeping the results in out/PKG.recheck.json so -reuse
+// does not run them again, then compiles those it reported killed
+// (checkBuilds).
 //
-// With lived set (-recheck-lived), the mutants that lived are run again too:
+// With o.lived set (-recheck-lived), the mutants that lived are run again too:
 // after adding tests, that measures them without a whole gremlins run (tests
 // only added can kill more mutants, never fewer; it holds while the package's
 // code is the code the report was made of). So are those that timed out: on a
 // loaded machine a mutant's run can pass the timeout without hanging, and a
 // timeout counts as a kill; run again with the timeout measured now, a real
 // hang times out again, and one that was only slow says what its tests did.
-func recheckAll(p Package, ms []Mutant, out, goflags string, coef int, lived bool) ([]Mutant, error) {
+func recheckAll(p Package, ms []Mutant, out string, o opts) ([]Mutant, error) {
 	cacheFile := filepath.Join(out, p.file()+".recheck.json")
 	cache := map[string]string{}
 	if b, err := os.ReadFile(cacheFile); err == nil {
 		json.Unmarshal(b, &cache)
 	}
+	var todo []int
 	timeouts := map[string]time.Duration{} // by the mutated file's directory
 	for i, m := range ms {
-		again := lived && (m.Status == "LIVED" || m.Status == "TIMED OUT")
-		if m.Status != "NOT COVERED" && !again {
+		again := o.lived && (m.Status == "LIVED" || m.Status == "TIMED OUT")
+		if m.Status != "NOT COVERED" && m.Status != "RUNNABLE" && !again {
 			continue
 		}
 		st, ok := cache[m.cacheKey()]
-		if lived && (st == "LIVED" || st == "TIMED OUT") {
+		if o.lived && (st == "LIVED" || st == "TIMED OUT") {
 			ok = false // run again: tests may have been added since (a kill stays a kill)
 		}
-		if !ok {
-			dir := filepath.Dir(filepath.Join(p.Path, m.File))
-			if timeouts[dir] == 0 {
-				t, err := baseTime(dir, goflags)
-				if err != nil {
-					return nil, err
-				}
-				timeouts[dir] = time.Duration(coef)*t + 10*time.Second
-			}
-			var err error
-			if st, err = recheck(p, m, goflags, timeouts[dir]); err != nil {
-				return nil, err
-			}
-			cache[m.cacheKey()] = st
-			// Kept after each: a recheck stopped half way keeps what it ran.
-			b, _ := json.MarshalIndent(cache, "", "  ")
-			if err := os.WriteFile(cacheFile, b, 0o644); err != nil {
-				return nil, err
-			}
-			fmt.Fprintf(os.Stderr, "mutants: recheck %-11s %s %s/%s:%d:%d\n", st, m.Type, m.Pkg, m.File, m.Line, m.Col)
+		if ok {
+			ms[i].Status, ms[i].Rechecked = st, true
+			continue
 		}
-		ms[i].Status, ms[i].Rechecked = st, true
+		todo = append(todo, i)
+		dir := filepath.Dir(filepath.Join(p.Path, m.File))
+		if timeouts[dir] == 0 {
+			// Measured before any mutant runs: the workers' load would stretch it.
+			t, err := baseTime(dir, o.goflags)
+			if err != nil {
+				return nil, err
+			}
+			timeouts[dir] = time.Duration(o.coef)*t + 10*time.Second
+		}
+	}
+	var (
+		mu       sync.Mutex // cache, its file, ms and firstErr
+		firstErr error
+		wg       sync.WaitGroup
+		next     = make(chan int)
+	)
+	for range max(1, o.workers) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				m := ms[i]
+				st, err := recheck(p, m, o.goflags, timeouts[filepath.Dir(filepath.Join(p.Path, m.File))])
+				mu.Lock()
+				if err != nil {
+					firstErr = cmp.Or(firstErr, err)
+					mu.Unlock()
+					continue
+				}
+				cache[m.cacheKey()] = st
+				ms[i].Status, ms[i].Rechecked = st, true
+				// Kept after each: a recheck stopped half way keeps what it ran.
+				b, _ := json.MarshalIndent(cache, "", "  ")
+				werr := os.WriteFile(cacheFile, b, 0o644)
+				firstErr = cmp.Or(firstErr, werr)
+				mu.Unlock()
+				fmt.Fprintf(os.Stderr, "mutants: recheck %-11s %s %s/%s:%d:%d\n", st, m.Type, m.Pkg, m.File, m.Line, m.Col)
+			}
+		}()
+	}
+	for _, i := range todo {
+		mu.Lock()
+		failed := firstErr != nil
+		mu.Unlock()
+		if failed || (!o.stop.IsZero() && time.Now().After(o.stop)) {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	for i := range ms {
+		if ms[i].Status == "RUNNABLE" || (ms[i].Status == "NOT COVERED" && !ms[i].Rechecked) {
+			ms[i].Status = "NOT RUN" // -stop came first
+		}
 	}
 	b, _ := json.MarshalIndent(cache, "", "  ")
 	if err := os.WriteFile(cacheFile, b, 0o644); err != nil {
 		return nil, err
 	}
-	return checkBuilds(p, ms, out, goflags)
+	return checkBuilds(p, ms, out, o.goflags)
 }
 
 // checkBuilds compiles each mutant gremlins reported KILLED (Builds) and
@@ -299,6 +365,8 @@ func Tally(pkg string, ms []Mutant, equivalent map[string]string) Stats {
 			s.Survivors = append(s.Survivors, m)
 		case "NOT VIABLE": // does not build: no mutant of the code
 			s.NotViable++
+		case "NOT RUN": // -stop came first
+			s.NotRun++
 		} // SKIPPED: not run
 	}
 	return s
@@ -433,6 +501,12 @@ func exclusions(p Package) ([]string, error) {
 				out = append(out, "^"+regexp.QuoteMeta(rel)+"/")
 			}
 		}
+		for _, f := range p.Fixtures {
+			if _, err := os.Stat(filepath.Join(p.Path, f)); err != nil {
+				return nil, fmt.Errorf("mutants: %s lists the fixture directory %s: %w", p.Path, f, err)
+			}
+			out = append(out, "^"+regexp.QuoteMeta(f)+"/")
+		}
 		return out, nil
 	}
 	all, err := filepath.Glob(filepath.Join(p.Path, "*.go"))
@@ -460,7 +534,16 @@ func exclusions(p Package) ([]string, error) {
 // file is the unit's name in mutants.out's file names.
 func (p Package) file() string { return strings.ReplaceAll(p.Unit(), "/", "_") }
 
-func run(p Package, dir, goflags string, workers, coef int, reuse bool, log io.Writer) ([]Mutant, time.Duration, error) {
+// tool says how gremlins runs: bin, a gremlins v0.6.0 binary (-gremlins: a
+// machine without the module proxy), or "" for `go run` of the pinned
+// version; with dryRun (-overlay) it only lists the mutants, and the recheck
+// runs each of them.
+type tool struct {
+	bin    string
+	dryRun bool
+}
+
+func run(p Package, dir, goflags string, workers, coef int, reuse bool, gr tool, log io.Writer) ([]Mutant, time.Duration, error) {
 	ex, err := exclusions(p)
 	if err != nil {
 		return nil, 0, err
@@ -473,13 +556,19 @@ func run(p Package, dir, goflags string, workers, coef int, reuse bool, log io.W
 		}
 		return readReport(p, out, 0)
 	}
-	args := []string{"run", Gremlins, "unleash", "--workers", strconv.Itoa(workers), "--timeout-coefficient", strconv.Itoa(coef),
+	args := []string{"unleash", "--workers", strconv.Itoa(workers), "--timeout-coefficient", strconv.Itoa(coef),
 		"--invert-logical", "-o", out}
+	if gr.dryRun {
+		args = append(args, "--dry-run")
+	}
 	for _, e := range ex {
 		args = append(args, "-E", e)
 	}
 	args = append(args, "./"+p.Path)
-	cmd := exec.Command("go", args...)
+	cmd := exec.Command("go", append([]string{"run", Gremlins}, args...)...)
+	if gr.bin != "" {
+		cmd = exec.Command(gr.bin, args...)
+	}
 	// -short: the quick loop's tests, which must catch these on their own.
 	cmd.Env = append(os.Environ(), "GOFLAGS="+goflags)
 	cmd.Stdout, cmd.Stderr = log, log
@@ -560,6 +649,9 @@ func main() {
 	lived := flag.Bool("recheck-lived", false, "with -reuse: run the mutants that lived (or timed out) again (after adding tests)")
 	files := flag.String("files", "", "comma-separated: mutate only these files of the one unit named (a sample; not with -update: the baseline holds whole units)")
 	skip := flag.String("skip", "", "go test -skip REGEXP for every run: leave out slow tests on a slow machine (a mutant only they kill counts as lived: the rate can only be lower)")
+	bin := flag.String("gremlins", "", "a gremlins v0.6.0 binary to run instead of `go run` of the pinned version (a machine without the module proxy)")
+	dry := flag.Bool("overlay", false, "gremlins only lists the mutants; each runs through go test -overlay, -workers at a time (many cores: no module copy per worker)")
+	stop := flag.Duration("stop", 0, "start no mutant after this long; those left are NOT RUN and the figures partial (-reuse continues)")
 	flag.Parse()
 	goflags := "-short"
 	if *skip != "" {
@@ -577,13 +669,21 @@ func main() {
 			os.Exit(2)
 		}
 	}
-	if err := mainErr(*update, *workers, *coef, *reuse, *lived, *out, goflags, flag.Args(), sample); err != nil {
+	o := opts{goflags: goflags, coef: *coef, workers: *workers, lived: *lived}
+	if *stop > 0 {
+		o.stop = time.Now().Add(*stop)
+	}
+	if *update && *stop > 0 {
+		fmt.Fprintln(os.Stderr, "mutants: -stop makes partial figures: not with -update")
+		os.Exit(2)
+	}
+	if err := mainErr(*update, *reuse, *out, o, tool{bin: *bin, dryRun: *dry}, flag.Args(), sample); err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		os.Exit(1)
 	}
 }
 
-func mainErr(update bool, workers, coef int, reuse, recheckLived bool, out, goflags string, only, sample []string) error {
+func mainErr(update, reuse bool, out string, o opts, gr tool, only, sample []string) error {
 	eqf, err := os.Open("mutants/equivalent.txt")
 	if err != nil {
 		return err
@@ -627,12 +727,16 @@ func mainErr(update bool, workers, coef int, reuse, recheckLived bool, out, gofl
 			defer f.Close()
 			logf = f
 		}
-		ms, took, err := run(p, out, goflags, workers, coef, reuse, logf)
+		start := time.Now()
+		ms, took, err := run(p, out, o.goflags, o.workers, o.coef, reuse, gr, logf)
 		if err != nil {
 			return err
 		}
-		if ms, err = recheckAll(p, ms, out, goflags, coef, recheckLived); err != nil {
+		if ms, err = recheckAll(p, ms, out, o); err != nil {
 			return err
+		}
+		if gr.dryRun {
+			took = time.Since(start) // gremlins only listed them; the recheck ran them
 		}
 		s := Tally(p.Unit(), ms, eq)
 		fmt.Printf("%s  (%s)\n", s, took.Round(time.Second))
@@ -657,6 +761,11 @@ func mainErr(update bool, workers, coef int, reuse, recheckLived bool, out, gofl
 		}
 		FormatBaseline(f, all)
 		return f.Close()
+	}
+	for _, s := range stats {
+		if s.NotRun > 0 {
+			return fmt.Errorf("%s: %d mutants not run (-stop): partial figures, not compared with the baseline; -reuse runs the rest", s.Pkg, s.NotRun)
+		}
 	}
 	if worse := Compare(base, stats); len(worse) > 0 {
 		return fmt.Errorf("worse than mutants/baseline.txt (a test stopped catching a mutant; equivalent ones go in mutants/equivalent.txt with a reason):\n  %s", strings.Join(worse, "\n  "))

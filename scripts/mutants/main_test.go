@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 const sample = `{"files":[{"file_name":"rollout.go","mutations":[
@@ -163,12 +165,20 @@ func TestUnits(t *testing.T) {
 			t.Errorf("%s is in unit %q, want %q", file, got, want)
 		}
 	}
+	t.Chdir(filepath.Join("..", "..")) // exclusions checks the fixture directories exist
 	units := map[string]bool{}
 	for _, p := range Packages {
 		if units[p.Unit()] {
 			t.Errorf("two units named %s", p.Unit())
 		}
 		units[p.Unit()] = true
+		for path, fixture := range map[string]string{"selftest/pcie": "^pcietest/", "nvrun": "^nvruntest/"} {
+			if p.Path == path {
+				if ex, err := exclusions(p); err != nil || !slices.Contains(ex, fixture) {
+					t.Errorf("%s's exclusions %q (%v) leave its fixture package %s in", path, ex, err, fixture)
+				}
+			}
+		}
 		if p.Path == "sign" {
 			ex, _ := exclusions(p)
 			if !slices.Equal(ex, []string{"^keyref/", "^modsign/"}) {
@@ -232,7 +242,7 @@ func TestKilledMustBuild(t *testing.T) {
 		{Pkg: "m", File: "m.go", Type: "ARITHMETIC_BASE", Status: "NOT COVERED", Line: 12, Col: 11, Source: "return n / 2"}, // the same key, another line: no test runs it
 	}
 	out := t.TempDir()
-	got, err := recheckAll(p, slices.Clone(ms), out, "-short", 5, false)
+	got, err := recheckAll(p, slices.Clone(ms), out, opts{goflags: "-short", coef: 5, workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,11 +265,65 @@ func TestKilledMustBuild(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "m", "m.go")); err != nil {
 		t.Fatal(err)
 	}
-	again, err := recheckAll(p, slices.Clone(ms), out, "-short", 5, false)
+	again, err := recheckAll(p, slices.Clone(ms), out, opts{goflags: "-short", coef: 5, workers: 2})
 	if err != nil {
 		t.Fatalf("with the results kept: %v", err)
 	}
 	if !slices.EqualFunc(again, got, func(a, b Mutant) bool { return a.Status == b.Status }) {
 		t.Fatalf("kept results differ: %+v", again)
+	}
+}
+
+// -overlay: gremlins (here a stand-in script, as -gremlins names a binary)
+// only lists the mutants (--dry-run: RUNNABLE); the recheck runs each. -stop
+// leaves those not started NOT RUN, out of the rate, and -reuse runs them.
+func TestOverlayRunsListedMutants(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string, mode os.FileMode) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module example.com/m\n\ngo 1.24\n", 0o644)
+	write("m/m.go", "package m\n\nfunc Half(n int) int {\n\treturn n / 2\n}\n\nfunc Untested(n int) int {\n\treturn n / 2\n}\n", 0o644)
+	write("m/m_test.go", "package m\n\nimport \"testing\"\n\nfunc TestM(t *testing.T) {\n\tif Half(4) != 2 {\n\t\tt.Fatal(\"wrong\")\n\t}\n}\n", 0o644)
+	// The stand-in answers only a dry run, with gremlins' report for the two.
+	report := `{"files":[{"file_name":"m.go","mutations":[` +
+		`{"type":"ARITHMETIC_BASE","status":"RUNNABLE","line":4,"column":11},` +
+		`{"type":"ARITHMETIC_BASE","status":"RUNNABLE","line":8,"column":11}]}]}`
+	write("gremlins.sh", "#!/bin/sh\nout=\ndry=\nwhile [ $# -gt 0 ]; do case $1 in -o) out=$2; shift;; --dry-run) dry=1;; esac; shift; done\n"+
+		"[ -n \"$dry\" ] || { echo not a dry run >&2; exit 3; }\necho '"+report+"' > \"$out\"\n", 0o755)
+	t.Chdir(dir)
+	p := Package{Path: "m"}
+	out := t.TempDir()
+	gr := tool{bin: filepath.Join(dir, "gremlins.sh"), dryRun: true}
+	ms, _, err := run(p, out, "-short", 2, 5, false, gr, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped, err := recheckAll(p, slices.Clone(ms), out, opts{goflags: "-short", coef: 5, workers: 2, stop: time.Now().Add(-time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := Tally("m", stopped, nil); s.NotRun != 2 || s.Killed+s.Lived != 0 || !strings.Contains(s.String(), "NOT RUN 2") {
+		t.Fatalf("stopped before any ran: %+v, %s", s, s)
+	}
+	got, err := recheckAll(p, slices.Clone(ms), out, opts{goflags: "-short", coef: 5, workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var status []string
+	for _, m := range got {
+		status = append(status, m.Status)
+	}
+	if want := []string{"KILLED", "LIVED"}; !slices.Equal(status, want) {
+		t.Fatalf("statuses %q, want %q", status, want)
+	}
+	if s := Tally("m", got, nil); s.Killed != 1 || s.Lived != 1 || s.NotRun != 0 || s.Rechecked != 2 {
+		t.Fatalf("tally %+v", s)
 	}
 }

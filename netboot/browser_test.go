@@ -64,7 +64,7 @@ func TestFleetPageInChromium(t *testing.T) {
 	for _, r := range rows {
 		verdicts[r[1]] = r[2]
 	}
-	if len(rows) != 2 || verdicts["02:00:00:00:08:01"] != "fail" || verdicts["02:00:00:00:04:01"] != "pass" {
+	if len(rows) != 3 || verdicts["02:00:00:00:08:01"] != "fail" || verdicts["02:00:00:00:04:01"] != "pass" || verdicts[DemoBurnIn] != "" {
 		t.Errorf("fleet rows in the DOM: %v", rows)
 	}
 	if !strings.Contains(dom, `<span class="verdict fail">fail</span>`) || !strings.Contains(dom, `<span class="verdict pass">pass</span>`) {

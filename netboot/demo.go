@@ -217,6 +217,9 @@ func SeedDemo(ctx context.Context, st fleetdb.Store, now time.Time) error {
 		{"02:00:00:00:08:01", "demo-xeon-8gpu", "DEMO8GPU01", Xeon8GPU, []bool{false, true}},
 		{"02:00:00:00:04:01", "demo-epyc-4gpu", "DEMO4GPU01", Epyc4GPU, []bool{false, false}},
 	}
+	if err := seedBurnIn(ctx, st, now); err != nil {
+		return err
+	}
 	for _, n := range nodes {
 		for i, broken := range n.broken {
 			at := now.Add(time.Duration(i-len(n.broken)) * time.Hour)
@@ -243,4 +246,90 @@ func SeedDemo(ctx context.Context, st fleetdb.Store, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// DemoBurnIn is serve --demo's third node: a 4-GPU box three hours into a
+// 12-hour burn-in, with no report yet.
+const DemoBurnIn = "02:00:00:00:04:02"
+
+func seedBurnIn(ctx context.Context, st fleetdb.Store, now time.Time) error {
+	const rounds = 360 // 3 h of 30-second rounds
+	if err := st.RecordBoot(ctx, fleetdb.Boot{NodeID: DemoBurnIn, MAC: DemoBurnIn, Hostname: "demo-4090-48g-burnin", Serial: "DEMO4090B1",
+		Recipe: "demo", Build: "demo", Remote: "demo", At: now.Add(-3 * time.Hour)}); err != nil {
+		return err
+	}
+	body, err := DemoSoakProgress(selftest.SoakRunning, rounds, 0)
+	if err != nil {
+		return err
+	}
+	// Through the parser every progress POSTed to serve passes.
+	p, err := selftest.DecodeSoakProgress(body)
+	if err != nil {
+		return fmt.Errorf("demo burn-in progress: %w", err)
+	}
+	return st.SetProgress(ctx, fleetdb.Progress{NodeID: DemoBurnIn, ReceivedAt: now.Add(-time.Minute), Recipe: "demo", Build: "demo", Remote: "demo",
+		State: p.State, ElapsedMS: p.ElapsedMS, RequestedMS: p.RequestedMS, Rounds: p.Rounds, Faulty: p.FaultyRounds, FirstFault: firstFault(p), Body: body})
+}
+
+// DemoSoakSeries is n 30-second rounds of a 4-GPU soak cycling four sizes, every GPU at
+// 60 °C rising to 80, GPU0->GPU1 at half its rate from round slowFrom (0: never) and
+// a corrupted GPU2->GPU3 copy in round bad (0: none).
+func DemoSoakSeries(n, slowFrom, bad int) []selftest.SoakRound {
+	const full = 256 << 20
+	sizes := []int64{full, full / 4, full / 16, full/2 + 592}
+	var out []selftest.SoakRound
+	for r := 1; r <= n; r++ {
+		rd := selftest.SoakRound{Round: r, AtMS: int64(r-1) * 30000, Bytes: sizes[(r-1)%4], Seed: uint32(r)*0x01000193 | 1, Events: []selftest.KEvent{}}
+		for s := 0; s < 4; s++ {
+			for d := 0; d < 4; d++ {
+				g := 25.0 - float64((s+d)%3)
+				if s == d {
+					g = 900
+				}
+				if s == 0 && d == 1 && slowFrom > 0 && r >= slowFrom {
+					g /= 2
+				}
+				c := selftest.SoakCopy{Src: s, Dst: d, Method: selftest.MethodCE, Direction: selftest.DirWrite, GBps: g, Verified: true}
+				if r == bad && s == 2 && d == 3 {
+					c.Verified, c.Mismatch = false, &selftest.Mismatch{Offset: 4096, Got: 1, Want: 2, Words: 1}
+				}
+				rd.Copies = append(rd.Copies, c)
+			}
+		}
+		for g := 0; g < 4; g++ {
+			t, sm, mem, mw, thr := 60+20*r/n+g, 2520, 10501, 290000+1000*g, uint64(0)
+			rd.GPUs = append(rd.GPUs, selftest.SoakGPU{GPU: g, LinkGen: 4, LinkWidth: 16, ReplayCounter: 0, TemperatureC: &t, SMClockMHz: &sm, MemClockMHz: &mem, PowerMW: &mw, ThrottleReasons: &thr})
+		}
+		out = append(out, rd)
+	}
+	return out
+}
+
+// DemoSoakProgress is a progress document as p2pcheck writes it, n rounds into a
+// 12 h soak, GPU0->GPU1 at half its rate for the last third, round bad's
+// GPU2->GPU3 copy corrupted (0: none): serve --demo's node burning in, and the
+// tests'.
+func DemoSoakProgress(state string, n, bad int) ([]byte, error) {
+	series := DemoSoakSeries(n, n*2/3+1, bad)
+	p := &selftest.SoakProgress{Schema: selftest.SoakProgressSchema, State: state, RequestedMS: 12 * 3600000, ElapsedMS: int64(n) * 30000, Rounds: n,
+		Pairs: []selftest.SoakPairNow{}, GPUs: series[n-1].GPUs, Plot: selftest.NewSoakPlot(series, 1, selftest.SoakMaxPoints)}
+	// Each pair's first and latest figure at the largest size, as p2pcheck's tracker has them.
+	var first, last []float64
+	for _, pt := range p.Plot.Points {
+		if pt.GBps != nil {
+			if first == nil {
+				first = pt.GBps
+			}
+			last = pt.GBps
+		}
+	}
+	for j, k := range p.Plot.Pairs {
+		p.Pairs = append(p.Pairs, selftest.SoakPairNow{Src: k.Src, Dst: k.Dst, Bytes: 256 << 20, StartGBps: first[j], NowGBps: last[j]})
+	}
+	if bad > 0 {
+		at := time.Duration(bad-1) * 30 * time.Second
+		p.FaultyRounds, p.FirstFault = 1, fmt.Sprintf("round %d at T+%d:%02d:%02d: GPU2->GPU3 ce write of 256 MiB: word at byte 4096 was 0x00000001, want 0x00000002 (1 words wrong)",
+			bad, int(at.Hours()), int(at.Minutes())%60, int(at.Seconds())%60)
+	}
+	return selftest.EncodeSoakProgress(p)
 }

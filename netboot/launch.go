@@ -61,7 +61,7 @@ type ServeConfig struct {
 	// ProxyDHCP is an interface to answer PXE clients on ("": none).
 	ProxyDHCP string
 	// Demo serves Out/default (or, with nothing built, a build with no files)
-	// on loopback with two example nodes in a throwaway database.
+	// on loopback with three example nodes in a throwaway database.
 	Demo bool
 	// Stdout takes where serve listens and what it serves; Stderr a warning
 	// that writes are off.

@@ -66,7 +66,7 @@ func TestRunRefuses(t *testing.T) {
 	}
 }
 
-// TestRunDemo: the demo with nothing built serves its two example nodes on
+// TestRunDemo: the demo with nothing built serves its three example nodes on
 // loopback, says so, makes its operator token beside its throwaway database,
 // and on ctx's end stops and removes that database.
 func TestRunDemo(t *testing.T) {
@@ -93,7 +93,7 @@ func TestRunDemo(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 || !strings.Contains(string(body), "demo-xeon-8gpu") || !strings.Contains(string(body), "demo-epyc-4gpu") {
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "demo-xeon-8gpu") || !strings.Contains(string(body), "demo-epyc-4gpu") || !strings.Contains(string(body), `"state": "running"`) {
 		t.Errorf("/api/nodes: %s %s", resp.Status, body)
 	}
 	banner := stdout.String()

@@ -14,66 +14,10 @@ import (
 	"github.com/peerboot/peerboot/selftest"
 )
 
-// soakSeries is n 30-second rounds of a 4-GPU soak cycling four sizes, every GPU at
-// 60 °C rising to 80, GPU0->GPU1 at half its rate from round slowFrom (0: never) and
-// a corrupted GPU2->GPU3 copy in round bad (0: none).
-func soakSeries(n, slowFrom, bad int) []selftest.SoakRound {
-	const full = 256 << 20
-	sizes := []int64{full, full / 4, full / 16, full/2 + 592}
-	var out []selftest.SoakRound
-	for r := 1; r <= n; r++ {
-		rd := selftest.SoakRound{Round: r, AtMS: int64(r-1) * 30000, Bytes: sizes[(r-1)%4], Seed: uint32(r)*0x01000193 | 1, Events: []selftest.KEvent{}}
-		for s := 0; s < 4; s++ {
-			for d := 0; d < 4; d++ {
-				g := 25.0 - float64((s+d)%3)
-				if s == d {
-					g = 900
-				}
-				if s == 0 && d == 1 && slowFrom > 0 && r >= slowFrom {
-					g /= 2
-				}
-				c := selftest.SoakCopy{Src: s, Dst: d, Method: selftest.MethodCE, Direction: selftest.DirWrite, GBps: g, Verified: true}
-				if r == bad && s == 2 && d == 3 {
-					c.Verified, c.Mismatch = false, &selftest.Mismatch{Offset: 4096, Got: 1, Want: 2, Words: 1}
-				}
-				rd.Copies = append(rd.Copies, c)
-			}
-		}
-		for g := 0; g < 4; g++ {
-			t, sm, mem, mw, thr := 60+20*r/n+g, 2520, 10501, 290000+1000*g, uint64(0)
-			rd.GPUs = append(rd.GPUs, selftest.SoakGPU{GPU: g, LinkGen: 4, LinkWidth: 16, ReplayCounter: 0, TemperatureC: &t, SMClockMHz: &sm, MemClockMHz: &mem, PowerMW: &mw, ThrottleReasons: &thr})
-		}
-		out = append(out, rd)
-	}
-	return out
-}
-
-// progressBody is a progress document as p2pcheck writes it, n rounds into a 12 h
-// soak, GPU0->GPU1 at half its rate for the last third.
+// progressBody is DemoSoakProgress, failing the test on an error.
 func progressBody(t testing.TB, state string, n, bad int) []byte {
 	t.Helper()
-	series := soakSeries(n, n*2/3+1, bad)
-	p := &selftest.SoakProgress{Schema: selftest.SoakProgressSchema, State: state, RequestedMS: 12 * 3600000, ElapsedMS: int64(n) * 30000, Rounds: n,
-		Pairs: []selftest.SoakPairNow{}, GPUs: series[n-1].GPUs, Plot: selftest.NewSoakPlot(series, 1, selftest.SoakMaxPoints)}
-	// Each pair's first and latest figure at the largest size, as p2pcheck's tracker has them.
-	var first, last []float64
-	for _, pt := range p.Plot.Points {
-		if pt.GBps != nil {
-			if first == nil {
-				first = pt.GBps
-			}
-			last = pt.GBps
-		}
-	}
-	for j, k := range p.Plot.Pairs {
-		p.Pairs = append(p.Pairs, selftest.SoakPairNow{Src: k.Src, Dst: k.Dst, Bytes: 256 << 20, StartGBps: first[j], NowGBps: last[j]})
-	}
-	if bad > 0 {
-		at := time.Duration(bad-1) * 30 * time.Second
-		p.FaultyRounds, p.FirstFault = 1, fmt.Sprintf("round %d at T+%d:%02d:%02d: GPU2->GPU3 ce write of 256 MiB: word at byte 4096 was 0x00000001, want 0x00000002 (1 words wrong)",
-			bad, int(at.Hours()), int(at.Minutes())%60, int(at.Seconds())%60)
-	}
-	b, err := selftest.EncodeSoakProgress(p)
+	b, err := DemoSoakProgress(state, n, bad)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +30,7 @@ func soakReport(t testing.TB, rounds int) []byte {
 	r := DemoReport(Epyc4GPU, 7, false)
 	r.Recipe.Name = "default"
 	r.Soak = &selftest.Soak{RequestedMS: int64(rounds) * 30000, ElapsedMS: int64(rounds) * 30000, Rounds: rounds, Stopped: "duration", Stride: 1, Pairs: []selftest.SoakPair{}}
-	for _, rd := range soakSeries(rounds, rounds/2, 0) {
+	for _, rd := range DemoSoakSeries(rounds, rounds/2, 0) {
 		r.Soak.AddRound(rd)
 	}
 	b, err := selftest.Encode(r)

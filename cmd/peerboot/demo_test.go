@@ -17,7 +17,7 @@ import (
 )
 
 // In a fresh clone with nothing built, serve --demo serves the fleet pages with
-// its two example nodes (one failing), and headless Chromium renders them: the
+// its three example nodes (one failing, one burning in), and headless Chromium renders them: the
 // first minute of a newcomer. The screenshot goes to $PEERBOOT_ARTIFACTS
 // (default $TMPDIR/peerboot-artifacts) as demo-fresh.png.
 func TestServeDemoWithNothingBuilt(t *testing.T) {
@@ -44,15 +44,18 @@ func TestServeDemoWithNothingBuilt(t *testing.T) {
 			Verdict string `json:"verdict"`
 		} `json:"latest"`
 	}
-	if err := json.Unmarshal([]byte(body), &nodes); code != 200 || err != nil || len(nodes) != 2 {
+	if err := json.Unmarshal([]byte(body), &nodes); code != 200 || err != nil || len(nodes) != 3 {
 		t.Fatalf("/api/nodes: %d %v\n%s", code, err, body)
 	}
 	verdicts := map[string]string{}
 	for _, n := range nodes {
 		verdicts[n.Hostname] = n.Latest.Verdict
 	}
-	if verdicts["demo-xeon-8gpu"] != "fail" || verdicts["demo-epyc-4gpu"] != "pass" {
-		t.Errorf("demo verdicts %v: want the 8-GPU node failing, the 4-GPU one passing", verdicts)
+	if verdicts["demo-xeon-8gpu"] != "fail" || verdicts["demo-epyc-4gpu"] != "pass" || verdicts["demo-4090-48g-burnin"] != "" {
+		t.Errorf("demo verdicts %v: want the 8-GPU node failing, the 4-GPU one passing, the burn-in without a report", verdicts)
+	}
+	if !strings.Contains(page, "burning in · 3 h 00 of 12 h 00 · 360 rounds · clean") {
+		t.Errorf("the fleet page does not show the demo's burn-in:\n%s", page)
 	}
 	// Nothing is built, so no node may be handed a boot script.
 	if code, _ := get("/boot.ipxe?mac=52:54:00:12:34:56"); code == 200 {

@@ -98,7 +98,8 @@ the first node is sent for it and boots nodes from its own copy while the mirror
 missing or altered; the script names the initrd's sha256, which the node's init checks.
 
 --demo serves out/default (make image builds it) on 127.0.0.1:8080 with a throwaway
-database holding two example nodes (8-GPU and 4-GPU fixture reports). Before anything
+database holding three example nodes (8-GPU and 4-GPU fixture reports, and a 4-GPU
+box three hours into a 12-hour burn-in). Before anything
 is built it serves the fleet pages alone: a build named "demo" with no boot files.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runServe(cmd.Context(), f, args, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -129,7 +130,7 @@ is built it serves the fleet pages alone: a build named "demo" with no boot file
 	fl.StringArrayVar(&f.reportTokens, "report-token", nil, "extra report token accepted for any build (UKI and disk boots); repeatable")
 	fl.StringVar(&f.auth, "auth", "", "USER:PASSWORD for the pages (default $PEERBOOT_SERVE_AUTH)")
 	fl.StringVar(&f.pageToken, "page-token", "", "bearer token for the pages and the JSON API")
-	fl.BoolVar(&f.demo, "demo", false, "serve out/default on 127.0.0.1:8080 with two example nodes in a throwaway database")
+	fl.BoolVar(&f.demo, "demo", false, "serve out/default on 127.0.0.1:8080 with three example nodes (one burning in) in a throwaway database")
 	fl.BoolVar(&f.logJSON, "log-json", false, "log as JSON lines instead of text")
 	fl.StringVar(&f.tftp, "tftp", "", "also serve TFTP on this address (e.g. :69): the first-stage iPXE of --tftp-dir and a boot.ipxe chaining to HTTP")
 	fl.StringVar(&f.tftpDir, "tftp-dir", "", "first-stage iPXE files served over TFTP, e.g. a copy of Debian's ipxe.efi and undionly.kpxe (cp -L: symlinks out of the directory are refused)")

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/peerboot/peerboot/bootproto"
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/output"
 )
 
@@ -142,25 +143,8 @@ func LinkPXE(dir string, p PXE, kernelFile, initrdFile string) error {
 }
 
 func writeFileAtomic(path string, r io.Reader) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
+	return fsutil.WriteAtomic(path, 0o644, func(f *os.File) error {
+		_, err := io.Copy(f, r)
 		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if _, err := io.Copy(tmp, r); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	// Fixed mode, not the umask-dependent default of CreateTemp (0600).
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("chmod %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("rename %s: %w", path, err)
-	}
-	return nil
+	})
 }

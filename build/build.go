@@ -68,6 +68,7 @@ type stageRun struct {
 	Store   *store.Store
 	Scratch string
 	Out     string
+	Base    string // the stage's previous output (see runStage), "" for none or when checking
 	Jobs    int
 	Log     io.Writer
 }
@@ -247,6 +248,11 @@ func runStage(ctx context.Context, p *Plan, s *Stage, opt Options, clock *buildC
 	}
 	for _, d := range s.def.Deps {
 		sr.Deps[d] = opt.Store.OutputDir(p.Stage(d).Key)
+	}
+	// A check builds from empty: a stage starting from base could hide a
+	// difference in what it fails to rewrite.
+	if base != "" && !check && opt.Store.HasOutput(base) {
+		sr.Base = opt.Store.OutputDir(base)
 	}
 	if s.def.Clock != clockNone {
 		if sr.Epoch, err = clock.newest(ctx, s.clockInputs); err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/peerboot/peerboot/debfile"
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/image"
+	"github.com/peerboot/peerboot/internal/clonewrite"
 	"github.com/peerboot/peerboot/kernel"
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/measure"
@@ -140,7 +141,8 @@ func imageStage() *stage {
 			if sum, err := hex.DecodeString(sr.depSum(StageInitramfs, initrdFile)); err == nil && len(sum) == sha256.Size {
 				known = knownInitrd(initrd, [32]byte(sum))
 			}
-			if err := writeMeasuredUKI(ukiPath, u, key, known); err != nil {
+			ow := &outWriter{base: sr.Base, log: sr.Log}
+			if err := writeMeasuredUKI(ukiPath, u, key, known, ow); err != nil {
 				return err
 			}
 			uki, unmapU, err := mapFile(ukiPath)
@@ -153,28 +155,13 @@ func imageStage() *stage {
 				if err != nil {
 					return fmt.Errorf("outputs.disk_size %s: %w", r.Outputs.DiskSize, err)
 				}
-				f, err := os.Create(filepath.Join(sr.Out, diskFile))
-				if err != nil {
-					return err
-				}
-				err = image.WriteDisk(f, d)
-				if cerr := f.Close(); err == nil {
-					err = cerr
-				}
-				if err != nil {
+				if err := ow.write(filepath.Join(sr.Out, diskFile), diskFile, func(f *clonewrite.File) error { return image.WriteDisk(f, d) }); err != nil {
 					return fmt.Errorf("disk: %w", err)
 				}
 			}
 			if want(output.KindISO) {
-				f, err := os.Create(filepath.Join(sr.Out, isoFile))
-				if err != nil {
-					return err
-				}
-				err = image.WriteISO(f, image.StandardISO(r.Digest, sr.Epoch, uki))
-				if cerr := f.Close(); err == nil {
-					err = cerr
-				}
-				if err != nil {
+				iso := image.StandardISO(r.Digest, sr.Epoch, uki)
+				if err := ow.write(filepath.Join(sr.Out, isoFile), isoFile, func(f *clonewrite.File) error { return image.WriteISO(f, iso) }); err != nil {
 					return fmt.Errorf("ISO: %w", err)
 				}
 			}
@@ -274,22 +261,17 @@ func pcrSigner(b []byte) (crypto.Signer, error) {
 // so adding it changes no measured byte), and writes it again with the signed
 // predictions as .pcrsig. RSA PKCS#1 v1.5 signing is deterministic: the output
 // stays reproducible. known (may be nil) gives section digests the
-// predictions need not hash (knownInitrd).
-func writeMeasuredUKI(path string, u image.UKI, key crypto.Signer, known measure.Known) error {
+// predictions need not hash (knownInitrd). ow (nil: a fresh file) writes it.
+func writeMeasuredUKI(path string, u image.UKI, key crypto.Signer, known measure.Known, ow *outWriter) error {
 	write := func() error {
-		f, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		// Buffered: WriteUKI writes the headers and each padding apart.
-		w := bufio.NewWriterSize(f, 1<<20)
-		err = image.WriteUKI(w, u)
-		if err == nil {
-			err = w.Flush()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
+		err := ow.write(path, ukiFile, func(f *clonewrite.File) error {
+			// Buffered: WriteUKI writes the headers and each padding apart.
+			w := bufio.NewWriterSize(f, 1<<20)
+			if err := image.WriteUKI(w, u); err != nil {
+				return err
+			}
+			return w.Flush()
+		})
 		if err != nil {
 			return fmt.Errorf("UKI: %w", err)
 		}
@@ -327,6 +309,44 @@ func writeMeasuredUKI(path string, u image.UKI, key crypto.Signer, known measure
 	defer unmap()
 	if _, err := measure.CheckKnown(b, known); err != nil {
 		return fmt.Errorf("UKI: the signed PCR 11 policies do not check: %w", err)
+	}
+	return nil
+}
+
+// outWriter writes the image stage's files. Each starts as a reflink clone of
+// the same file in base (the stage's previous output; "" for none), so only
+// the blocks that changed are written and later fsynced: a one-line overlay
+// edit changes a few MiB of the UKI, disk and ISO. Where the store's
+// filesystem cannot clone (ext4), the file is written whole, said once.
+type outWriter struct {
+	base string
+	log  io.Writer
+	said bool
+}
+
+// write creates path (rel in the output) and has fill write it.
+func (o *outWriter) write(path, rel string, fill func(*clonewrite.File) error) error {
+	var base string
+	if o != nil && o.base != "" {
+		base = filepath.Join(o.base, rel)
+	}
+	f, err := clonewrite.Create(path, base, 0o644)
+	if err != nil {
+		return err
+	}
+	err = fill(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil || o == nil || o.log == nil || base == "" {
+		return err
+	}
+	switch {
+	case f.Cloned():
+		fmt.Fprintf(o.log, "image: %s cloned from the previous build, %.1f of %.1f MiB written\n", rel, float64(f.Written())/(1<<20), float64(f.Size())/(1<<20))
+	case !o.said:
+		o.said = true
+		fmt.Fprintf(o.log, "image: writing whole files: %s\n", f.Reason())
 	}
 	return nil
 }

@@ -113,7 +113,7 @@ func TestKnownInitrdRealUKI(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := image.UKI{Stub: stubtest.Real(t, "../recipes/default.lock"), Kernel: kernel, Initrd: initrd, Cmdline: "console=ttyS0", OSRelease: "ID=peerboot\n"}
-	if err := writeMeasuredUKI(signed, u, key, knownInitrd(initrd, sum)); err != nil {
+	if err := writeMeasuredUKI(signed, u, key, knownInitrd(initrd, sum), nil); err != nil {
 		t.Fatal(err)
 	}
 	signedUKI, err := os.ReadFile(signed)

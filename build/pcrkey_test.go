@@ -112,7 +112,7 @@ func tinyStub(t *testing.T) []byte {
 func measuredUKI(t *testing.T, u image.UKI, key crypto.Signer) ([]byte, error) {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "peerboot.efi")
-	if err := writeMeasuredUKI(p, u, key, nil); err != nil {
+	if err := writeMeasuredUKI(p, u, key, nil, nil); err != nil {
 		return nil, err
 	}
 	return os.ReadFile(p)

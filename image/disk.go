@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"unicode/utf16"
 
 	"github.com/peerboot/peerboot/bootproto"
@@ -52,11 +51,18 @@ var (
 	GUIDTypeBasicData = mustGUID("EBD0A0A2-B9E5-4433-87C0-68B6B72699C7")
 )
 
+// Target is what WriteDisk and WriteISO write to: an *os.File, or a file
+// that writes only what differs from an earlier version (internal/clonewrite).
+type Target interface {
+	io.WriterAt
+	Truncate(size int64) error
+}
+
 // WriteDisk writes a raw disk image to f: a protective MBR, primary and
 // backup GPT, the ESP and the reports partition, each 1 MiB aligned. f is
 // truncated first and only non-zero structures are written, so the image is
 // sparse on filesystems that support it and the result depends on d alone.
-func WriteDisk(f *os.File, d Disk) error {
+func WriteDisk(f Target, d Disk) error {
 	if d.DiskGUID == ([16]byte{}) {
 		return errors.New("disk: DiskGUID is zero")
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/peerboot/peerboot/image/fat"
 	"github.com/peerboot/peerboot/image/fatread"
@@ -60,7 +59,7 @@ func (discardAt) WriteAt(p []byte, _ int64) (int, error) { return len(p), nil }
 
 // WriteISO writes the ISO to f, truncating it first; the result depends on
 // iso alone and holes stay sparse.
-func WriteISO(f *os.File, iso ISO) error {
+func WriteISO(f Target, iso ISO) error {
 	if iso.ESP.Size <= 0 || iso.ESP.Size%iso9660.SectorSize != 0 {
 		return fmt.Errorf("iso: ESP size %d is not a positive multiple of %d", iso.ESP.Size, iso9660.SectorSize)
 	}

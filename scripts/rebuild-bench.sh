@@ -8,12 +8,13 @@
 #  4. a no-op rebuild (goal < 0.1 s).
 # Only `peerboot build` is timed: an overlay edit also needs `go build` of
 # peerboot (the overlay is embedded), done untimed before. Works in a clone of
-# HEAD so the checkout is untouched; the store ($PEERBOOT_CACHE) must hold a
-# build of the default recipe (`make image`).
+# HEAD so the checkout is untouched (under $TMPDIR, default /tmp); the store
+# ($PEERBOOT_CACHE) must hold a build of the default recipe (`make image`).
+# scripts/rebuild-bench-xfs.sh runs it on XFS, where the image stage clones.
 # Usage: scripts/rebuild-bench.sh
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
-work=$(mktemp -d /tmp/peerboot-bench.XXXXXX)
+work=$(mktemp -d "${TMPDIR:-/tmp}/peerboot-bench.XXXXXX")
 [ "${BENCH_KEEP:-}" = 1 ] || trap 'rm -rf "$work"' EXIT
 git clone -q "$top" "$work/src"
 cd "$work/src"
@@ -63,7 +64,7 @@ sh "$work/dd.sh"
 sync -f "$work/disk.old"
 t1=$(now)
 t_ref=$(echo "$t1 - $t0" | bc)
-grep -E "^(config|initramfs|image|publish) " "$work/build.log" | sed "s/^/  /"
+grep -E "^((config|initramfs|image|publish) |image: )" "$work/build.log" | sed "s/^/  /"
 echo "overlay edit: rebuild ${t_overlay}s (stages built: $built); reference (pack config layer + write changed blocks) ${t_ref}s; ratio $(echo "scale=2; $t_overlay / $t_ref" | bc)"
 
 # 2. description, 3. kernel.cmdline.

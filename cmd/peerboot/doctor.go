@@ -73,6 +73,7 @@ var hostNeeds = []hostNeed{
 	{what: "xorriso", stage: "ISO cross-check", pkg: "xorriso", command: "xorriso", use: useTest},
 	{what: "mkfs.ext4", stage: "flash tests", pkg: "e2fsprogs", command: "mkfs.ext4", use: useTest},
 	{what: "losetup", stage: "flash tests", pkg: "mount", command: "losetup", use: useTest},
+	{what: "mkfs.xfs", stage: "reflink tests (an XFS loop mount: the image stage's clones)", pkg: "xfsprogs", command: "mkfs.xfs", use: useTest},
 	{what: "ip (netns)", stage: "DHCP, TFTP, ProxyDHCP tests", pkg: "iproute2", command: "ip", use: useTest},
 	{what: "docker-registry", stage: "OCI publish tests", pkg: "docker-registry", command: "docker-registry", use: useTest},
 	{what: "PostgreSQL 15", stage: "report store tests", pkg: "postgresql", files: []string{"/usr/lib/postgresql/15/bin/postgres"}, use: useTest},

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math/rand"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/peerboot/peerboot/internal/fsutil"
-	"github.com/peerboot/peerboot/internal/testguard"
+	"github.com/peerboot/peerboot/internal/xfstest"
 )
 
 // op is one call a writer makes on its file.
@@ -349,7 +348,7 @@ func FuzzMatchesFreshWrite(f *testing.F) {
 // the test (root and mkfs.xfs needed): each file is a clone, and the base's
 // blocks are never written.
 func TestOnXFS(t *testing.T) {
-	dir := xfsMount(t)
+	dir := xfstest.Mount(t, 512*MiB)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			sub, err := os.MkdirTemp(dir, "case-")
@@ -373,47 +372,4 @@ func TestOnXFS(t *testing.T) {
 		t.Errorf("a clone from another filesystem: Cloned() = %v, Reason() = %q", w.Cloned(), w.Reason())
 	}
 	w.Close()
-}
-
-// xfsMount makes a sparse 512 MiB file in the test's temp dir, formats it XFS
-// with reflinks and mounts it; unmounted at cleanup.
-func xfsMount(t *testing.T) string {
-	t.Helper()
-	mkfs, err := exec.LookPath("mkfs.xfs")
-	if err != nil {
-		testguard.Skip(t, "mkfs.xfs not installed (xfsprogs): the reflink test needs an XFS filesystem")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("not root: cannot mount an XFS loop file")
-	}
-	tmp := t.TempDir()
-	img, mnt := filepath.Join(tmp, "xfs.img"), filepath.Join(tmp, "mnt")
-	writeSparse(t, img, 512*MiB)
-	if out, err := exec.Command(mkfs, "-q", "-m", "reflink=1", img).CombinedOutput(); err != nil {
-		t.Fatalf("mkfs.xfs: %v\n%s", err, out)
-	}
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-o", "loop", img, mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount an XFS loop file here (no loop device?): %v: %s", err, bytes.TrimSpace(out))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-		}
-	})
-	probe := filepath.Join(mnt, "probe")
-	writeSparse(t, probe, 4096, extent{0, []byte("x")})
-	src, _ := os.Open(probe)
-	dst, _ := os.Create(probe + ".clone")
-	err = unix.IoctlFileClone(int(dst.Fd()), int(src.Fd()))
-	src.Close()
-	dst.Close()
-	if errors.Is(err, unix.EOPNOTSUPP) {
-		t.Fatalf("XFS made with reflink=1 cannot clone: %v", err)
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return mnt
 }

@@ -43,16 +43,18 @@ const (
 )
 
 // initrdLayers are the layer stages whose segments make the initrd, in the
-// order the kernel unpacks them (a later file replaces an earlier one).
-var initrdLayers = []StageName{StageUserspace, StageModules, StageConfig}
+// order the kernel unpacks them (a later file replaces an earlier one). The
+// config segment, what an overlay edit changes, is last: the initrd's head
+// stays as it was, and so does the UKI's up to the initrd's tail.
+var initrdLayers = []StageName{StageUserspace, StageModules, StageTools, StageConfig}
 
-// 6. Initramfs: the layers' segments, concatenated. The kernel unpacks
+// 7. Initramfs: the layers' segments, concatenated. The kernel unpacks
 // concatenated compressed cpio archives in turn (Documentation/driver-api/
 // early-userspace/buffer-format.rst), so each segment is packed once, by its
 // layer, and an overlay edit re-packs only the config segment.
 func initramfsStage() *stage {
 	return &stage{
-		Name: StageInitramfs, Version: 3, // 2: one segment per layer; 3: initrd.img read-only
+		Name: StageInitramfs, Version: 4, // 2: one segment per layer; 3: initrd.img read-only; 4: the tools segment before config
 		Deps: initrdLayers,
 		Run: func(ctx context.Context, sr *stageRun) error {
 			out, err := os.Create(filepath.Join(sr.Out, initrdFile))
@@ -85,7 +87,7 @@ func initramfsStage() *stage {
 	}
 }
 
-// 7. Image: UKI, GPT disk, ISO and PXE bundle, as the recipe's outputs ask.
+// 8. Image: UKI, GPT disk, ISO and PXE bundle, as the recipe's outputs ask.
 // It sees the whole recipe: the disk's GUIDs and the FAT volume ids derive
 // from the recipe digest.
 func imageStage() *stage {

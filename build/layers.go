@@ -108,9 +108,41 @@ func moduleSigner(sr *stageRun) (crypto.Signer, *x509.Certificate, error) {
 	return key, cert, nil
 }
 
-// 5. Config: the overlay, the files generated from the recipe (the recipe
-// itself among them), the init and the self-test. Small, so an edit here
-// re-packs a few MiB.
+// 5. Tools: the init and the self-test (peerboot-init, p2pcheck: ~21 MB that
+// make builds beside peerboot), a segment of their own keyed by their digests
+// only, so an overlay or recipe edit re-packs none of it. No fields and no
+// clock: the files' times are 0, the same for every recipe.
+func toolsStage() *stage {
+	return &stage{
+		Name: StageTools, Version: 1,
+		Data: func(pc *planContext) ([]Datum, []string, error) {
+			var data []Datum
+			var unresolved []string
+			for _, t := range []struct{ at, path string }{{bootproto.InImage(bootproto.InitPath), pc.Tools.Init}, {bootproto.InImage(bootproto.P2PCheckPath), pc.Tools.P2PCheck}} {
+				b, err := os.ReadFile(t.path)
+				if err != nil {
+					unresolved = append(unresolved, fmt.Sprintf("image binary /%s not found at %s: run make", t.at, t.path))
+					continue
+				}
+				data = append(data, Datum{"binary " + t.at, b})
+			}
+			return data, unresolved, nil
+		},
+		Run: func(ctx context.Context, sr *stageRun) error {
+			opt := rootfs.ConfigOptions{Executables: map[string][]byte{}}
+			for _, d := range sr.Data {
+				if p, ok := strings.CutPrefix(d.Name, "binary "); ok {
+					opt.Executables[p] = d.Bytes
+				}
+			}
+			return layer(ctx, sr, func(root string) error { return rootfs.Config(ctx, opt, root) })
+		},
+	}
+}
+
+// 6. Config: the overlay and the files generated from the recipe (the recipe
+// itself among them). Small, and the initrd's last segment, so an edit here
+// re-packs some KiB and changes only the initrd's tail.
 func configStage() *stage {
 	return &stage{
 		Name: StageConfig, Version: rootfs.Version,
@@ -129,25 +161,13 @@ func configStage() *stage {
 			if err != nil {
 				return nil, nil, fmt.Errorf("overlay: %w", err)
 			}
-			var unresolved []string
-			for _, t := range []struct{ at, path string }{{bootproto.InImage(bootproto.InitPath), pc.Tools.Init}, {bootproto.InImage(bootproto.P2PCheckPath), pc.Tools.P2PCheck}} {
-				b, err := os.ReadFile(t.path)
-				if err != nil {
-					unresolved = append(unresolved, fmt.Sprintf("image binary /%s not found at %s: run make", t.at, t.path))
-					continue
-				}
-				data = append(data, Datum{"binary " + t.at, b})
-			}
-			return data, unresolved, nil
+			return data, nil, nil
 		},
 		Run: func(ctx context.Context, sr *stageRun) error {
-			opt := rootfs.ConfigOptions{Overlay: map[string][]byte{}, Files: generatedFiles(sr.Recipe), Executables: map[string][]byte{}}
+			opt := rootfs.ConfigOptions{Overlay: map[string][]byte{}, Files: generatedFiles(sr.Recipe)}
 			for _, d := range sr.Data {
 				if p, ok := strings.CutPrefix(d.Name, "overlay "); ok {
 					opt.Overlay[p] = d.Bytes
-				}
-				if p, ok := strings.CutPrefix(d.Name, "binary "); ok {
-					opt.Executables[p] = d.Bytes
 				}
 			}
 			return layer(ctx, sr, func(root string) error { return rootfs.Config(ctx, opt, root) })

@@ -71,6 +71,7 @@ const (
 	StageDriver    StageName = "driver"
 	StageUserspace StageName = "userspace"
 	StageModules   StageName = "modules"
+	StageTools     StageName = "tools"
 	StageConfig    StageName = "config"
 	StageInitramfs StageName = "initramfs"
 	StageImage     StageName = "image"
@@ -79,7 +80,7 @@ const (
 // pipeline is every stage in order. Keep it the one list: plan, build, the key
 // test and `plan -v` all read it.
 func pipeline() []*stage {
-	return []*stage{kernelStage(), driverStage(), userspaceStage(), modulesStage(), configStage(), initramfsStage(), imageStage()}
+	return []*stage{kernelStage(), driverStage(), userspaceStage(), modulesStage(), toolsStage(), configStage(), initramfsStage(), imageStage()}
 }
 
 // StageNames in pipeline order.

@@ -78,7 +78,7 @@ func TestWarmRebuildEqualsFresh(t *testing.T) {
 		}
 	}
 	fresh := filepath.Join(dir, "fresh")
-	out, code = peerboot(t, "build", recipe, "--out", fresh, "--check", "userspace,modules,config,initramfs,image")
+	out, code = peerboot(t, "build", recipe, "--out", fresh, "--check", "userspace,modules,tools,config,initramfs,image")
 	t.Logf("build --check:\n%s", out)
 	if code != 0 {
 		t.Fatalf("build --check: exit %d: a stage built from empty differs from the one the store reused", code)
@@ -114,7 +114,8 @@ func lineOf(out, stage string) string {
 
 // An overlay edit is what people do all day: after each of two edits to
 // /etc/hosts (a peerboot built with the edited overlay, as `make` would), the
-// build re-runs only config, initramfs and image, and `build --check` builds
+// build re-runs only config, initramfs and image (the tools' segment is
+// reused: their bytes did not change), and `build --check` builds
 // those three again from empty and finds each file equal to what the store
 // holds. The store's sums were resumed from the previous build's midstates and
 // the PXE files' taken from their stages, so this is what shows the
@@ -159,7 +160,7 @@ func TestOverlayEditEqualsFresh(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("edit %d: warm build: exit %d", i, code)
 		}
-		for st, want := range map[string]string{"kernel": "cached", "userspace": "cached", "modules": "cached", "config": "built", "initramfs": "built", "image": "built"} {
+		for st, want := range map[string]string{"kernel": "cached", "userspace": "cached", "modules": "cached", "tools": "cached", "config": "built", "initramfs": "built", "image": "built"} {
 			if !strings.Contains(lineOf(out, st), want) {
 				t.Errorf("edit %d: stage %s: want %s:\n%s", i, st, want, lineOf(out, st))
 			}

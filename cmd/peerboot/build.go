@@ -22,9 +22,10 @@ func buildCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "build [RECIPE]",
 		Short: "Build the recipe's stages in order, reusing every stage output the store has",
-		Long: `build runs the pipeline (kernel, driver, userspace, modules, config, initramfs,
-image) from the lock file's pins; it reads no network (run ` + "`peerboot fetch`" + ` first). A stage
-whose action key the store already holds is skipped. --stage stops after the named stage.
+		Long: `build runs the pipeline (kernel, driver, userspace, modules, tools, config,
+initramfs, image) from the lock file's pins; it reads no network (run ` + "`peerboot fetch`" + `
+first). A stage whose action key the store already holds is skipped. --stage stops
+after the named stage.
 --check STAGE,... builds those stages again although the store holds them and fails
 (exit 6) naming the files that differ: proof that the key covers what the stage reads.
 

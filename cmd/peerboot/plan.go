@@ -60,13 +60,13 @@ func planCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "plan [RECIPE]",
 		Short: "Show the build's stages, their inputs and action keys, and what the store has",
-		Long: `plan prints each stage (kernel, driver, userspace, modules, config, initramfs,
-image) with its inputs, its action key (sha256 of the stage name and version, the keys
-of the stages it reads, the input and data file digests, the recipe fields it sees and
-the build clock) and whether the store already holds its output. -v lists the recipe
-fields each key covers with their values; --why names, for every key that differs
-from the recipe's last build in this store, the field, input or stage that changed
-it. It reads no network.
+		Long: `plan prints each stage (kernel, driver, userspace, modules, tools, config,
+initramfs, image) with its inputs, its action key (sha256 of the stage name and
+version, the keys of the stages it reads, the input and data file digests, the recipe
+fields it sees and the build clock) and whether the store already holds its output.
+-v lists the recipe fields each key covers with their values; --why names, for every
+key that differs from the recipe's last build in this store, the field, input or stage
+that changed it. It reads no network.
 
 A lock file that is missing or out of date with the recipe is named and plan exits 4
 (stale) after printing what it can: the stages whose inputs the lock must pin are

@@ -30,7 +30,7 @@ func driverStage() *stage {
 					errs = append(errs, r.ErrorAt(fmt.Sprintf("driver.patches[%d]", i), "%v", err))
 					continue
 				}
-				data = append(data, Datum{"patch " + f, b})
+				data = append(data, Datum{Name: "patch " + f, Bytes: b})
 			}
 			if len(errs) > 0 {
 				return nil, nil, errs

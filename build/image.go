@@ -103,7 +103,7 @@ func imageStage() *stage {
 			if err != nil || b == nil {
 				return nil, nil, err
 			}
-			return []Datum{{pcrKeyDatum, b}}, nil, nil
+			return []Datum{{Name: pcrKeyDatum, Bytes: b}}, nil, nil
 		},
 		Run: func(ctx context.Context, sr *stageRun) error {
 			r := sr.Recipe

@@ -37,7 +37,7 @@ func kernelStage() *stage {
 					errs = append(errs, r.ErrorAt(fmt.Sprintf("kernel.fragments[%d]", i), "%v", err))
 					continue
 				}
-				data = append(data, Datum{"fragment " + f, b})
+				data = append(data, Datum{Name: "fragment " + f, Bytes: b})
 			}
 			for i, f := range r.Kernel.Patches {
 				b, _, err := r.ReadData(f, kernel.Configs, "patches")
@@ -45,7 +45,7 @@ func kernelStage() *stage {
 					errs = append(errs, r.ErrorAt(fmt.Sprintf("kernel.patches[%d]", i), "%v", err))
 					continue
 				}
-				data = append(data, Datum{"patch " + f, b})
+				data = append(data, Datum{Name: "patch " + f, Bytes: b})
 			}
 			// Only with a certificate: a recipe without module signing keeps its key.
 			ms, err := pc.moduleSigning()
@@ -56,7 +56,7 @@ func kernelStage() *stage {
 				return nil, nil, errs
 			}
 			if ms != nil {
-				data = append(data, Datum{moduleCertDatum, ms.CertPEM})
+				data = append(data, Datum{Name: moduleCertDatum, Bytes: ms.CertPEM})
 			}
 			return data, nil, nil
 		},

@@ -68,7 +68,7 @@ func modulesStage() *stage {
 				return nil, nil, err
 			}
 			// The key's digest enters the key, never the key: a new key re-signs every module.
-			return []Datum{{moduleKeyDatum, ms.Key}, {moduleCertDatum, ms.CertPEM}}, nil, nil
+			return []Datum{{Name: moduleKeyDatum, Bytes: ms.Key}, {Name: moduleCertDatum, Bytes: ms.CertPEM}}, nil, nil
 		},
 		Run: func(ctx context.Context, sr *stageRun) error {
 			kout := sr.Dep(StageKernel)
@@ -119,12 +119,20 @@ func toolsStage() *stage {
 			var data []Datum
 			var unresolved []string
 			for _, t := range []struct{ at, path string }{{bootproto.InImage(bootproto.InitPath), pc.Tools.Init}, {bootproto.InImage(bootproto.P2PCheckPath), pc.Tools.P2PCheck}} {
-				b, err := os.ReadFile(t.path)
+				// Not read here: the plan keys them by the store's stat cache,
+				// and only the stage's run, when it runs, reads their bytes.
+				path, err := filepath.Abs(t.path)
+				if err == nil {
+					var fi os.FileInfo
+					if fi, err = os.Stat(path); err == nil && !fi.Mode().IsRegular() {
+						err = errors.New("not a regular file")
+					}
+				}
 				if err != nil {
 					unresolved = append(unresolved, fmt.Sprintf("image binary /%s not found at %s: run make", t.at, t.path))
 					continue
 				}
-				data = append(data, Datum{"binary " + t.at, b})
+				data = append(data, Datum{Name: "binary " + t.at, Path: path})
 			}
 			return data, unresolved, nil
 		},
@@ -132,7 +140,11 @@ func toolsStage() *stage {
 			opt := rootfs.ConfigOptions{Executables: map[string][]byte{}}
 			for _, d := range sr.Data {
 				if p, ok := strings.CutPrefix(d.Name, "binary "); ok {
-					opt.Executables[p] = d.Bytes
+					b, err := d.read()
+					if err != nil {
+						return err
+					}
+					opt.Executables[p] = b
 				}
 			}
 			return layer(ctx, sr, func(root string) error { return rootfs.Config(ctx, opt, root) })
@@ -155,7 +167,7 @@ func configStage() *stage {
 					return err
 				}
 				b, err := fs.ReadFile(overlay.FS(), p)
-				data = append(data, Datum{"overlay " + p, b})
+				data = append(data, Datum{Name: "overlay " + p, Bytes: b})
 				return err
 			})
 			if err != nil {
@@ -254,7 +266,11 @@ func asRecipeErrors(err error) recipe.Errors {
 type Data struct {
 	Recipe *recipe.Resolved
 	Tools  Tools
-	stages map[StageName]stageData
+	// StatCache is the file where MakePlan keeps the digests of the data
+	// files it keys by path (the image binaries) by their stat; "": the
+	// store's given to MakePlan, if any (store.StatCacheHint).
+	StatCache string
+	stages    map[StageName]stageData
 }
 
 // stageData is what one stage's Data function read.

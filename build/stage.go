@@ -8,11 +8,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/peerboot/peerboot/internal/statcache"
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/store"
@@ -59,6 +61,27 @@ const (
 type Datum struct {
 	Name  string // as the key line and the run name it ("fragment base.config")
 	Bytes []byte
+	// Path is set instead of Bytes for a big file (the image binaries): the
+	// plan keys it by Sum, from the store's stat cache, and a run reads it
+	// with read, which checks it still has that digest.
+	Path string
+	Sum  string // "sha256:HEX"; set by MakePlan
+}
+
+// read is the datum's bytes: Bytes, or Path's content when it still has the
+// digest the plan keyed.
+func (d Datum) read() ([]byte, error) {
+	if d.Path == "" {
+		return d.Bytes, nil
+	}
+	b, err := os.ReadFile(d.Path)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", d.Name, err)
+	}
+	if got := digest(b); got != d.Sum {
+		return nil, fmt.Errorf("%s: %s changed since the plan keyed it (%s, now %s): run the build again", d.Name, d.Path, d.Sum, got)
+	}
+	return b, nil
 }
 
 // StageName names a stage of the pipeline: the first part of its key, the
@@ -163,6 +186,14 @@ func (p *Plan) Stage(name StageName) *Stage {
 func MakePlan(d *Data, ins []lock.Input, un []lock.Unresolved, st *store.Store) (*Plan, error) {
 	r, tools := d.Recipe, d.Tools
 	p := &Plan{Recipe: r, Tools: tools}
+	// The data files named by path (the image binaries) are keyed by their
+	// digests from the store's stat cache: a no-op rebuild reads none of them.
+	cachePath := d.StatCache
+	if cachePath == "" && st != nil {
+		cachePath = st.HintPath(store.StatCacheHint)
+	}
+	sums := statcache.Load(cachePath)
+	defer sums.Save() // a hint: a store it cannot be written to costs a hash next time
 	byRole := map[string][]lock.Input{}
 	for _, in := range ins {
 		byRole[in.Role] = append(byRole[in.Role], in)
@@ -194,10 +225,20 @@ func MakePlan(d *Data, ins []lock.Input, un []lock.Unresolved, st *store.Store) 
 			s.Unresolved = append(s.Unresolved, missing[role]...)
 		}
 		if sd, ok := d.stages[def.Name]; ok {
-			for _, datum := range sd.data {
-				s.Items = append(s.Items, Item{"data", datum.Name, digest(datum.Bytes)})
+			s.data = slices.Clone(sd.data)
+			for i, datum := range s.data {
+				if datum.Path == "" {
+					s.Items = append(s.Items, Item{"data", datum.Name, digest(datum.Bytes)})
+					continue
+				}
+				sum, err := sums.Digest(datum.Path)
+				if err != nil {
+					s.Unresolved = append(s.Unresolved, fmt.Sprintf("%s: %v", datum.Name, err))
+					continue
+				}
+				s.data[i].Sum = sum
+				s.Items = append(s.Items, Item{"data", datum.Name, sum})
 			}
-			s.data = sd.data
 			s.Unresolved = append(s.Unresolved, sd.unresolved...)
 		}
 		view, err := project(r, def.Fields)

@@ -92,6 +92,8 @@ func (s *Store) PlanPath(name string) string {
 const (
 	// KVMFailsHint exists once a KVM boot failed here: QEMU runs use TCG until it is deleted.
 	KVMFailsHint = "kvm-fails"
+	// StatCacheHint is the digests of the plan's data files by their stat (package statcache).
+	StatCacheHint = "statcache"
 )
 
 // HintPath is the file of the hint named name (KVMFailsHint, a kernel stage's

@@ -170,6 +170,7 @@ func (g *globals) recipeInputs(path string, requireLock bool) (*build.Data, []lo
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
+	d.StatCache = st.HintPath(store.StatCacheHint)
 	return d, ins, un, st, nil
 }
 

@@ -84,7 +84,7 @@ func TestFreshStoreLockFetchTamper(t *testing.T) {
 		t.Fatalf("verify after refetch: exit %d\n%s", code, out)
 	}
 	out, _, code = run(t, "--cache", cache, "plan", recipeFile)
-	if code != 0 || strings.Contains(out, "unresolved") || !strings.Contains(out, "7. image") {
+	if code != 0 || strings.Contains(out, "unresolved") || !strings.Contains(out, "8. image") {
 		t.Fatalf("plan of a locked recipe: exit %d\n%s", code, out)
 	}
 }
@@ -95,7 +95,7 @@ func TestPlanPlatformRecipes(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("%s: exit %d\n%s", name, code, errs)
 		}
-		for _, stage := range []string{"1. kernel", "2. driver", "3. userspace", "4. modules", "5. config", "6. initramfs", "7. image"} {
+		for _, stage := range []string{"1. kernel", "2. driver", "3. userspace", "4. modules", "5. tools", "6. config", "7. initramfs", "8. image"} {
 			if !strings.Contains(out, stage) {
 				t.Errorf("%s: plan lacks %q\n%s", name, stage, out)
 			}

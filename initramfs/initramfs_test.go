@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"flag"
+	"fmt"
 	"io/fs"
 	"maps"
 	"math/rand/v2"
@@ -428,6 +429,7 @@ func FuzzList(f *testing.F) {
 	buildTree(f, root, testTree, time.Unix(0, 0))
 	out, _ := packBytes(f, root)
 	f.Add(out)
+	f.Add(append(append(append([]byte{}, out...), make([]byte, 9)...), out...)) // NULs between and after frames
 	rc, _ := NewReader(bytes.NewReader(out))
 	var raw bytes.Buffer
 	raw.ReadFrom(rc)
@@ -610,5 +612,64 @@ func TestConcatenatedSegments(t *testing.T) {
 	})
 	if err != nil || got["usr/lib/a.so"] != "a" || got["etc/b.conf"] != "b" {
 		t.Errorf("ReadFiles across segments: %v, %v", got, err)
+	}
+}
+
+// The kernel skips NUL bytes between and after compressed archives, and the
+// image stage pads the initrd to whole MiB with them: the reader must too,
+// and refuse anything else where a frame must start.
+func TestNULPadding(t *testing.T) {
+	var segs [2][]byte
+	for i, files := range []map[string]string{{"usr/lib/a.so": "a"}, {"etc/b.conf": "b"}} {
+		root := t.TempDir()
+		for p, body := range files {
+			os.MkdirAll(filepath.Join(root, filepath.Dir(p)), 0o755)
+			os.WriteFile(filepath.Join(root, p), []byte(body), 0o644)
+		}
+		var b bytes.Buffer
+		if _, err := Pack(context.Background(), root, 1700000000, &b); err != nil {
+			t.Fatalf("segment %d: %v", i, err)
+		}
+		segs[i] = b.Bytes()
+	}
+	a, b := segs[0], segs[1]
+	nul := func(n int) []byte { return make([]byte, n) }
+	skippable := []byte{0x50, 0x2a, 0x4d, 0x18, 3, 0, 0, 0, 'x', 'y', 'z'}
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	cases := []struct {
+		name string
+		in   []byte
+		err  string // "" = both files listed
+	}{
+		{"no padding", cat(a, b), ""},
+		{"padded to a whole MiB", cat(a, b, nul(1<<20-len(a)-len(b))), ""},
+		{"one NUL after", cat(a, b, nul(1)), ""},
+		{"NULs between and after", cat(a, nul(7), b, nul(4096)), ""},
+		{"a skippable frame between", cat(a, skippable, b), ""},
+		{"junk after the padding", cat(a, b, nul(5), []byte("junk")), "no zstd frame at offset " + fmt.Sprint(len(a)+len(b)+5)},
+		{"junk right after a frame", cat(a, []byte{1}, b), "no zstd frame at offset " + fmt.Sprint(len(a))},
+		{"last frame truncated", cat(a, b[:len(b)-3]), "truncated"},
+		{"truncated in a frame header", cat(a, b[:5]), "truncated"},
+		{"truncated skippable frame", cat(a, b, skippable[:9]), "truncated"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			lines, err := List(bytes.NewReader(tc.in))
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("got %v, want an error with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			joined := strings.Join(lines, "\n")
+			for _, want := range []string{" usr/lib/a.so", " etc/b.conf"} {
+				if !strings.Contains(joined, want) {
+					t.Errorf("listing lacks %s:\n%s", want, joined)
+				}
+			}
+		})
 	}
 }

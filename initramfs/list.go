@@ -23,8 +23,9 @@ const maxDecoderWindow = 32 << 20
 // stream can expand into an enormous number of tiny entries.
 const maxListing = 64 << 20
 
-// NewReader returns r decompressed if it starts with the zstd magic, or r
-// itself (buffered) otherwise. Close releases the decoder.
+// NewReader returns r decompressed if it starts with the zstd magic (its
+// frames in turn, NUL padding between and after them skipped), or r itself
+// (buffered) otherwise. Close releases the decoder.
 func NewReader(r io.Reader) (io.ReadCloser, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	magic, err := br.Peek(len(zstdMagic))
@@ -37,7 +38,9 @@ func NewReader(r io.Reader) (io.ReadCloser, error) {
 	// One decoder goroutine: List reads sequentially anyway, and no
 	// background goroutines means nothing to leak if the caller forgets
 	// Close.
-	dec, err := zstd.NewReader(br,
+	// Frame by frame, so NUL padding between and after frames is skipped
+	// as the kernel skips it (frames).
+	dec, err := zstd.NewReader(newFrames(br),
 		zstd.WithDecoderConcurrency(1),
 		zstd.WithDecoderMaxWindow(maxDecoderWindow),
 		zstd.WithDecoderLowmem(true),

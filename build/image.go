@@ -345,12 +345,20 @@ func (o *outWriter) write(path, rel string, fill func(*clonewrite.File) error) e
 	}
 	switch {
 	case f.Cloned():
-		fmt.Fprintf(o.log, "image: %s cloned from the previous build, %.1f of %.1f MiB written\n", rel, float64(f.Written())/(1<<20), float64(f.Size())/(1<<20))
+		fmt.Fprintf(o.log, "image: %s cloned from the previous build, %s of %.1f MiB written\n", rel, sizeText(f.Written()), float64(f.Size())/(1<<20))
 	case !o.said:
 		o.said = true
 		fmt.Fprintf(o.log, "image: writing whole files: %s\n", f.Reason())
 	}
 	return nil
+}
+
+// sizeText is n in KiB below a MiB (an overlay edit rewrites KiBs), else MiB.
+func sizeText(n int64) string {
+	if n < 1<<20 {
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
 // efiStub reads systemd's EFI stub out of the pinned systemd-boot-efi package.

@@ -177,7 +177,9 @@ func resume(sf *sparseFile, basePath string, baseMids []string) (int64, []string
 		return 0, nil, sha256.New()
 	}
 	base := &sparseFile{f: bf, size: info.Size()}
-	a, b := make([]byte, midChunk), make([]byte, midChunk)
+	var a, b []byte
+	var shared *sharedMap
+	mapped := false
 	same := 0 // whole chunks equal, each with a midstate after it
 	for same < len(baseMids) {
 		off := int64(same) * midChunk
@@ -189,6 +191,18 @@ func resume(sf *sparseFile, basePath string, baseMids []string) (int64, []string
 		if sf.hole(off, midChunk) && base.hole(off, midChunk) {
 			same++ // zeros in both: equal unread (a disk image is mostly holes)
 			continue
+		}
+		// A reflink clone's untouched chunks are the base's own blocks: equal
+		// unread (the image stage clones its files from the base's).
+		if !mapped {
+			shared, mapped = newSharedMap(sf.f, bf), true
+		}
+		if shared.same(off, midChunk) {
+			same++
+			continue
+		}
+		if a == nil {
+			a, b = make([]byte, midChunk), make([]byte, midChunk)
 		}
 		if sf.readAt(a, off) != nil || base.readAt(b, off) != nil || !bytes.Equal(a, b) {
 			break

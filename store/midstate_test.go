@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"fmt"
 	"math/rand"
 	"os"
@@ -9,7 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/peerboot/peerboot/internal/fsutil"
+	"github.com/peerboot/peerboot/internal/xfstest"
 )
 
 // writeSparse writes b to path, leaving every all-zero 64 KiB block a hole.
@@ -38,18 +42,22 @@ func writeSparse(t *testing.T, path string, b []byte) {
 // that differs, and its MANIFEST holds the same sums as a full hash: edits at
 // the start, inside, at a chunk boundary and at the end; a file that grew,
 // shrank, is unchanged or all holes.
-func TestCommitResumesFromBase(t *testing.T) {
+// resumeCase is an output file before and after an edit, and where the
+// commit of the second must resume hashing.
+type resumeCase struct {
+	name     string
+	old, new []byte
+	resumeAt int64 // where hashing restarts
+}
+
+func resumeCases() []resumeCase {
 	rng := rand.New(rand.NewSource(1))
 	random := func(n int) []byte { b := make([]byte, n); rng.Read(b); return b }
 	old := random(3*midChunk + 12345)
 	// A sparse file: data, 2 chunks of holes, data.
 	sparse := append(append(random(midChunk/2), make([]byte, 2*midChunk)...), random(1000)...)
 	edit := func(b []byte, at int, s string) []byte { c := bytes.Clone(b); copy(c[at:], s); return c }
-	cases := []struct {
-		name     string
-		old, new []byte
-		resumeAt int64 // where hashing restarts
-	}{
+	return []resumeCase{
 		{"tail edit", old, edit(old, 3*midChunk+100, "x"), 3 * midChunk},
 		{"edit in chunk 2", old, edit(old, 2*midChunk+7, "x"), 2 * midChunk},
 		{"edit at a chunk boundary", old, edit(old, midChunk, "x"), midChunk},
@@ -63,7 +71,10 @@ func TestCommitResumesFromBase(t *testing.T) {
 		{"a hole where the base has data", old, zeroed(old, midChunk, 2*midChunk), midChunk},
 		{"data where the base has a hole", sparse, edit(sparse, midChunk+9, "x"), midChunk},
 	}
-	for i, c := range cases {
+}
+
+func TestCommitResumesFromBase(t *testing.T) {
+	for i, c := range resumeCases() {
 		t.Run(c.name, func(t *testing.T) {
 			st, _ := Open(t.TempDir())
 			k1, k2 := "image-"+strings.Repeat("1", 64), "image-"+strings.Repeat("2", 64)
@@ -194,4 +205,99 @@ func zeroed(b []byte, from, to int) []byte {
 	c := bytes.Clone(b)
 	clear(c[from:to])
 	return c
+}
+
+// TestCommitResumesFromSharedClone: on XFS, the new file is a reflink clone
+// of the base's with only the edit written (as the image stage writes it):
+// the chunks before the edit are the base's own blocks, found equal without
+// reading (sharedMap), and the MANIFEST is still the file's full sha256.
+func TestCommitResumesFromSharedClone(t *testing.T) {
+	mnt := xfstest.Mount(t, 512<<20)
+	for i, c := range resumeCases() {
+		t.Run(c.name, func(t *testing.T) {
+			root, err := os.MkdirTemp(mnt, "store-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, _ := Open(root)
+			k1, k2 := "image-"+strings.Repeat("1", 64), "image-"+strings.Repeat("2", 64)
+			dir, _ := st.NewScratch("t")
+			writeSparse(t, filepath.Join(dir, "disk.img"), c.old)
+			if err := st.CommitOutput(k1, dir); err != nil {
+				t.Fatal(err)
+			}
+			basePath := filepath.Join(st.OutputDir(k1), "disk.img")
+			dir, _ = st.NewScratch("t")
+			path := filepath.Join(dir, "disk.img")
+			cloneAndEdit(t, path, basePath, c.old, c.new)
+			// Before the commit: the chunks up to the edit are shared.
+			nf, _ := os.Open(path)
+			bf, _ := os.Open(basePath)
+			m := newSharedMap(nf, bf)
+			for off := int64(0); off+midChunk <= c.resumeAt; off += midChunk {
+				sf := &sparseFile{f: nf, size: int64(len(c.new))}
+				if !sf.hole(off, midChunk) && !m.same(off, midChunk) {
+					t.Errorf("case %d: chunk at %d is not shared with the base", i, off)
+				}
+			}
+			if end := c.resumeAt + midChunk; c.resumeAt < int64(len(c.new)) && end <= int64(len(c.old)) && end <= int64(len(c.new)) && !bytes.Equal(c.old[c.resumeAt:end], c.new[c.resumeAt:end]) && m.same(c.resumeAt, midChunk) {
+				t.Errorf("case %d: the edited chunk at %d counts as shared", i, c.resumeAt)
+			}
+			nf.Close()
+			bf.Close()
+			var log bytes.Buffer
+			if err := st.CommitOutputWith(k2, dir, CommitOptions{Base: k1, Log: &log}); err != nil {
+				t.Fatal(err)
+			}
+			files, err := st.OutputFiles(k2)
+			if err != nil || len(files) != 1 {
+				t.Fatalf("%v %v", files, err)
+			}
+			if want := fmt.Sprintf("%x", sha256.Sum256(c.new)); files[0].SHA256 != want {
+				t.Errorf("MANIFEST sha256 %s, the file's %s", files[0].SHA256, want)
+			}
+			mib := func(n int64) float64 { return float64(n) / (1 << 20) }
+			if want := fmt.Sprintf("image: committed, %.1f of %.1f MiB hashed", mib(int64(len(c.new))-c.resumeAt), mib(int64(len(c.new)))); !strings.HasPrefix(log.String(), want) {
+				t.Errorf("commit log %q, want it to start %q", log.String(), want)
+			}
+			if got, _ := os.ReadFile(basePath); !bytes.Equal(got, c.old) {
+				t.Error("the base file changed")
+			}
+		})
+	}
+}
+
+// cloneAndEdit makes path a reflink clone of base (holding old) and writes
+// only the bytes where new differs, then sets new's size.
+func cloneAndEdit(t *testing.T, path, base string, old, new []byte) {
+	t.Helper()
+	src, err := os.Open(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(new); i++ {
+		if i < len(old) && old[i] == new[i] {
+			continue
+		}
+		j := i
+		for j < len(new) && (j >= len(old) || old[j] != new[j]) {
+			j++
+		}
+		if _, err := dst.WriteAt(new[i:j], int64(i)); err != nil {
+			t.Fatal(err)
+		}
+		i = j
+	}
+	if err := dst.Truncate(int64(len(new))); err != nil {
+		t.Fatal(err)
+	}
 }

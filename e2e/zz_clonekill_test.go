@@ -36,8 +36,8 @@ func TestKillImageRewriteAtRandomMoments(t *testing.T) {
 	store := copyStore(t, cacheDir(), filepath.Join(mnt, "store"), keys)
 	t.Setenv("PEERBOOT_CACHE", store)
 	baseOut := filepath.Join(mnt, "out-base")
-	if out, code := peerboot(t, "build", "--out", baseOut); code != 0 || !strings.Contains(lineOf(out, "image"), "cached") {
-		t.Fatalf("build of the default recipe in the copied store: exit %d, want every stage cached:\n%s", code, out)
+	if out, code := peerboot(t, "build", "--out", baseOut); code != 0 || !strings.Contains(lineOf(out, "kernel"), "cached") || !strings.Contains(lineOf(out, "driver"), "cached") {
+		t.Fatalf("build of the default recipe in the copied store: exit %d, want the kernel and driver cached:\n%s", code, out)
 	}
 	baseSums := filepath.Join(baseOut, "default", "SHA256SUMS")
 
@@ -228,7 +228,9 @@ func runBuild(pb string, args ...string) (string, string, int, error) {
 
 // copyStore copies what building the default recipe reads from the store at
 // src to dst (another file system: no hard links): its blobs, git mirrors and
-// the outputs of the stages in keys. src is only read.
+// the outputs of the stages in keys it holds; the kernel's and driver's must
+// be there (hours to build), the later stages are built if not. src is only
+// read.
 func copyStore(t *testing.T, src, dst string, keys map[string]string) string {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Join(dst, "out"), 0o755); err != nil {
@@ -240,6 +242,9 @@ func copyStore(t *testing.T, src, dst string, keys map[string]string) string {
 		}
 	}
 	for stage, key := range keys {
+		if _, err := os.Stat(filepath.Join(src, "out", key)); err != nil && stage != "kernel" && stage != "driver" {
+			continue
+		}
 		if out, err := exec.Command("cp", "-a", filepath.Join(src, "out", key), filepath.Join(dst, "out")).CombinedOutput(); err != nil {
 			t.Fatalf("copying the %s stage's output (is the store warm? `make image`): %v\n%s", stage, err, out)
 		}

@@ -36,8 +36,8 @@ func TestKillImageRewriteAtRandomMoments(t *testing.T) {
 	store := copyStore(t, cacheDir(), filepath.Join(mnt, "store"), keys)
 	t.Setenv("PEERBOOT_CACHE", store)
 	baseOut := filepath.Join(mnt, "out-base")
-	if out, code := peerboot(t, "build", "--out", baseOut); code != 0 || !strings.Contains(lineOf(out, "kernel"), "cached") || !strings.Contains(lineOf(out, "driver"), "cached") {
-		t.Fatalf("build of the default recipe in the copied store: exit %d, want the kernel and driver cached:\n%s", code, out)
+	if out, code := peerboot(t, "build", "--out", baseOut); code != 0 || !strings.Contains(lineOf(out, "kernel"), "cached") {
+		t.Fatalf("build of the default recipe in the copied store: exit %d, want the kernel cached:\n%s", code, out)
 	}
 	baseSums := filepath.Join(baseOut, "default", "SHA256SUMS")
 

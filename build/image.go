@@ -54,7 +54,7 @@ var initrdLayers = []StageName{StageUserspace, StageModules, StageTools, StageCo
 // layer, and an overlay edit re-packs only the config segment.
 func initramfsStage() *stage {
 	return &stage{
-		Name: StageInitramfs, Version: 4, // 2: one segment per layer; 3: initrd.img read-only; 4: the tools segment before config
+		Name: StageInitramfs, Version: 5, // 2: one segment per layer; 3: initrd.img read-only; 4: the tools segment before config; 5: NUL-padded to whole MiB
 		Deps: initrdLayers,
 		Run: func(ctx context.Context, sr *stageRun) error {
 			out, err := os.Create(filepath.Join(sr.Out, initrdFile))
@@ -76,7 +76,20 @@ func initramfsStage() *stage {
 				}
 				total += n
 			}
-			fmt.Fprintf(sr.Log, "initramfs: %d segments, %.1f MiB\n", len(initrdLayers), float64(total)/(1<<20))
+			// Padded with NULs to whole MiB (a hole: it reads as zeros), which
+			// the kernel skips after the last archive (init/initramfs.c,
+			// unpack_to_rootfs, lines 530-535 of linux-source-6.1:
+			// `if (!*buf) { buf++; len--; this_header++; continue; }`). So an
+			// edit that keeps the initrd within its MiB keeps its size, and the
+			// UKI's .initrd VirtualSize (what the stub measures) with it: the
+			// UKI's and the ISO's headers stay as they were, and their hashes
+			// resume at the initrd's tail.
+			padded := (total + image.InitrdRawAlign - 1) / image.InitrdRawAlign * image.InitrdRawAlign
+			if err := out.Truncate(padded); err != nil {
+				out.Close()
+				return err
+			}
+			fmt.Fprintf(sr.Log, "initramfs: %d segments, %.1f MiB, padded to %d MiB\n", len(initrdLayers), float64(total)/(1<<20), padded>>20)
 			// Read-only: published out/ files are hard links to it (pxe/initrd.img).
 			if err := out.Chmod(readOnly); err != nil {
 				out.Close()
@@ -92,7 +105,7 @@ func initramfsStage() *stage {
 // from the recipe digest.
 func imageStage() *stage {
 	return &stage{
-		Name: StageImage, Version: 5, // 2: layout from image.StandardDisk; 3: the iso format; 4: files read-only; 5: .initrd padded to whole MiB, FAT files from the top
+		Name: StageImage, Version: 6, // 2: layout from image.StandardDisk; 3: the iso format; 4: files read-only; 5: .initrd padded to whole MiB, FAT files from the top; 6: UKI CheckSum 0
 		Deps:       []StageName{StageKernel, StageInitramfs},
 		Roles:      []string{lock.RoleEFIStub},
 		Fields:     []string{wholeRecipe},

@@ -206,6 +206,13 @@ func TestOverlayEditEqualsFresh(t *testing.T) {
 			if want := fmt.Sprintf("disk.img from %.1f MiB", float64(diff/(4<<20)*(4<<20))/(1<<20)); !strings.Contains(lineOf(warmOut, "image: committed,"), want) {
 				t.Errorf("edit 0: the image commit did not resume disk.img's hash at its first changed chunk (%q):\n%s", want, lineOf(warmOut, "image: committed,"))
 			}
+			// The initrd is NUL-padded to whole MiB and the UKI's CheckSum is 0,
+			// so the UKI's header did not move: its hash and the ISO's resume too.
+			for _, f := range []string{"peerboot.efi from", "peerboot.iso from"} {
+				if !strings.Contains(lineOf(warmOut, "image: committed,"), f) {
+					t.Errorf("edit 0: the image commit did not resume %s's hash:\n%s", strings.TrimSuffix(f, " from"), lineOf(warmOut, "image: committed,"))
+				}
+			}
 		}
 		prev = cur
 	}

@@ -257,8 +257,8 @@ const InitrdRawAlign = 1 << 20
 //     the disk's FAT keeps the UKI's clusters, and the store resumes the
 //     disk's hash where the UKI starts (issue 34);
 //   - new sections are initialised read-only data;
-//   - NumberOfSections, SizeOfImage, SizeOfInitializedData and CheckSum are
-//     updated. The stub's trailing COFF symbol table, if any, is dropped (it
+//   - NumberOfSections, SizeOfImage and SizeOfInitializedData are updated,
+//     CheckSum is 0. The stub's trailing COFF symbol table, if any, is dropped (it
 //     is deprecated in images and signing tools object to data past the last
 //     section).
 func WriteUKI(w io.Writer, u UKI) error {
@@ -343,6 +343,10 @@ func WriteUKI(w io.Writer, u UKI) error {
 	o := p.optOff
 	le32(head[o+8:], uint32(min(uint64(u32(head, o+8))+initData, 0xFFFFFFFF)))
 	le32(head[o+56:], uint32(sizeOfImage))
+	// CheckSum 0, as systemd's ukify writes it (pe_add_sections): UEFI
+	// loaders do not check it and Authenticode skips it, and a sum over the
+	// whole file would change the header with every initrd edit, so the
+	// store could not resume the UKI's hash past its first bytes.
 	le32(head[o+64:], 0)
 	for i, s := range secs {
 		h := head[p.secTableOff+(nsec+i)*sectionHeaderSize:][:sectionHeaderSize]
@@ -353,16 +357,6 @@ func WriteUKI(w io.Writer, u UKI) error {
 		le32(h[20:], s.rawPtr)
 		le32(h[36:], scnInitData|scnMemRead)
 	}
-
-	// The checksum covers the whole file, so compute it over the pieces
-	// before writing anything; the payloads are not copied.
-	var ck peChecksum
-	ck.add(head)
-	for _, s := range secs {
-		ck.add(s.data)
-		ck.addZeros(int(s.rawSize) - len(s.data))
-	}
-	le32(head[o+64:], ck.sum())
 
 	if _, err := w.Write(head); err != nil {
 		return fmt.Errorf("uki: write headers: %w", err)
@@ -381,56 +375,4 @@ func WriteUKI(w io.Writer, u UKI) error {
 		}
 	}
 	return nil
-}
-
-// peChecksum is the PE image checksum (as ImageHlp's CheckSumMappedFile):
-// the 16-bit little-endian words of the file summed with end-around carry,
-// plus the file length. The CheckSum field itself must read as zero.
-type peChecksum struct {
-	acc  uint64
-	n    uint64
-	odd  bool // a low byte is waiting for its high byte
-	pend byte
-}
-
-func (c *peChecksum) add(b []byte) {
-	c.n += uint64(len(b))
-	if c.odd && len(b) > 0 {
-		c.acc += uint64(c.pend) | uint64(b[0])<<8
-		b = b[1:]
-		c.odd = false
-	}
-	for len(b) >= 2 {
-		c.acc += uint64(binary.LittleEndian.Uint16(b))
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		c.pend, c.odd = b[0], true
-	}
-}
-
-func (c *peChecksum) addZeros(n int) {
-	if n <= 0 {
-		return
-	}
-	c.n += uint64(n)
-	if c.odd {
-		c.acc += uint64(c.pend)
-		c.odd = false
-		n--
-	}
-	if n%2 == 1 {
-		c.pend, c.odd = 0, true
-	}
-}
-
-func (c *peChecksum) sum() uint32 {
-	acc := c.acc
-	if c.odd {
-		acc += uint64(c.pend)
-	}
-	for acc>>16 != 0 {
-		acc = acc&0xffff + acc>>16
-	}
-	return uint32(acc) + uint32(c.n)
 }

@@ -59,6 +59,8 @@ func TestVerifyModules(t *testing.T) {
 		want string // "" = passes
 	}{
 		{"all signed", good, ""},
+		// As the initramfs stage writes it: NUL padding after the last frame.
+		{"all signed, padded to a MiB", good, ""},
 		{"another key", map[string][]byte{"usr/lib/modules/6.1.192/updates/dkms/nvidia.ko": wrong}, "module /usr/lib/modules/6.1.192/updates/dkms/nvidia.ko: " + modsign.ErrUnknownKey.Error()},
 		{"unsigned", map[string][]byte{"usr/lib/modules/6.1.192/updates/dkms/nvidia.ko": []byte("nvidia")}, modsign.ErrUnsigned.Error()},
 		{"no modules", map[string][]byte{}, "holds no kernel modules"},
@@ -67,7 +69,11 @@ func TestVerifyModules(t *testing.T) {
 			"5 of 5 modules: " + modsign.ErrUnsigned.Error() + " (/m/a.ko, /m/b.ko, /m/c.ko, and 2 more)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			dir := writeSyntheticWith(t, false, map[string][]byte{"pxe/initrd.img": initrdWith(t, c.mods)})
+			initrd := initrdWith(t, c.mods)
+			if strings.HasSuffix(c.name, "padded to a MiB") {
+				initrd = append(initrd, make([]byte, 1<<20-len(initrd)%(1<<20))...)
+			}
+			dir := writeSyntheticWith(t, false, map[string][]byte{"pxe/initrd.img": initrd})
 			if err := SignOutput(ctx, dir, Options{ArtifactKey: key(ArtifactKeyFile), Version: "test"}); err != nil {
 				t.Fatal(err)
 			}

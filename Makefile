@@ -48,6 +48,11 @@ stage: deps
 cache-bench: $(BIN)
 	scripts/cache-bench.sh $(RECIPE)
 
+# The overlay-edit rebuild bench (issue 34) ROUNDS times (default 5) with the store
+# copied onto an XFS loop mount, where the image stage clones (root, xfsprogs).
+rebuild-bench-xfs: $(BIN)
+	scripts/rebuild-bench-xfs.sh
+
 # Two builds from cold stores, different dirs/users/TZ/locale/umask, compared byte for byte.
 repro: $(BIN)
 	scripts/repro-build.sh $(RECIPE) image
@@ -136,7 +141,7 @@ ARTIFACT_PUB ?= env:PEERBOOT_ARTIFACT_PUB
 DB_KEY       ?=
 DB_CERT      ?=
 
-.PHONY: ci-matrix ci-stage-matrix lock-check stage-keys repro-compare short-digest sign verify publish stage cache-bench
+.PHONY: ci-matrix ci-stage-matrix lock-check stage-keys repro-compare short-digest sign verify publish stage cache-bench rebuild-bench-xfs
 
 # The build matrix: every recipe with its driver flavour, as JSON (peerboot recipe matrix).
 ci-matrix: $(BIN)

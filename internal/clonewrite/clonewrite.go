@@ -27,12 +27,14 @@ const blockSize = 64 << 10
 // WriteAt and Truncate, as an *os.File would be. Close makes it final.
 type File struct {
 	f      *os.File
+	base   *os.File // what the clone started as, while cloned
 	cloned bool
 	reason string // why it is written whole, when not cloned
 
 	off     int64  // where Write writes next
 	size    int64  // the size the caller gave it (writes and Truncate)
 	covered []span // what the caller wrote, sorted, disjoint, not touching
+	dirty   []span // what may differ from base in f (never shrinks)
 	buf     []byte
 
 	written, punched int64
@@ -66,9 +68,8 @@ func create(path, base string, perm os.FileMode, clone func(dst, src *os.File) e
 		w.reason = fmt.Sprintf("no previous file (%v)", err)
 		return w, nil
 	}
-	err = clone(f, b)
-	b.Close()
-	if err != nil {
+	if err := clone(f, b); err != nil {
+		b.Close()
 		// EOPNOTSUPP (ext4, tmpfs), EXDEV (another filesystem), EINVAL: the
 		// whole write, as without a base. A failed clone leaves nothing to keep.
 		if terr := f.Truncate(0); terr != nil {
@@ -78,7 +79,7 @@ func create(path, base string, perm os.FileMode, clone func(dst, src *os.File) e
 		w.reason = fmt.Sprintf("no reflink here: %v", err)
 		return w, nil
 	}
-	w.cloned, w.buf = true, make([]byte, blockSize)
+	w.cloned, w.base, w.buf = true, b, make([]byte, blockSize)
 	return w, nil
 }
 
@@ -134,7 +135,8 @@ func (w *File) WriteAt(p []byte, off int64) (int, error) {
 		done += n
 	}
 	end := off + int64(len(p))
-	w.cover(off, end)
+	w.covered = cover(w.covered, off, end)
+	w.dirty = cover(w.dirty, off, end)
 	w.size = max(w.size, end)
 	return len(p), nil
 }
@@ -146,8 +148,15 @@ func (w *File) writeChanged(q []byte, pos int64) error {
 	if isZero(q) && w.hole(pos, int64(len(q))) {
 		return nil
 	}
+	// Where nothing was written yet, the clone holds the base's bytes: read
+	// them from the base, whose pages the previous build left in memory (the
+	// new inode's are not).
+	src := w.base
+	if touches(w.dirty, pos, pos+int64(len(q))) {
+		src = w.f
+	}
 	cur := w.buf[:len(q)]
-	n, err := w.f.ReadAt(cur, pos)
+	n, err := src.ReadAt(cur, pos)
 	if err != nil && err != io.EOF {
 		return err
 	}
@@ -200,6 +209,7 @@ func (w *File) Close() error {
 		return w.f.Close()
 	}
 	err := w.finish()
+	w.base.Close()
 	if cerr := w.f.Close(); err == nil {
 		err = cerr
 	}
@@ -263,26 +273,31 @@ func (w *File) hole(off, n int64) bool {
 	return err == nil && data >= off+n
 }
 
-// cover records [from, to) as written, merging it with the spans it touches.
-func (w *File) cover(from, to int64) {
+// cover adds [from, to) to spans, merging it with the spans it touches.
+func cover(spans []span, from, to int64) []span {
 	if from >= to {
-		return
+		return spans
 	}
-	n := len(w.covered)
+	n := len(spans)
 	switch {
-	case n == 0 || from > w.covered[n-1].to:
-		w.covered = append(w.covered, span{from, to})
-		return
-	case from >= w.covered[n-1].from:
-		w.covered[n-1].to = max(w.covered[n-1].to, to)
-		return
+	case n == 0 || from > spans[n-1].to:
+		return append(spans, span{from, to})
+	case from >= spans[n-1].from:
+		spans[n-1].to = max(spans[n-1].to, to)
+		return spans
 	}
-	i := sort.Search(n, func(i int) bool { return w.covered[i].to >= from })
-	j := sort.Search(n, func(i int) bool { return w.covered[i].from > to })
+	i := sort.Search(n, func(i int) bool { return spans[i].to >= from })
+	j := sort.Search(n, func(i int) bool { return spans[i].from > to })
 	if i < j {
-		from, to = min(from, w.covered[i].from), max(to, w.covered[j-1].to)
+		from, to = min(from, spans[i].from), max(to, spans[j-1].to)
 	}
-	w.covered = slices.Replace(w.covered, i, j, span{from, to})
+	return slices.Replace(spans, i, j, span{from, to})
+}
+
+// touches says whether [from, to) overlaps one of spans.
+func touches(spans []span, from, to int64) bool {
+	i := sort.Search(len(spans), func(i int) bool { return spans[i].to > from })
+	return i < len(spans) && spans[i].from < to
 }
 
 func isZero(b []byte) bool {

@@ -164,6 +164,8 @@ var cases = []struct {
 		ops: []op{writeAt(0, make([]byte, 4096)), writeAt(4096, r300[4096:]), writeAt(0, r300[:4096])}, written: 8192}, // a placeholder, then the header again
 	{name: "zeros past the base's end", size: 64 * KiB, base: []extent{{0, tail}},
 		ops: []op{write(tail), write(make([]byte, 200*KiB)), write(tail)}, written: 64 * KiB, holeFrom: 64 * KiB, holeTo: 256 * KiB},
+	{name: "rewritten back to the base's bytes after a truncate cut the first write", size: 300 * KiB, base: []extent{{0, r300}},
+		ops: []op{writeAt(200*KiB, random(9, 10*KiB)), truncate(100 * KiB), writeAt(200*KiB, r300[200*KiB:210*KiB])}, written: -2},
 	{name: "empty result", size: 300 * KiB, base: []extent{{0, r300}}, ops: nil, written: 0},
 	{name: "no base", noBase: true, ops: []op{write(r300)}, written: -1},
 }
@@ -295,7 +297,7 @@ func TestCover(t *testing.T) {
 	} {
 		var w File
 		for _, s := range c.in {
-			w.cover(s[0], s[1])
+			w.covered = cover(w.covered, s[0], s[1])
 		}
 		if len(w.covered) != len(c.want) || (len(c.want) > 0 && !equalSpans(w.covered, c.want)) {
 			t.Errorf("%v: %v, want %v", c.in, w.covered, c.want)

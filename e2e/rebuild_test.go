@@ -112,6 +112,15 @@ func lineOf(out, stage string) string {
 	return ""
 }
 
+// stageStatus is the second word of a stage's line in build's table: built,
+// cached or unused.
+func stageStatus(out, stage string) string {
+	if f := strings.Fields(lineOf(out, stage)); len(f) > 1 {
+		return f[1]
+	}
+	return ""
+}
+
 // An overlay edit is what people do all day: after each of two edits to
 // /etc/hosts (a peerboot built with the edited overlay, as `make` would), the
 // build re-runs only config, initramfs and image (the tools' segment is

@@ -18,6 +18,7 @@ import (
 
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/recipe"
+	"github.com/peerboot/peerboot/store"
 )
 
 const planRecipe = `
@@ -65,19 +66,7 @@ func keysOf(t *testing.T, r *recipe.Resolved, tools Tools) (map[StageName]string
 
 func planFor(t *testing.T, dir string) map[StageName]string {
 	t.Helper()
-	r, err := recipe.Load(filepath.Join(dir, "t.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ins, un, err := lock.Inputs(r, nil, func(string) (string, error) { return "", nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	tools := Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")}
-	p, err := MakePlan(readData(t, r, tools), ins, un, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := fixturePlan(t, dir, nil)
 	keys := map[StageName]string{}
 	for _, s := range p.Stages {
 		if s.Key == "" {
@@ -115,6 +104,25 @@ func planFixture(t *testing.T) (dir string, write func(name, body string)) {
 	write("init", "init v1")
 	write("p2pcheck", "p2pcheck v1")
 	return dir, write
+}
+
+// fixturePlan is the plan of dir's t.toml (planFixture), its init and p2pcheck
+// the tools, with inputs resolved as unpinned and st the store (nil: none).
+func fixturePlan(t *testing.T, dir string, st *store.Store) *Plan {
+	t.Helper()
+	r, err := recipe.Load(filepath.Join(dir, "t.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins, un, err := lock.Inputs(r, nil, func(string) (string, error) { return "", nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := MakePlan(readData(t, r, Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")}), ins, un, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // Which stages a change re-runs: the keys are the whole story.
@@ -184,18 +192,7 @@ func TestPlanVerboseGolden(t *testing.T) {
 	write("0001-local.patch", "patch v1\n")
 	write("init", "init v1")
 	write("p2pcheck", "p2pcheck v1")
-	r, err := recipe.Load(filepath.Join(dir, "t.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ins, un, err := lock.Inputs(r, nil, func(string) (string, error) { return "", nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := MakePlan(readData(t, r, Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")}), ins, un, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := fixturePlan(t, dir, nil)
 	var buf bytes.Buffer
 	p.Print(&buf, true)
 	got := strings.ReplaceAll(buf.String(), dir, "DIR")

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/peerboot/peerboot/lock"
-	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/store"
 )
 
@@ -23,19 +21,7 @@ func TestToolsKeyedThroughStatCache(t *testing.T) {
 	}
 	plan := func() *Plan {
 		t.Helper()
-		r, err := recipe.Load(filepath.Join(dir, "t.toml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ins, un, err := lock.Inputs(r, nil, func(string) (string, error) { return "", nil })
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := MakePlan(readData(t, r, Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")}), ins, un, st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
+		return fixturePlan(t, dir, st)
 	}
 	first := plan()
 	if _, err := os.Stat(st.HintPath(store.StatCacheHint)); err != nil {

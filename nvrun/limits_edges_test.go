@@ -48,7 +48,12 @@ func TestXZDict(t *testing.T) {
 		{"with the compressed size", xzHeader(0x40, []byte{5}, lzma2(22)), 8 << 20, true},
 		{"with the uncompressed size", xzHeader(0x80, []byte{7}, lzma2(22)), 8 << 20, true},
 		{"BCJ then LZMA2", xzHeader(0x01, nil, []byte{0x04}, lzma2(24)), 16 << 20, true},
+		// The delta filter has one property byte too: it is not LZMA2's.
+		{"delta then LZMA2", xzHeader(0x01, nil, []byte{0x03, 0x00}, lzma2(22)), 8 << 20, true},
 		{"no LZMA2", xzHeader(0x00, nil, []byte{0x04}), 0, false},
+		// LZMA2's property byte the last byte the header size covers (here no
+		// CRC32 follows it, which the decoder checks, not xzDict): read.
+		{"properties to the header's end", []byte{0xFD, '7', 'z', 'X', 'Z', 0, 0, 0, 0, 0, 0, 0, 1, 0xC0, 0x80, 0x01, 5, 0x21, 1, 22}, 8 << 20, true},
 		{"index, no block", append([]byte{0xFD, '7', 'z', 'X', 'Z', 0, 0, 0, 0, 0, 0, 0}, 0), 0, false},
 		{"cut in the stream header", []byte{0xFD, '7', 'z', 'X', 'Z', 0, 0, 0, 0, 0, 0, 0}, 0, false},
 		{"cut in the block header", xzHeader(0x00, nil, lzma2(22))[:16], 0, false},

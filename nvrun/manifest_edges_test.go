@@ -27,6 +27,10 @@ func TestManifestEdges(t *testing.T) {
 		{"./a 0755 UTILITY_BINARY", ""},
 		{"a//b 0755 UTILITY_BINARY", "leaves the payload"},
 		{"a\\b 0755 UTILITY_BINARY", "leaves the payload"},
+		// An arch field that is there but neither NATIVE nor COMPAT32.
+		{"l.so 0755 CUDA_LIB AMD64 /", "want NATIVE or COMPAT32"},
+		// A bare depth, without its INHERIT_PATH_DEPTH: prefix.
+		{"firmware/a.bin 0644 FIRMWARE 1", "want INHERIT_PATH_DEPTH:N"},
 	} {
 		_, err := ParseManifest([]byte(nvruntest.Manifest(v) + c.line + "\n"))
 		var me *ManifestError
@@ -53,6 +57,12 @@ func TestManifestEdges(t *testing.T) {
 	m, err := ParseManifest([]byte(nvruntest.Manifest(v) + "\nafter 0755 UTILITY_BINARY\n"))
 	if err != nil || len(m.Entries) != 17 {
 		t.Errorf("entries after the first empty line are not read: %v, %d entries", err, len(m.Entries))
+	}
+	// A manifest whose last entry line has no newline after it: every line
+	// is read, the last one too.
+	m, err = ParseManifest([]byte(strings.TrimSuffix(nvruntest.Manifest(v), "\n")))
+	if err != nil || len(m.Entries) != 17 || m.Entries[16].File != "firmware/gsp_tu10x.bin" {
+		t.Errorf("no newline at the end: %v, %d entries", err, len(m.Entries))
 	}
 	e := Entry{File: "firmware/x/y.bin", InheritDepth: 2}
 	if e.InstallPath() != "y.bin" {

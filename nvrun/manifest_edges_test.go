@@ -15,6 +15,7 @@ func TestManifestEdges(t *testing.T) {
 		{"x 10000 UTILITY_BINARY", "mode: want octal"},
 		{"firmware/a/b.bin 0644 FIRMWARE INHERIT_PATH_DEPTH:2", ""},
 		{"firmware/a.bin 0644 FIRMWARE INHERIT_PATH_DEPTH:2", "drops more directories"},
+		{"firmware/a.bin 0644 FIRMWARE INHERIT_PATH_DEPTH:0", ""}, // the path kept whole
 		{"firmware/a.bin 0644 FIRMWARE INHERIT_PATH_DEPTH:-1", "want INHERIT_PATH_DEPTH:N"},
 		{"a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/q.bin 0644 FIRMWARE INHERIT_PATH_DEPTH:16", ""},
 		{"a/b/c/d/e/f/g/h/i/j/k/l/m/n/o/p/q/r.bin 0644 FIRMWARE INHERIT_PATH_DEPTH:17", "want INHERIT_PATH_DEPTH:N"},

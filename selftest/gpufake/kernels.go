@@ -141,12 +141,20 @@ func (b *FakeBox) cuModuleGetFunction(f *uintptr, m uintptr, name *byte) int32 {
 	return 0
 }
 
+// cuModuleUnload unloads a module "from the current context" (the driver API's
+// words): a module of another GPU's context is CUDA_ERROR_INVALID_CONTEXT, so a
+// caller that forgot to make the module's context current finds out here.
 func (b *FakeBox) cuModuleUnload(m uintptr) int32 {
-	if rc := b.ready("cuModuleUnload"); rc != 0 {
+	g, rc := b.cur("cuModuleUnload")
+	if rc != 0 {
 		return rc
 	}
-	if _, ok := b.modules[m]; !ok {
+	mod, ok := b.modules[m]
+	if !ok {
 		return cudaErrorInvalidHandle
+	}
+	if mod.gpu != g {
+		return cudaErrorInvalidContext
 	}
 	delete(b.modules, m)
 	return 0

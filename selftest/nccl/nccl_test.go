@@ -2,11 +2,14 @@ package nccl
 
 import (
 	"context"
+	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/peerboot/peerboot/selftest/cuda"
+	"github.com/peerboot/peerboot/selftest/dl"
 )
 
 func TestReducePTX(t *testing.T) {
@@ -78,5 +81,92 @@ func TestMissingLibrary(t *testing.T) {
 	}
 	if res.Sizes == nil || res.Transports == nil {
 		t.Error("nil lists in a failed result")
+	}
+}
+
+// Zero options take the documented defaults.
+func TestDefaults(t *testing.T) {
+	o := Options{}.withDefaults()
+	want := Options{Lib: "libnccl.so.2", CUDALib: "libcuda.so.1", MinBytes: 8, MaxBytes: 1 << 30, Iters: 20,
+		LogPath: filepath.Join(os.TempDir(), "p2pcheck-nccl.log")}
+	if !reflect.DeepEqual(o, want) {
+		t.Errorf("defaults %+v\nwant %+v", o, want)
+	}
+	// Sizes are rounded down to whole int32 elements.
+	if o := (Options{MinBytes: 13, MaxBytes: 1001}).withDefaults(); o.MinBytes != 12 || o.MaxBytes != 1000 {
+		t.Errorf("13..1001 B: %d..%d", o.MinBytes, o.MaxBytes)
+	}
+}
+
+// grid is the launch of the fill and verify kernels: one 256-thread block per 256
+// elements, at most 8 blocks per SM (the kernels loop over what is left), never none.
+// A grid of one block would still count right, but would check a 1 GiB buffer with
+// 256 threads.
+func TestGrid(t *testing.T) {
+	for _, tt := range []struct {
+		sms   int
+		items int64
+		want  uint32
+	}{
+		{128, 0, 1},
+		{128, 1, 1},
+		{128, 256, 1},
+		{128, 257, 2},
+		{128, 100 << 10, 400},
+		{128, 1024 * 256, 1024},
+		{128, 1024*256 + 1, 1024},
+		{128, 1 << 28, 1024},
+		{1, 1 << 28, 8},
+		{82, 5000, 20},
+	} {
+		if got := grid(tt.sms, tt.items); got != tt.want {
+			t.Errorf("grid(%d SMs, %d items) = %d, want %d", tt.sms, tt.items, got, tt.want)
+		}
+	}
+}
+
+// NCCL writes its debug file through libc's stdio, which holds what it wrote in a
+// buffer: flushC is what gets it onto the disk before Run reads the transports.
+func TestFlushCWritesLibcBuffers(t *testing.T) {
+	libc, err := dl.Open("libc.so.6")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fopen func(path, mode string) uintptr
+	var fputs func(s string, f uintptr) int32
+	var fclose func(f uintptr) int32
+	for name, fn := range map[string]any{"fopen": &fopen, "fputs": &fputs, "fclose": &fclose} {
+		if err := libc.Bind(name, fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "nccl.log")
+	f := fopen(path, "w")
+	if f == 0 {
+		t.Fatalf("fopen %s failed", path)
+	}
+	defer fclose(f)
+	const line = "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer\n"
+	if fputs(line, f) < 0 {
+		t.Fatal("fputs failed")
+	}
+	if b, err := os.ReadFile(path); err != nil || len(b) != 0 {
+		t.Fatalf("before the flush the file holds %q (%v); want it still in libc's buffer", b, err)
+	}
+	flushC()
+	if b, err := os.ReadFile(path); err != nil || string(b) != line {
+		t.Errorf("after flushC the file holds %q (%v), want %q", b, err, line)
+	}
+}
+
+// Each rank's value changes with the element index, so an element copied from the
+// wrong place (a shifted or stale buffer) is counted wrong.
+func TestValueFollowsTheIndex(t *testing.T) {
+	for r := 0; r < 4; r++ {
+		for i := uint64(0); i < 4096; i++ {
+			if Value(r, i) == Value(r, i+1) {
+				t.Fatalf("rank %d: elements %d and %d hold the same value %d", r, i, i+1, Value(r, i))
+			}
+		}
 	}
 }

@@ -185,3 +185,42 @@ func FuzzParseTransports(f *testing.F) {
 		}
 	})
 }
+
+// transportMaxLine is the longest line read, its newline included: a connection line
+// of exactly that length is parsed, one byte longer is dropped (however little it
+// is over).
+func TestParseTransportsLineLimit(t *testing.T) {
+	const conn = " NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/direct pointer"
+	line := func(n int) string { // n bytes with the newline
+		return strings.Repeat("h", n-len(conn)-1) + conn + "\n"
+	}
+	for _, tt := range []struct {
+		n    int
+		want int
+	}{
+		{transportMaxLine - 1, 1},
+		{transportMaxLine, 1},
+		{transportMaxLine + 1, 0},
+		{transportMaxLine + 4096, 0},
+		{transportMaxLine + 5000, 0},
+	} {
+		// The line after the long one is always read.
+		log := line(tt.n) + "h:1:2 [0] NCCL INFO Channel 01/0 : 1[1] -> 0[0] via SHM/direct/direct\n"
+		got, err := ParseTransports(strings.NewReader(log))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != tt.want+1 || got[len(got)-1].Via != "SHM/direct/direct" || (tt.want == 1 && got[0].Via != "P2P/direct pointer") {
+			t.Errorf("a %d-byte line: got %+v, want it %s", tt.n, got, map[int]string{0: "dropped", 1: "parsed"}[tt.want])
+		}
+	}
+}
+
+// A "via" followed only by white space the regexp's \S lets through (a vertical
+// tab) names no transport.
+func TestParseTransportsEmptyVia(t *testing.T) {
+	got, err := ParseTransports(strings.NewReader("h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via \v\u00a0\n"))
+	if err != nil || len(got) != 0 {
+		t.Errorf("got %+v, %v; want nothing", got, err)
+	}
+}

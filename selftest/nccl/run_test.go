@@ -344,3 +344,14 @@ func TestRunReadsOnlyItsOwnLog(t *testing.T) {
 		t.Errorf("log path is a directory: %v, %+v", err, res)
 	}
 }
+
+// A libnccl that does not load ends the run with the loader's error, after CUDA
+// counted the GPUs.
+func TestRunWithoutLibNCCL(t *testing.T) {
+	const lib = "libnccl-peerboot-absent.so.2"
+	box := gpufake.New(fakeGPUs(2))
+	res, err := nccl.Run(context.Background(), nccl.Options{CUDALibrary: box.CUDA(), Lib: lib, MaxBytes: 64, LogPath: filepath.Join(t.TempDir(), "l")})
+	if err == nil || !strings.HasPrefix(err.Error(), "loading "+lib+": ") || res.Library != lib || res.Ranks != 2 || len(res.Sizes) != 0 {
+		t.Errorf("err %v, result %+v", err, res)
+	}
+}

@@ -3,10 +3,14 @@ package nccl
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/peerboot/peerboot/selftest/cuda"
 	"github.com/peerboot/peerboot/selftest/dl"
@@ -168,5 +172,42 @@ func TestValueFollowsTheIndex(t *testing.T) {
 				t.Fatalf("rank %d: elements %d and %d hold the same value %d", r, i, i+1, Value(r, i))
 			}
 		}
+	}
+}
+
+// Doubling 0 gets nowhere: Sizes from 0 lists nothing and returns, rather than
+// listing 0 without end. It runs in a child process whose address space is capped
+// 512 MiB above what it holds, so a Sizes that never stops ends there with "out of
+// memory" instead of taking the machine's.
+func TestSizesFromZero(t *testing.T) {
+	if os.Getenv("PEERBOOT_TEST_SIZES_CHILD") == "1" {
+		status, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var vmKB uint64
+		for _, l := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmSize:"); ok {
+				vmKB, err = strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		limit := vmKB<<10 + 512<<20
+		if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: limit, Max: limit}); err != nil {
+			t.Fatal(err)
+		}
+		if s := Sizes(0, 64); len(s) != 0 {
+			t.Fatalf("Sizes(0, 64) = %d sizes, want none", len(s))
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSizesFromZero$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "PEERBOOT_TEST_SIZES_CHILD=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("Sizes(0, 64) in a child: %v\n%.2000s", err, out)
 	}
 }

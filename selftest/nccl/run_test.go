@@ -162,10 +162,15 @@ func TestRunReportsTheFailingCall(t *testing.T) {
 		{code("cuModuleGetFunction", 1, 999), "cuModuleGetFunction(pb_rank_fill) on GPU 0: CUDA_ERROR_UNKNOWN", 0},
 		{code("cuModuleGetFunction", 2, 999), "cuModuleGetFunction(pb_sum_verify) on GPU 0: CUDA_ERROR_UNKNOWN", 0},
 		{code("cuStreamCreate", 2, 999), "cuStreamCreate on GPU 1: CUDA_ERROR_UNKNOWN", 0},
+		// GPU 0's send, receive and result buffers.
 		{code("cuMemAlloc_v2", 1, 2), "cuMemAlloc_v2(64 KiB) on GPU 0: CUDA_ERROR_OUT_OF_MEMORY", 0},
 		{code("cuMemAlloc_v2", 2, 2), "cuMemAlloc_v2(64 KiB) on GPU 0: CUDA_ERROR_OUT_OF_MEMORY", 0},
 		{code("cuMemAlloc_v2", 3, 2), "cuMemAlloc_v2(16 B) on GPU 0: CUDA_ERROR_OUT_OF_MEMORY", 0},
 		{code("cuLaunchKernel", 2, 999), "cuLaunchKernel(pb_rank_fill, 64 x 256) on GPU 1: CUDA_ERROR_UNKNOWN", 0},
+		// Syncs 1 and 2 wait for the fills; 3 and 4 for the first warmup, on GPU 0
+		// and GPU 1: a sync failing on any GPU ends the run.
+		{code("cuStreamSynchronize", 2, 999), "cuStreamSynchronize on GPU 1: CUDA_ERROR_UNKNOWN", 0},
+		{code("cuStreamSynchronize", 4, 999), "cuStreamSynchronize on GPU 1: CUDA_ERROR_UNKNOWN", 0},
 		{code("ncclCommInitAll", 0, 2), "ncclCommInitAll(2 GPUs): unhandled system error (run with NCCL_DEBUG=INFO for details) (ncclResult 2)", 0},
 		{code("ncclGroupStart", 1, 5), "ncclGroupStart: invalid usage (run with NCCL_DEBUG=WARN for details) (ncclResult 5)", 0},
 		// The second rank's enqueue of the first size fails; the group is closed all

@@ -60,6 +60,10 @@ func TestOperatorWrites(t *testing.T) {
 		{"same-site other origin, with the token", []string{"Authorization", bearer, "Sec-Fetch-Site", "same-site"}, 403, "cross-site"},
 		{"another Origin, with the token", []string{"Authorization", bearer, "Origin", "http://evil.example"}, 403, "cross-origin"},
 		{"Origin null, with the token", []string{"Authorization", bearer, "Origin", "null"}, 403, "cross-origin"},
+		// An Origin that does not parse as a URL names no site this server
+		// can vouch for: refused like another site's, before anything reads
+		// its host (url.Parse returns no URL with its error).
+		{"an Origin that is no URL, with the token", []string{"Authorization", bearer, "Origin", "http://[::1"}, 403, "cross-origin"},
 	} {
 		for _, path := range []string{"/api/rollouts/default/promote", "/api/rollouts/default/halt", "/api/rollouts/default/resume", "/api/nodes/" + n1 + "/clear"} {
 			code, body := write(path, "", c.hdr...)

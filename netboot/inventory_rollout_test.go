@@ -166,3 +166,26 @@ ak_name = "000bzz"
 		})
 	}
 }
+
+// TestInventoryRolloutInline: a rollout written as an inline array of tables
+// (rollout = [{...}], valid TOML) is the same rollout as a [[rollout]] table,
+// with the same defaults and the same checks, whose errors name the key.
+func TestInventoryRolloutInline(t *testing.T) {
+	inv, err := ParseInventory("inv.toml", []byte(`default = "default"
+rollout = [{recipe = "default", channels = ["canary", "stable"], promote_after = 2}, {recipe = "r2", channels = ["a"]}]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := inv.Policy("default"); !ok || p.PromoteAfter != 2 || p.Window != 24*time.Hour || p.Default() != "stable" {
+		t.Errorf("inline rollout: %+v, %v", p, ok)
+	}
+	if p, ok := inv.Policy("r2"); !ok || p.PromoteAfter != 1 || p.Default() != "a" {
+		t.Errorf("inline rollout with defaults: %+v, %v", p, ok)
+	}
+	err = parseFails(t, `rollout = [{recipe = "x", channels = ["a", "a"], window = "0s"}]
+`, []string{`rollout[0].channels: channel "a" is listed twice`, `rollout[0].window: want a duration`})
+	if n := len(err.(located.Errors)); n != 2 {
+		t.Errorf("%d errors, want 2:\n%v", n, err)
+	}
+}

@@ -246,3 +246,147 @@ func TestRolloutPageInChromium(t *testing.T) {
 	e, a, b := failOnCanary(t)
 	checkRolloutPage(t, string(chromium(t, e.http.URL+"/", "--dump-dom")), a, b)
 }
+
+// TestRolloutActionBody: a write's body is read whole up to its 4 KiB limit
+// and refused past it, over HTTP. A body cut to its first 4 KiB instead would
+// let an over-long halt through as a body-less one; a body of exactly the
+// limit must not lose its last byte (here the closing brace of its JSON).
+func TestRolloutActionBody(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		body   string
+		want   int
+		halted bool
+		reason string
+	}{
+		{"5000 bytes of white space", strings.Repeat(" ", 5000), 400, false, ""},
+		{"4097 bytes ending in a JSON object", strings.Repeat(" ", maxActionBody+1-len(`{"reason": "x"}`)) + `{"reason": "x"}`, 400, false, ""},
+		{"exactly 4096 bytes ending in a JSON object", strings.Repeat(" ", maxActionBody-len(`{"reason": "x"}`)) + `{"reason": "x"}`, 200, true, "x"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newRolloutEnv(t)
+			e.boot(t, n1)
+			resp, body := e.post(t, "/api/rollouts/default/halt", testOperator, []byte(c.body))
+			if resp.StatusCode != c.want || c.want == 400 && !strings.Contains(body, "over 4096 bytes") {
+				t.Errorf("halt: %d %s, want %d", resp.StatusCode, body, c.want)
+			}
+			if st := e.rollout(t); st.Halted != c.halted || st.HaltReason != c.reason {
+				t.Errorf("halted %t (%q), want %t (%q)", st.Halted, st.HaltReason, c.halted, c.reason)
+			}
+		})
+	}
+}
+
+// TestClearByNodeKey: the operator clears a hold by any name the node pages
+// use for the node (its id, MAC, hostname or serial); the hold of the node the
+// name resolves to goes. A name no node has is 404, and changes nothing.
+func TestClearByNodeKey(t *testing.T) {
+	e, a, b := failOnCanary(t)
+	// The held node boots again, now saying its hostname.
+	resp, script := e.get(t, "/boot.ipxe?mac="+n1+"&host=gpu-canary-1")
+	if m := scriptBuild.FindStringSubmatch(script); resp.StatusCode != 200 || m == nil || m[1] != a {
+		t.Fatalf("held node's boot: %d %s", resp.StatusCode, script)
+	}
+	if resp, body := e.post(t, "/api/nodes/gpu-canary-2/clear", testOperator, nil); resp.StatusCode != 404 {
+		t.Errorf("clear of a node nobody has seen: %d %s", resp.StatusCode, body)
+	}
+	if st := e.rollout(t); len(st.HeldBack) != 1 {
+		t.Fatalf("a refused clear changed the holds: %+v", st.HeldBack)
+	}
+	if resp, body := e.post(t, "/api/nodes/gpu-canary-1/clear", testOperator, nil); resp.StatusCode != 200 {
+		t.Fatalf("clear by hostname: %d %s", resp.StatusCode, body)
+	}
+	if st := e.rollout(t); len(st.HeldBack) != 0 {
+		t.Errorf("the hold outlived its clear: %+v", st.HeldBack)
+	}
+	if got, _ := e.boot(t, n1); got != b {
+		t.Errorf("cleared node got %s, want its channel's B %s", got, b)
+	}
+}
+
+// TestChooseBuildCatalogueGaps: what a node boots when the rollout (the
+// store, shared by replicas and restarts) names a build this server's
+// catalogue lacks: a replica restarted after a build directory was deleted.
+// The node boots a build of its recipe from the catalogue, and the log says
+// which one and why; a node whose build is the rollout's own gets no warning.
+func TestChooseBuildCatalogueGaps(t *testing.T) {
+	e, a, b := failOnCanary(t) // n1 held on A, canary on B
+	const rollbackGone, channelGone = "the held node's rollback build is not in the catalogue", "the chosen build is not in the catalogue"
+	if got, _ := e.boot(t, n1); got != a {
+		t.Fatalf("held node got %s, want A %s", got, a)
+	}
+	if log := e.log.String(); strings.Contains(log, rollbackGone) || strings.Contains(log, channelGone) {
+		t.Errorf("a held node served its rollback build logged a catalogue gap:\n%s", log)
+	}
+	// restart serves the same store and inventory from a catalogue of dirs.
+	restart := func(t *testing.T, dirs ...string) *rolloutEnv {
+		t.Helper()
+		bs, err := LoadBuilds(dirs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs := &syncBuffer{}
+		opt := e.srv.opt
+		opt.Builds, opt.Log = bs, slog.New(slog.NewTextHandler(logs, nil))
+		s, err := New(context.Background(), opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(s)
+		t.Cleanup(hs.Close)
+		return &rolloutEnv{testEnv: &testEnv{srv: s, http: hs, store: e.store, log: logs, out: e.out}, bs: bs}
+	}
+	aDir, bDir := filepath.Join(e.out, "a"), filepath.Join(e.out, "b")
+
+	// A deleted: the held node gets its channel's B, and the log says so.
+	onlyB := restart(t, bDir)
+	if got, _ := onlyB.boot(t, n1); got != b {
+		t.Errorf("held node without its rollback build got %s, want its channel's B %s", got, b)
+	}
+	if log := onlyB.log.String(); !strings.Contains(log, rollbackGone) || !strings.Contains(log, "rollback="+a) {
+		t.Errorf("the log does not say the rollback build %s is gone:\n%s", a, log)
+	}
+
+	// B deleted, n1's hold cleared: the canary's build is gone, the node gets
+	// the newest of its recipe, A, and the log says so.
+	if resp, body := e.post(t, "/api/nodes/"+n1+"/clear", testOperator, nil); resp.StatusCode != 200 {
+		t.Fatalf("clear: %d %s", resp.StatusCode, body)
+	}
+	onlyA := restart(t, aDir)
+	if got, _ := onlyA.boot(t, n1); got != a {
+		t.Errorf("canary without its channel's build got %s, want the newest, A %s", got, a)
+	}
+	if log := onlyA.log.String(); !strings.Contains(log, channelGone) || !strings.Contains(log, "chosen="+b) || strings.Contains(log, rollbackGone) {
+		t.Errorf("the log does not say the chosen build %s is gone:\n%s", b, log)
+	}
+}
+
+// TestRolloutsAPI: the rollout reads. /api/rollouts lists every recipe's
+// rollout in recipe name order (not the inventory's), including one whose
+// recipe has no build yet; /api/rollouts/{recipe} is one of them, records the
+// catalogue's builds first like the list does, and is 404 for a recipe
+// without a [[rollout]].
+func TestRolloutsAPI(t *testing.T) {
+	e := newRolloutEnvWith(t, rolloutTestInventory+`
+[[rollout]]
+recipe = "base"
+channels = ["stable"]
+`, Options{OperatorToken: testOperator})
+	a := e.build(t, "default").ID
+	resp, body := e.get(t, "/api/rollouts/default")
+	var one fleetdb.RolloutStatus
+	if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &one) != nil || one.Recipe != "default" || len(one.Channels) != 2 || one.Channels[0].Build != a || one.Channels[1].Build != a {
+		t.Fatalf("/api/rollouts/default: %d %s", resp.StatusCode, body)
+	}
+	if resp, body := e.get(t, "/api/rollouts/nosuch"); resp.StatusCode != 404 || !strings.Contains(body, "no [[rollout]]") {
+		t.Errorf("/api/rollouts/nosuch: %d %s", resp.StatusCode, body)
+	}
+	resp, body = e.get(t, "/api/rollouts")
+	var all []fleetdb.RolloutStatus
+	if resp.StatusCode != 200 || json.Unmarshal([]byte(body), &all) != nil || len(all) != 2 {
+		t.Fatalf("/api/rollouts: %d %s", resp.StatusCode, body)
+	}
+	if all[0].Recipe != "base" || all[1].Recipe != "default" || all[0].Channels[0].Build != "" || all[1].Channels[1].Build != a {
+		t.Errorf("/api/rollouts, want base (no build) then default (A %s): %+v", a, all)
+	}
+}

@@ -92,10 +92,7 @@ func (s *Server) receiveReport(w http.ResponseWriter, r *http.Request) (*incomin
 	}
 	recipe := rep.Recipe.Name
 	if in.buildID != "" {
-		s.mu.Lock()
-		issued, known := s.issued[in.buildID]
-		s.mu.Unlock()
-		if known {
+		if issued, known := s.buildRecipe(in.buildID); known {
 			if recipe != "" && recipe != issued {
 				s.fail(w, r, http.StatusUnprocessableEntity, "report refused", fmt.Errorf("the report is from recipe %q, the token is for %q", recipe, issued), "node", node)
 				return nil, false

@@ -68,9 +68,7 @@ func (s *Server) postProgress(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusUnprocessableEntity, refused, err, "node", node)
 		return
 	}
-	s.mu.Lock()
-	recipe := s.issued[buildID]
-	s.mu.Unlock()
+	recipe, _ := s.buildRecipe(buildID)
 	rec := fleetdb.Progress{NodeID: node, ReceivedAt: s.opt.Now(), Recipe: recipe, Build: buildID, Remote: remoteIP(r), State: p.State,
 		ElapsedMS: p.ElapsedMS, RequestedMS: p.RequestedMS, Rounds: p.Rounds, Faulty: p.FaultyRounds, FirstFault: firstFault(p), Body: body}
 	if err := s.opt.Store.SetProgress(r.Context(), rec); err != nil {

@@ -284,6 +284,24 @@ func (s *Server) Token(buildID, node string) string {
 	return buildID + "." + hex.EncodeToString(m.Sum(nil))[:32]
 }
 
+// buildRecipe is the recipe of build id: the one this process issued a token
+// for (kept when the catalogue has since replaced the build), else the
+// catalogue's (a build a rescan found, or one another replica served: a token
+// is good for any build this secret signed). known is false when neither has
+// it: then nothing here knows its recipe better than the report's body.
+func (s *Server) buildRecipe(id string) (recipe string, known bool) {
+	s.mu.Lock()
+	recipe, known = s.issued[id]
+	s.mu.Unlock()
+	if known {
+		return recipe, true
+	}
+	if b := s.opt.Builds.ByID(id); b != nil {
+		return b.Recipe, true
+	}
+	return "", false
+}
+
 // checkToken returns the build id a token was issued for to node, or "" for a static
 // token (good for any node).
 func (s *Server) checkToken(tok, node string) (string, bool) {

@@ -419,3 +419,205 @@ func TestRealH200(t *testing.T) {
 		t.Errorf("BAR1Size = %d, want 256 GiB", got)
 	}
 }
+
+// TestParseConfigEdges crafts config spaces whose structures end exactly at the last
+// byte given, or one dword past it. A parser that reads one byte short drops a
+// capability the device has (and with it a PCIe link or an ACS bit); one that reads
+// one byte long panics on outside bytes. Sizes other than 64, 256 and 4096 are what a
+// truncated read or a hostile file gives.
+func TestParseConfigEdges(t *testing.T) {
+	tests := []struct {
+		name  string
+		bytes func() []byte
+		check func(t *testing.T, c Config)
+	}{
+		{"capability header in the last two bytes", func() []byte {
+			b := space(0x82, 0)
+			b[0x34], b[0x80], b[0x81] = 0x80, 0x05, 0
+			return b
+		}, func(t *testing.T, c Config) {
+			if !equalInts(capOffsets(c.Caps), []int{0x80}) || c.Short {
+				t.Errorf("caps %v short %v, want the MSI capability at 0x80", c.Caps, c.Short)
+			}
+		}},
+		{"PCIe capability ending at byte 256", func() []byte {
+			b := space(256, 0)
+			b[0x34], b[0xec], b[0xed] = 0xec, capIDPCIe, 0
+			put16(b, 0xec+2, 0x0002)
+			put16(b, 0xec+0x12, 4|16<<4) // LNKSTA in the last two bytes: 16 GT/s x16
+			return b
+		}, func(t *testing.T, c Config) {
+			if c.PCIe == nil || c.PCIe.LinkSpeed != 4 || c.PCIe.LinkWidth != 16 || c.Short {
+				t.Errorf("PCIe %+v short %v, want the link read from the last bytes", c.PCIe, c.Short)
+			}
+		}},
+		{"extended header in the last dword", func() []byte {
+			b := space(4096, 0)
+			put32(b, 0x100, extHdr(0x0001, 0xffc))
+			put32(b, 0xffc, extHdr(0x0019, 0))
+			return b
+		}, func(t *testing.T, c Config) {
+			if !equalInts(capOffsets(c.ExtCaps), []int{0x100, 0xffc}) || c.Short {
+				t.Errorf("ext caps %v short %v", c.ExtCaps, c.Short)
+			}
+		}},
+		{"one extended header and nothing else", func() []byte {
+			b := space(extCapStart+4, 0)
+			put32(b, 0x100, extHdr(0x0001, 0))
+			return b
+		}, func(t *testing.T, c Config) {
+			if len(c.ExtCaps) != 1 || c.Short {
+				t.Errorf("ext caps %v short %v, want the header at 0x100", c.ExtCaps, c.Short)
+			}
+		}},
+		{"extended pointer just past a cut read", func() []byte {
+			b := space(0x200, 0)
+			put32(b, 0x100, extHdr(0x0001, 0x200))
+			return b
+		}, func(t *testing.T, c Config) {
+			if len(c.ExtCaps) != 1 || !c.Short {
+				t.Errorf("ext caps %v short %v, want one header and Short", c.ExtCaps, c.Short)
+			}
+		}},
+		{"ACS registers in the last 8 bytes", func() []byte {
+			b := space(4096, 1)
+			put32(b, 0x100, extHdr(0x0001, 0xff8))
+			put32(b, 0xff8, extHdr(extCapACS, 0))
+			put16(b, 0xff8+4, 0x7f)
+			put16(b, 0xff8+6, acsRR)
+			return b
+		}, func(t *testing.T, c Config) {
+			if c.ACS == nil || !c.ACS.RequestRedirect || c.Short {
+				t.Errorf("ACS %+v short %v, want request redirect read from the last bytes", c.ACS, c.Short)
+			}
+		}},
+		{"Resizable BAR entry in the last 8 bytes", func() []byte {
+			b := space(4096, 0)
+			put32(b, 0x100, extHdr(0x0001, 0xff4))
+			put32(b, 0xff4, extHdr(extCapReBAR, 0))
+			put32(b, 0xff8, 0xffc0<<4)
+			put32(b, 0xffc, 1|1<<5|15<<8) // BAR1, one entry, 32 GiB
+			return b
+		}, func(t *testing.T, c Config) {
+			if len(c.ReBAR) != 1 || c.ReBAR[0].Bytes != 32<<30 || c.Short {
+				t.Errorf("ReBAR %+v short %v, want BAR1 at 32 GiB", c.ReBAR, c.Short)
+			}
+		}},
+		{"Resizable BAR header without its first entry", func() []byte {
+			b := space(4096, 0)
+			put32(b, 0x100, extHdr(0x0001, 0xff8))
+			put32(b, 0xff8, extHdr(extCapReBAR, 0))
+			put32(b, 0xffc, 0xffc0<<4)
+			return b
+		}, func(t *testing.T, c Config) {
+			if len(c.ReBAR) != 0 || !c.Short {
+				t.Errorf("ReBAR %+v short %v, want none and Short", c.ReBAR, c.Short)
+			}
+		}},
+		{"Resizable BAR claiming more entries than fit", func() []byte {
+			b := space(4096, 0)
+			put32(b, 0x100, extHdr(0x0001, 0xfe4))
+			put32(b, 0xfe4, extHdr(extCapReBAR, 0))
+			for i, p := range []int{0xfe8, 0xff0, 0xff8} { // 3 of the 6 claimed fit
+				put32(b, p, 0x40<<4)
+				put32(b, p+4, uint32(i)|6<<5|6<<8) // 64 MiB
+			}
+			return b
+		}, func(t *testing.T, c Config) {
+			if len(c.ReBAR) != 3 || !c.Short {
+				t.Errorf("ReBAR %+v short %v, want the 3 entries that fit and Short", c.ReBAR, c.Short)
+			}
+			for i, r := range c.ReBAR {
+				if r.BAR != i || r.Bytes != 64<<20 {
+					t.Errorf("entry %d = %+v", i, r)
+				}
+			}
+		}},
+		// The size code has 6 bits: 2^(43+20) and beyond do not fit an int64. Such a
+		// size is reported as unknown (0), never as a negative or wrapped one.
+		{"Resizable BAR size past int64", func() []byte {
+			b := space(4096, 0)
+			put32(b, 0x100, extHdr(extCapReBAR, 0))
+			put32(b, 0x108, 0|3<<5|42<<8) // 2^62: the largest that fits
+			put32(b, 0x110, 1|43<<8)      // 2^63
+			put32(b, 0x118, 2|63<<8)      // 2^83
+			return b
+		}, func(t *testing.T, c Config) {
+			want := []int64{1 << 62, 0, 0}
+			if len(c.ReBAR) != len(want) {
+				t.Fatalf("ReBAR %+v", c.ReBAR)
+			}
+			for i, r := range c.ReBAR {
+				if r.Bytes != want[i] {
+					t.Errorf("entry %d: %d bytes, want %d", i, r.Bytes, want[i])
+				}
+			}
+		}},
+		// The kernel walks at most (4096-256)/8 = 480 extended headers; a list of 960
+		// distinct dwords, each pointing at the next, is cut there and flagged.
+		{"extended list longer than the kernel walks", func() []byte {
+			b := space(4096, 0)
+			for p := extCapStart; p < maxCfgSize; p += 4 {
+				next := p + 4
+				if next == maxCfgSize {
+					next = 0
+				}
+				put32(b, p, extHdr(0x0001, next))
+			}
+			return b
+		}, func(t *testing.T, c Config) {
+			if len(c.ExtCaps) != 480 || !c.Loop {
+				t.Errorf("%d extended caps, loop %v: want the walk cut at 480 and Loop", len(c.ExtCaps), c.Loop)
+			}
+		}},
+		// A header type the parser does not know has no capability pointer to follow,
+		// whatever the header's first bytes say (here Intel's vendor id, whose high
+		// byte 0x80 would read as a pointer).
+		{"unknown header type with a pointer-like vendor id", func() []byte {
+			b := space(256, 0x7f)
+			put16(b, 0, 0x8086)
+			b[0x34], b[0x40] = 0x40, capIDPCIe
+			b[0x80], b[0x81] = capIDPCIe, 0
+			put16(b, 0x80+0x12, 4|16<<4)
+			return b
+		}, func(t *testing.T, c Config) {
+			if len(c.Caps) != 0 || c.PCIe != nil {
+				t.Errorf("caps %v PCIe %+v, want none", c.Caps, c.PCIe)
+			}
+		}},
+		{"conventional PCI device: no PCIe capability", func() []byte {
+			b := space(256, 0)
+			b[0x34] = 0x40
+			b[0x40], b[0x41] = 0x01, 0x50 // power management
+			b[0x50], b[0x51] = 0x05, 0    // MSI
+			put16(b, 0x40+0x12, 4|16<<4)  // bytes that would read as a link
+			return b
+		}, func(t *testing.T, c Config) {
+			if c.PCIe != nil || !equalInts(capOffsets(c.Caps), []int{0x40, 0x50}) {
+				t.Errorf("PCIe %+v caps %v, want no PCIe capability", c.PCIe, c.Caps)
+			}
+		}},
+		{"a second PCIe capability does not replace the first", func() []byte {
+			b := space(256, 0)
+			b[0x34] = 0x40
+			b[0x40], b[0x41] = capIDPCIe, 0x80
+			put16(b, 0x40+0x12, 4|16<<4)
+			b[0x80], b[0x81] = capIDPCIe, 0
+			put16(b, 0x80+0x12, 1|1<<4)
+			return b
+		}, func(t *testing.T, c Config) {
+			if c.PCIe == nil || c.PCIe.Offset != 0x40 || c.PCIe.LinkWidth != 16 {
+				t.Errorf("PCIe %+v, want the first one, x16 at 0x40", c.PCIe)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseConfig(tt.bytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}

@@ -63,3 +63,11 @@ func TestSpeedName(t *testing.T) {
 		}
 	}
 }
+
+// TestTheoreticalGBpsNegativeWidth: a garbled width (sysfs read as -4) is unknown,
+// never a negative rate that would pass as a ceiling below every measurement.
+func TestTheoreticalGBpsNegativeWidth(t *testing.T) {
+	if got := TheoreticalGBps("16.0 GT/s PCIe", -4); got != 0 {
+		t.Errorf("TheoreticalGBps(16 GT/s, -4) = %v, want 0", got)
+	}
+}

@@ -506,3 +506,202 @@ func TestScanGolden(t *testing.T) {
 		t.Errorf("Scan result differs from %s; run go test -update and review the diff", path)
 	}
 }
+
+// handDevice writes an NVIDIA GPU's vendor and class files at root/path and links
+// sys/bus/pci/devices/BDF (the path's last component) to it, for trees pcietest does
+// not build: paths with no host bridge, VMD domains, links that leave the tree. It
+// writes no numa_node, as a kernel without CONFIG_NUMA has none.
+func handDevice(t *testing.T, root, path string) {
+	t.Helper()
+	dir := filepath.Join(root, path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]string{"vendor": "0x10de\n", "class": "0x030200\n"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	devices := filepath.Join(root, "sys", "bus", "pci", "devices")
+	if err := os.MkdirAll(devices, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dir, filepath.Join(devices, filepath.Base(dir))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestScanHandTrees: the host bridge is the last pciDDDD:BB component of a device's
+// path and the bridges are every address below it, wherever the path lies under
+// root; a path that leaves root gives neither, since those files are not the box
+// asked about. Files a kernel may lack read as unknown (-1), not as node or group 1.
+func TestScanHandTrees(t *testing.T) {
+	tests := []struct {
+		name     string
+		path     string // below root
+		rootBus  string
+		upstream string
+	}{
+		{"no host bridge in the path", "sys/devices/platform/0000:00:01.0/0000:01:00.0", "", "0000:00:01.0"},
+		{"VMD domain below a device", "sys/devices/pci0000:00/0000:00:0e.0/pci10000:e0/10000:e0:1d.0/10000:e1:00.0",
+			"pci10000:e0", "10000:e0:1d.0"},
+		{"host bridge first below root", "pci0000:00/0000:00:01.0/0000:01:00.0", "pci0000:00", "0000:00:01.0"},
+		{"one bridge directly below root", "0000:00:01.0/0000:01:00.0", "", "0000:00:01.0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			handDevice(t, root, tt.path)
+			r, err := Scan(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.GPUs) != 1 {
+				t.Fatalf("%d GPUs, want 1", len(r.GPUs))
+			}
+			g := r.GPUs[0]
+			var up []string
+			for _, b := range g.Upstream {
+				up = append(up, b.BDF)
+			}
+			if g.RootBus != tt.rootBus || strings.Join(up, " ") != tt.upstream {
+				t.Errorf("root bus %q upstream %q, want %q %q", g.RootBus, up, tt.rootBus, tt.upstream)
+			}
+			if g.NUMANode != -1 || g.IOMMUGroup != -1 {
+				t.Errorf("numa node %d iommu group %d without the files, want -1 -1", g.NUMANode, g.IOMMUGroup)
+			}
+		})
+	}
+
+	t.Run("link leaving the tree", func(t *testing.T) {
+		base := t.TempDir()
+		root := filepath.Join(base, "root")
+		// The device lies in base/outside, a sibling of root; its link (absolute, as
+		// handDevice makes it) moves under root.
+		handDevice(t, base, "outside/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0")
+		if err := os.Mkdir(root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(base, "sys"), filepath.Join(root, "sys")); err != nil {
+			t.Fatal(err)
+		}
+		r, err := Scan(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.GPUs) != 1 || r.GPUs[0].RootBus != "" || len(r.GPUs[0].Upstream) != 0 {
+			t.Errorf("GPUs %+v, want one with no root bus and no bridges", r.GPUs)
+		}
+	})
+
+	t.Run("group link not naming a number", func(t *testing.T) {
+		root := t.TempDir()
+		path := "sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0"
+		handDevice(t, root, path)
+		if err := os.Symlink("../../../../../kernel/iommu_groups/none", filepath.Join(root, path, "iommu_group")); err != nil {
+			t.Fatal(err)
+		}
+		r, err := Scan(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(r.GPUs) != 1 || r.GPUs[0].IOMMUGroup != -1 {
+			t.Errorf("GPUs %+v, want one in no IOMMU group", r.GPUs)
+		}
+	})
+}
+
+// TestScanBridgeBesideGPU: conventional PCI bridges (QEMU's pci-bridge) can carry a
+// GPU and another bridge on one bus, so one GPU's bridges are a prefix of another's,
+// in either BDF order. The pairs meet at the shared port: one switch, PIX.
+func TestScanBridgeBesideGPU(t *testing.T) {
+	br := func(bdf, parent string, typ int) pcietest.Bridge {
+		return pcietest.Bridge{BDF: bdf, Parent: parent, Type: typ, Vendor: pcietest.VendorIntel, Device: 0x0001, Link: pcietest.Gen4x16}
+	}
+	gpu := func(bdf, parent string) pcietest.GPU {
+		return pcietest.GPU{BDF: bdf, Parent: parent, Link: pcietest.Gen4x16, BAR1: 256 << 20}
+	}
+	l := pcietest.Layout{
+		Roots: []pcietest.Root{{Name: "pci0000:00", NUMA: 0}},
+		Bridges: []pcietest.Bridge{br("0000:00:03.0", "pci0000:00", pcietest.RootPort),
+			br("0000:05:00.0", "0000:00:03.0", pcietest.SwitchDown), br("0000:07:01.0", "0000:00:03.0", pcietest.SwitchDown)},
+		GPUs: []pcietest.GPU{gpu("0000:06:00.0", "0000:05:00.0"), gpu("0000:07:00.0", "0000:00:03.0"), gpu("0000:08:00.0", "0000:07:01.0")},
+	}
+	r := scan(t, l)
+	for _, c := range []struct {
+		a, b int
+		path string
+	}{
+		{0, 1, "0000:05:00.0"}, // the deeper GPU sorts first
+		{1, 2, "0000:07:01.0"}, // the shallower GPU sorts first
+		{0, 2, "0000:05:00.0 0000:07:01.0"},
+	} {
+		p := pair(t, r, c.a, c.b)
+		if p.Topology != selftest.TopoPIX || strings.Join(p.Path, " ") != c.path {
+			t.Errorf("pair %d-%d: %s via %q, want PIX via %q", c.a, c.b, p.Topology, p.Path, c.path)
+		}
+	}
+}
+
+// TestScanVMRootBus: a VM's GPUs on the root bus, no ports between them (PHB), in
+// IOMMU groups 0 and 1: group 0 is a group like any other.
+func TestScanVMRootBus(t *testing.T) {
+	l := pcietest.Layout{
+		Roots: []pcietest.Root{{Name: "pci0000:00", NUMA: 0}},
+		GPUs: []pcietest.GPU{{BDF: "0000:00:02.0", Parent: "pci0000:00", Link: pcietest.Gen4x16, BAR1: 256 << 20},
+			{BDF: "0000:00:03.0", Parent: "pci0000:00", Link: pcietest.Gen4x16, BAR1: 256 << 20}},
+		IOMMU: pcietest.IOMMU{Units: []string{"dmar0"}, GroupType: "DMA"},
+	}
+	r := scan(t, l)
+	if len(r.GPUs) != 2 || r.GPUs[0].IOMMUGroup != 0 || r.GPUs[1].IOMMUGroup != 1 {
+		t.Fatalf("GPUs %+v, want two in groups 0 and 1", r.GPUs)
+	}
+	if !reflect.DeepEqual(r.IOMMU.GroupTypes, []string{"DMA", "DMA"}) || r.IOMMU.Mode != IOMMUTranslated {
+		t.Errorf("group types %q mode %q, want DMA for both, translated", r.IOMMU.GroupTypes, r.IOMMU.Mode)
+	}
+	if p := pair(t, r, 0, 1); p.Topology != selftest.TopoPHB || len(p.Path) != 0 {
+		t.Errorf("pair %+v, want PHB with no bridges", p)
+	}
+}
+
+// TestScanIOMMUGroupsDecide: with GPUs, only their groups set the mode (a bridge in a
+// DMA group does not make passthrough GPUs mixed); without GPUs every group stands for
+// the box, and a group type outranks the command line.
+func TestScanIOMMUGroupsDecide(t *testing.T) {
+	l := pcietest.EPYC4GPU() // its command line says iommu=pt
+	l.IOMMU.GroupType = "DMA"
+	for i := range l.GPUs {
+		l.GPUs[i].GroupType = "identity"
+	}
+	if r := scan(t, l); r.IOMMU.Mode != IOMMUPassthrough {
+		t.Errorf("GPUs in identity groups, bridges in DMA ones: mode %q, want passthrough", r.IOMMU.Mode)
+	}
+	l.GPUs = nil
+	if r := scan(t, l); r.IOMMU.Mode != IOMMUTranslated {
+		t.Errorf("no GPUs, DMA groups, iommu=pt: mode %q, want translated from the groups", r.IOMMU.Mode)
+	}
+}
+
+// TestPathLinkGBpsCrafted: results not from a scan. A link of unknown speed or width
+// leaves the known ones to decide; a width of 0 falls back to the maximum; pairs that
+// name a GPU twice or one that is not there give 0, never a panic.
+func TestPathLinkGBpsCrafted(t *testing.T) {
+	g4 := selftest.Link{CurrentSpeed: "16.0 GT/s PCIe", MaxSpeed: "16.0 GT/s PCIe", CurrentWidth: 16, MaxWidth: 16}
+	res := func(a, b selftest.Link, pairs ...selftest.Pair) *Result {
+		return &Result{GPUs: []selftest.GPU{{BDF: "0000:01:00.0", Link: a}, {BDF: "0000:02:00.0", Link: b}}, Pairs: pairs}
+	}
+	ok := selftest.Pair{A: 0, B: 1}
+	if got := PathLinkGBps(res(g4, selftest.Link{CurrentSpeed: "Unknown", MaxSpeed: "Unknown"}, ok), 0, 1); math.Abs(got-gen4x16) > 1e-3 {
+		t.Errorf("second GPU's link unknown: %.3f, want the first's %.3f", got, gen4x16)
+	}
+	noWidth := selftest.Link{CurrentSpeed: "16.0 GT/s PCIe", MaxSpeed: "16.0 GT/s PCIe", MaxWidth: 8}
+	if got := PathLinkGBps(res(noWidth, g4, ok), 0, 1); math.Abs(got-15.7538) > 1e-3 {
+		t.Errorf("current width unread, max x8: %.3f, want 15.754 (x8)", got)
+	}
+	bad := res(g4, g4, selftest.Pair{A: 0, B: 0}, selftest.Pair{A: -1, B: 1}, selftest.Pair{A: 0, B: 2})
+	for _, c := range [][2]int{{0, 0}, {-1, 1}, {1, -1}, {2, 0}, {0, 2}} {
+		if got := PathLinkGBps(bad, c[0], c[1]); got != 0 {
+			t.Errorf("PathLinkGBps(%d, %d) over pairs naming missing GPUs = %v, want 0", c[0], c[1], got)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestKernelPTX(t *testing.T) {
@@ -102,8 +103,18 @@ func TestDefaults(t *testing.T) {
 	if o.Lib != "libcuda.so.1" || o.CopyBytes != 992 || o.Warmup != 0 || o.Loops != 16 || o.Samples != 3 || o.HighMemFakeBAR1 != 32<<30 {
 		t.Errorf("defaults: %+v", o)
 	}
-	if o := (Options{}).withDefaults(); o.CopyBytes != 256<<20 || o.Warmup != 4 {
+	if o := (Options{}).withDefaults(); o.CopyBytes != 256<<20 || o.Warmup != 4 || o.SpinTimeout != 10*time.Second ||
+		o.LatencyWrites != 100 || o.LatencySamples != 9 {
 		t.Errorf("defaults: %+v", o)
+	}
+	// Below one 16-byte vector, a copy is one vector: never zero bytes.
+	if o := (Options{CopyBytes: 15}).withDefaults(); o.CopyBytes != 16 {
+		t.Errorf("CopyBytes 15: %d, want 16", o.CopyBytes)
+	}
+	// Values given are kept.
+	o = Options{CopyBytes: 4096, Warmup: 2, Loops: 5, Samples: 7, SpinTimeout: time.Second, LatencyWrites: 3, LatencySamples: 1, HighMemFakeBAR1: 1 << 30}.withDefaults()
+	if o.CopyBytes != 4096 || o.Warmup != 2 || o.Loops != 5 || o.Samples != 7 || o.SpinTimeout != time.Second || o.LatencyWrites != 3 || o.LatencySamples != 1 || o.HighMemFakeBAR1 != 1<<30 {
+		t.Errorf("given values: %+v", o)
 	}
 }
 

@@ -3,12 +3,14 @@ package cuda_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/peerboot/peerboot/selftest"
 	"github.com/peerboot/peerboot/selftest/cuda"
@@ -339,5 +341,21 @@ func TestHighMemForceOverFake(t *testing.T) {
 	want := []string{"GPU 1 BAR1 1073741824 VRAM 3221225472", "GPU 0 BAR1 2147483648 VRAM 4294967296", "GPU 2 BAR1 2147483648 VRAM 3221225472"}
 	if !slices.Equal(got, want) {
 		t.Errorf("high-memory probes\n%v\nwant\n%v", got, want)
+	}
+}
+
+// The spin gate that holds every stream until all copies are queued gives up after
+// SpinTimeout: the kernel counts GPU clocks, so it must be handed SpinTimeout in that
+// GPU's clocks (cuDeviceGetAttribute's clock rate), each GPU its own.
+func TestSpinTimeoutInClocksOverFake(t *testing.T) {
+	box := gpufake.New(gpufake.FakeConfig{GPUs: []gpufake.FakeGPU{{ClockKHz: 1500000}, {ClockKHz: 2000000}}})
+	_, err := cuda.Run(context.Background(), cuda.Options{Library: box.CUDA(), CopyBytes: 4096, Loops: 1, Samples: 1,
+		SpinTimeout: 2500 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("cuda.Run: %v", err)
+	}
+	// 1.5 GHz x 2.5 s and 2 GHz x 2.5 s.
+	if want := map[int]uint64{0: 3750000000, 1: 5000000000}; !maps.Equal(box.SpinClocks, want) {
+		t.Errorf("spin timeouts %v clocks, want %v", box.SpinClocks, want)
 	}
 }

@@ -270,6 +270,7 @@ var emulations = map[string]*emulation{
 			return cudaErrorIllegalAddress
 		}
 		w := (*[2]uint32)(unsafe.Pointer(&h.b[a[0]-h.addr()]))
+		b.SpinClocks[g] = a[1]
 		if atomic.LoadUint32(&w[0]) == 0 {
 			atomic.StoreUint32(&w[1], 1)
 		}

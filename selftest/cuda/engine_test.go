@@ -53,7 +53,8 @@ func TestCopiesOverFake(t *testing.T) {
 	}
 	link := func(src, dst int) float64 { return float64(100 + 10*src + dst) }
 	const bytes = 64 << 10
-	r, err := cuda.Run(context.Background(), cuda.Options{Library: gpufake.New(cfg).CUDA(), CopyBytes: bytes,
+	box := gpufake.New(cfg)
+	r, err := cuda.Run(context.Background(), cuda.Options{Library: box.CUDA(), CopyBytes: bytes,
 		Loops: 5, Samples: 4, Warmup: 2, Verify: true, SM: true, Bidir: true, LinkGBps: link})
 	if err != nil {
 		t.Fatalf("cuda.Run: %v", err)
@@ -73,6 +74,11 @@ func TestCopiesOverFake(t *testing.T) {
 	peers(0, 1)
 	want = append(want, "0->2 ce write", "2->0 ce write") // refused
 	peers(1, 2)
+	// Peer access is asked for only where the driver allows it both ways: 0-1 and
+	// 1-2, in both directions, once for the copies and once for the latencies.
+	if n := box.Calls("cuCtxEnablePeerAccess"); n != 8 {
+		t.Errorf("cuCtxEnablePeerAccess called %d times, want 8 (never for 0-2)", n)
+	}
 	var got []string
 	for _, c := range r.Copies {
 		got = append(got, key(c))
@@ -357,5 +363,61 @@ func TestSpinTimeoutInClocksOverFake(t *testing.T) {
 	// 1.5 GHz x 2.5 s and 2 GHz x 2.5 s.
 	if want := map[int]uint64{0: 3750000000, 1: 5000000000}; !maps.Equal(box.SpinClocks, want) {
 		t.Errorf("spin timeouts %v clocks, want %v", box.SpinClocks, want)
+	}
+}
+
+// nvbandwidth's shape: each sample queues Warmup copies and then Loops timed ones
+// (Warmup -1: none), and each latency sample LatencyWrites writes; the driver is
+// asked for exactly those copies, no more.
+func TestCopyCountsOverFake(t *testing.T) {
+	for _, tc := range []struct {
+		warmup, want int
+	}{
+		{3, 2*(3+5) + 2*7},
+		{-1, 2*5 + 2*7},
+	} {
+		box := gpufake.New(gpufake.FakeConfig{GPUs: make([]gpufake.FakeGPU, 1)})
+		r, err := cuda.Run(context.Background(), cuda.Options{Library: box.CUDA(), CopyBytes: 4096, Verify: true,
+			Warmup: tc.warmup, Loops: 5, Samples: 2, LatencyWrites: 7, LatencySamples: 2})
+		if err != nil {
+			t.Fatalf("Warmup %d: cuda.Run: %v", tc.warmup, err)
+		}
+		if len(r.Copies) != 1 || !r.Copies[0].Verified || len(r.Latencies) != 1 || !r.Latencies[0].Verified {
+			t.Errorf("Warmup %d: copies %+v, latencies %+v", tc.warmup, r.Copies, r.Latencies)
+		}
+		if n := box.Calls("cuMemcpyAsync"); n != tc.want {
+			t.Errorf("Warmup %d: %d copies queued, want %d", tc.warmup, n, tc.want)
+		}
+	}
+}
+
+// A failure that stops the phase is Run's error, in the result too, reported as
+// itself: building the copy buffers, or giving back peer access or memory at the end;
+// when both fail, the first, which stopped the phase, not the clean-up's.
+func TestPhaseFailuresOverFake(t *testing.T) {
+	code := func(call string, nth int) gpufake.Fault {
+		return gpufake.Fault{Kind: gpufake.FaultCode, Call: call, Code: 2, Nth: nth}
+	}
+	for _, tc := range []struct {
+		faults []gpufake.Fault
+		want   string
+		exact  bool // the error is that call's alone, no clean-up noise beside it
+	}{
+		// GPU 0's stream is made, GPU 1's is not.
+		{[]gpufake.Fault{code("cuStreamCreate", 2)}, "cuStreamCreate on GPU 1: CUDA_ERROR_OUT_OF_MEMORY", true},
+		{[]gpufake.Fault{code("cuMemHostAlloc", 1)}, "cuMemHostAlloc(64 B): CUDA_ERROR_OUT_OF_MEMORY", true},
+		{[]gpufake.Fault{code("cuCtxDisablePeerAccess", 1)}, "cuCtxDisablePeerAccess(GPU 0 -> GPU 1): CUDA_ERROR_OUT_OF_MEMORY", false},
+		{[]gpufake.Fault{code("cuMemFree_v2", 1)}, "cuMemFree_v2 on GPU 0: CUDA_ERROR_OUT_OF_MEMORY", false},
+		{[]gpufake.Fault{code("cuCtxDisablePeerAccess", 1), code("cuMemFree_v2", 1)}, "cuCtxDisablePeerAccess(GPU 0 -> GPU 1): CUDA_ERROR_OUT_OF_MEMORY", true},
+	} {
+		box := gpufake.New(gpufake.FakeConfig{GPUs: make([]gpufake.FakeGPU, 2), Faults: tc.faults})
+		r, err := cuda.Run(context.Background(), cuda.Options{Library: box.CUDA(), CopyBytes: 4096, Loops: 1, Samples: 1, Verify: true})
+		if err == nil || r == nil {
+			t.Errorf("%+v: Run succeeded", tc.faults)
+			continue
+		}
+		if got := err.Error(); (tc.exact && got != tc.want) || !strings.Contains(got, tc.want) || r.CUDA.Error != got {
+			t.Errorf("%+v: error %q, result's %q, want %q", tc.faults, got, r.CUDA.Error, tc.want)
+		}
 	}
 }

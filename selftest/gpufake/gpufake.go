@@ -220,6 +220,10 @@ func New(cfg FakeConfig) *FakeBox {
 	return b
 }
 
+// Calls is how many times the FAKE entry point name (e.g. "cuMemcpyAsync") was
+// called so far, failed calls included: for tests of how often the driver is asked.
+func (b *FakeBox) Calls(name string) int { return b.calls[name] }
+
 // fault returns the code an entry point should fail with, or 0.
 func (b *FakeBox) fault(call string) int32 {
 	b.calls[call]++

@@ -421,3 +421,26 @@ func TestPhaseFailuresOverFake(t *testing.T) {
 		}
 	}
 }
+
+// A soak runs the phase thousands of times in one process: each Run must give back
+// every buffer, pinned host page, stream, event, module and context it took, also
+// after the high-memory probe and after a failure.
+func TestRunReleasesEverythingOverFake(t *testing.T) {
+	for _, faults := range [][]gpufake.Fault{
+		nil,
+		{{Kind: gpufake.FaultFlip, Copy: "0->1"}},
+		{{Kind: gpufake.FaultCode, Call: "cuStreamCreate", Code: 2, Nth: 2}},
+	} {
+		box := gpufake.New(gpufake.FakeConfig{GPUs: []gpufake.FakeGPU{{MemBytes: 4 << 30}, {MemBytes: 4 << 30}}, Faults: faults})
+		_, err := cuda.Run(context.Background(), cuda.Options{Library: box.CUDA(), CopyBytes: 4096, Loops: 1, Samples: 1, Verify: true,
+			SM: true, Bidir: true, HighMemForce: true, HighMemFakeBAR1: 1 << 30})
+		if (err != nil) != (len(faults) > 0 && faults[0].Kind == gpufake.FaultCode) {
+			t.Errorf("%+v: Run: %v", faults, err)
+		}
+		for what, n := range box.Held() {
+			if n != 0 {
+				t.Errorf("%+v: after Run the driver still holds %d %s", faults, n, what)
+			}
+		}
+	}
+}

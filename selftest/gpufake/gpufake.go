@@ -224,6 +224,18 @@ func New(cfg FakeConfig) *FakeBox {
 // called so far, failed calls included: for tests of how often the driver is asked.
 func (b *FakeBox) Calls(name string) int { return b.calls[name] }
 
+// Held counts what the FAKE driver still holds for its caller: device allocations,
+// pinned host allocations, streams, events, loaded modules and primary-context
+// retains. A caller that gave everything back leaves all of them 0.
+func (b *FakeBox) Held() map[string]int {
+	retained := 0
+	for _, n := range b.retain {
+		retained += n
+	}
+	return map[string]int{"device memory": len(b.allocs), "host memory": len(b.host), "streams": len(b.streams),
+		"events": len(b.events), "modules": len(b.modules), "contexts": retained}
+}
+
 // fault returns the code an entry point should fail with, or 0.
 func (b *FakeBox) fault(call string) int32 {
 	b.calls[call]++

@@ -327,3 +327,57 @@ func TestOverlayRunsListedMutants(t *testing.T) {
 		t.Fatalf("tally %+v", s)
 	}
 }
+
+// A mutant that hangs times out, and its test binary dies with go test: the
+// timeout kills go test's whole process group. Killing go test alone left the
+// binary spinning until its own 10-minute timeout, slowing every later mutant.
+func TestTimedOutMutantLeavesNoTestBinary(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"go.mod":            "module example.com/m\n\ngo 1.24\n",
+		"hang/hang.go":      "package hang\n\nfunc Count(n int) int {\n\tc := 0\n\tfor i := 0; i < n; i++ {\n\t\tc++\n\t}\n\treturn c\n}\n",
+		"hang/hang_test.go": "package hang\n\nimport (\n\t\"os\"\n\t\"testing\"\n)\n\nfunc TestCount(t *testing.T) {\n\tos.WriteFile(os.Getenv(\"HANG_MARK\"), []byte(\"started\"), 0o644)\n\tif Count(3) != 3 {\n\t\tt.Fatal(\"wrong\")\n\t}\n}\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mark := filepath.Join(t.TempDir(), "started")
+	t.Setenv("HANG_MARK", mark)
+	t.Chdir(dir)
+	// i++ made i--: the loop never ends.
+	m := Mutant{Pkg: "hang", File: "hang.go", Type: "INCREMENT_DECREMENT", Status: "NOT COVERED", Line: 5, Col: 22, Source: "for i := 0; i < n; i++ {"}
+	status, err := recheck(Package{Path: "hang"}, m, "-short", 15*time.Second)
+	if err != nil || status != "TIMED OUT" {
+		t.Fatalf("the hanging mutant: %q, %v; want TIMED OUT", status, err)
+	}
+	if _, err := os.Stat(mark); err != nil {
+		t.Fatalf("the test binary never started within the timeout (a loaded machine?): %v", err)
+	}
+	if pids := processesNamed(t, "hang.test"); len(pids) > 0 {
+		t.Fatalf("the timed-out mutant's test binary still runs: pids %v", pids)
+	}
+}
+
+// processesNamed lists the pids whose command line starts with a path ending in name.
+func processesNamed(t *testing.T, name string) []string {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []string
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if arg0, _, _ := strings.Cut(string(b), "\x00"); strings.HasSuffix(arg0, "/"+name) {
+			pids = append(pids, filepath.Base(filepath.Dir(p)))
+		}
+	}
+	return pids
+}

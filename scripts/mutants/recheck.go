@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -119,6 +120,13 @@ func recheck(p Package, m Mutant, goflags string, timeout time.Duration) (string
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "test", "-failfast", "-count=1", "-overlay", ov, pkgDir)
 	cmd.Env = append(os.Environ(), "GOFLAGS="+goflags)
+	// A timed-out mutant's test binary is go test's child: killing go test
+	// alone left it spinning until its own 10-minute timeout, slowing every
+	// later mutant on the machine (and timing some out falsely). So go test
+	// runs in a process group of its own, and the timeout kills the group.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	switch {

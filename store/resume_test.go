@@ -149,53 +149,71 @@ func TestCommitKeepsLinkedMidstates(t *testing.T) {
 }
 
 // A disk image has far more extents than one FIEMAP call returns (256): the
-// map must go on past the first batch, across holes of any length, or the
-// chunks beyond it look like holes in both files and count as equal unread.
-// Here the base's first chunk holds 300 small extents, then a hole, then
-// data from 5 MiB on; the new file is its clone with a byte changed at 6 MiB
-// (in chunk 1, behind the hole): the commit must see the change. Chunk 0,
-// its extents all the base's, still counts as shared.
+// map must go on past each batch, from the end of its last extent, across
+// holes of any length, or the chunks beyond look like holes in both files
+// and count as equal unread. Each base below has over 256 extents in chunk
+// 0, a hole, then data from 5 or 6 MiB on; the new file is its reflink clone
+// with one byte changed in chunk 1, behind the hole: the commit must see the
+// change. Chunk 0, its extents all the base's, still counts as shared.
 func TestCommitSeesChangesPastManyExtents(t *testing.T) {
 	mnt := xfstest.Mount(t, 512<<20)
-	root, err := os.MkdirTemp(mnt, "store-")
-	if err != nil {
-		t.Fatal(err)
-	}
 	rng := rand.New(rand.NewSource(5))
-	old := make([]byte, 2*midChunk+1000)
-	for i := range 300 { // 4 KiB of data, 4 KiB of hole
-		rng.Read(old[i*8192 : i*8192+4096])
+	small := func(b []byte, n int) { // n extents: 4 KiB of data, 4 KiB of hole
+		for i := range n {
+			rng.Read(b[i*8192 : i*8192+4096])
+		}
 	}
-	rng.Read(old[5<<20:])
-	st, _ := Open(root)
-	k1, k2 := "image-"+strings.Repeat("1", 64), "image-"+strings.Repeat("2", 64)
-	dir, _ := st.NewScratch("t")
-	writeBlocks(t, filepath.Join(dir, "disk.img"), old)
-	if err := st.CommitOutput(k1, dir); err != nil {
-		t.Fatal(err)
-	}
-	basePath := filepath.Join(st.OutputDir(k1), "disk.img")
-	if n := dataRuns(t, basePath); n < 300 {
-		t.Fatalf("the base has %d runs of data, want over 256", n)
-	}
-	edited := bytes.Clone(old)
-	edited[6<<20] ^= 1
-	dir, _ = st.NewScratch("t")
-	cloneAndEdit(t, filepath.Join(dir, "disk.img"), basePath, old, edited)
-	// Chunk 0 is the base's own 300 extents in the clone: equal unread.
-	nf, _ := os.Open(filepath.Join(dir, "disk.img"))
-	bf, _ := os.Open(basePath)
-	if !newSharedMap(nf, bf).same(0, midChunk) {
-		t.Error("chunk 0 of the clone does not count as the base's own blocks")
-	}
-	nf.Close()
-	bf.Close()
-	var log bytes.Buffer
-	if err := st.CommitOutputWith(k2, dir, CommitOptions{Base: k1, Log: &log}); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := recordedSum(t, st, k2, "disk.img"), sumOf(edited); got != want {
-		t.Errorf("MANIFEST records %s, the file's sha256 is %s (log %q)", got, want, log.String())
+	for _, c := range []struct {
+		name string
+		base func(b []byte)
+		runs int // runs of data in the base, at least
+		edit int
+	}{
+		{"300 small extents, a hole, data", func(b []byte) { small(b, 300); rng.Read(b[5<<20:]) }, 301, 6 << 20},
+		// The 256th extent (the first batch's last) is longer than its offset.
+		{"255 small extents, a 3 MiB extent, a hole, data", func(b []byte) {
+			small(b, 255)
+			rng.Read(b[2<<20 : 5<<20])
+			rng.Read(b[6<<20:])
+		}, 257, 6<<20 + 5},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root, err := os.MkdirTemp(mnt, "store-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			old := make([]byte, 2*midChunk+1000)
+			c.base(old)
+			st, _ := Open(root)
+			k1, k2 := "image-"+strings.Repeat("1", 64), "image-"+strings.Repeat("2", 64)
+			dir, _ := st.NewScratch("t")
+			writeBlocks(t, filepath.Join(dir, "disk.img"), old)
+			if err := st.CommitOutput(k1, dir); err != nil {
+				t.Fatal(err)
+			}
+			basePath := filepath.Join(st.OutputDir(k1), "disk.img")
+			if n := dataRuns(t, basePath); n < c.runs {
+				t.Fatalf("the base has %d runs of data, want %d", n, c.runs)
+			}
+			edited := bytes.Clone(old)
+			edited[c.edit] ^= 1
+			dir, _ = st.NewScratch("t")
+			cloneAndEdit(t, filepath.Join(dir, "disk.img"), basePath, old, edited)
+			nf, _ := os.Open(filepath.Join(dir, "disk.img"))
+			bf, _ := os.Open(basePath)
+			if !newSharedMap(nf, bf).same(0, midChunk) {
+				t.Error("chunk 0 of the clone does not count as the base's own blocks")
+			}
+			nf.Close()
+			bf.Close()
+			var log bytes.Buffer
+			if err := st.CommitOutputWith(k2, dir, CommitOptions{Base: k1, Log: &log}); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := recordedSum(t, st, k2, "disk.img"), sumOf(edited); got != want {
+				t.Errorf("MANIFEST records %s, the file's sha256 is %s (log %q)", got, want, log.String())
+			}
+		})
 	}
 }
 

@@ -174,10 +174,10 @@ type facts struct {
 
 func (s *Server) facts(in *incoming) facts {
 	var f facts
+	// receive already made in.recipe the build's own where this server knows
+	// the build (buildRecipe: a token it issued, or the catalogue), so a
+	// report's body cannot name the rollout it votes in.
 	f.vote.Recipe = in.recipe
-	if b := s.opt.Builds.ByID(in.buildID); in.buildID != "" && b != nil {
-		f.vote.Recipe = b.Recipe
-	}
 	f.vote.Policy, f.vote.HasPolicy = s.opt.Inventory.Policy(f.vote.Recipe)
 	mac, err := NormalizeMAC(in.node)
 	if err != nil {

@@ -52,8 +52,10 @@ func TestCksumMatchesPOSIX(t *testing.T) {
 	}
 }
 
-func TestUnpackTakesExactlyTheImageFiles(t *testing.T) {
-	want := []string{
+// imageFiles is what Unpack takes from nvruntest's installer, sorted: kind,
+// name, mode (or link target).
+func imageFiles() []string {
+	return []string{
 		"binary nvidia-smi 755",
 		"firmware gsp_ga10x.bin 644",
 		"firmware gsp_tu10x.bin 644",
@@ -64,6 +66,10 @@ func TestUnpackTakesExactlyTheImageFiles(t *testing.T) {
 		"link libnvidia-ml.so.1 -> libnvidia-ml.so." + v,
 		"link libnvidia-ptxjitcompiler.so.1 -> libnvidia-ptxjitcompiler.so." + v,
 	}
+}
+
+func TestUnpackTakesExactlyTheImageFiles(t *testing.T) {
+	want := imageFiles()
 	for _, comp := range []string{"xz", "zstd", "gzip"} {
 		t.Run(comp, func(t *testing.T) {
 			b := build(t, nvruntest.Spec{Compression: comp})

@@ -33,17 +33,7 @@ func TestTakeEdges(t *testing.T) {
 	head := strings.Join(strings.SplitAfter(base, "\n")[:8], "")
 	entries := strings.TrimPrefix(base, head)
 	smi := "nvidia-smi 0755 UTILITY_BINARY MODULE:nvml\n"
-	want := strings.Join([]string{
-		"binary nvidia-smi 755",
-		"firmware gsp_ga10x.bin 644",
-		"firmware gsp_tu10x.bin 644",
-		"lib libcuda.so." + v + " 755",
-		"lib libnvidia-ml.so." + v + " 755",
-		"lib libnvidia-ptxjitcompiler.so." + v + " 755",
-		"link libcuda.so.1 -> libcuda.so." + v,
-		"link libnvidia-ml.so.1 -> libnvidia-ml.so." + v,
-		"link libnvidia-ptxjitcompiler.so.1 -> libnvidia-ptxjitcompiler.so." + v,
-	}, "\n")
+	want := strings.Join(imageFiles(), "\n")
 	have := map[string]staged{}
 	for p := range nvruntest.Default(v) {
 		have[p] = staged{path: "/staged/" + p, size: 1}

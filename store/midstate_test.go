@@ -17,7 +17,11 @@ import (
 )
 
 // writeSparse writes b to path, leaving every all-zero 64 KiB block a hole.
-func writeSparse(t *testing.T, path string, b []byte) {
+func writeSparse(t *testing.T, path string, b []byte) { writeHoles(t, 64<<10, path, b) }
+
+// writeHoles writes b to path, leaving every all-zero block of blk bytes a
+// hole, and syncs it (FIEMAP then sees its extents).
+func writeHoles(t *testing.T, blk int, path string, b []byte) {
 	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {
@@ -27,7 +31,6 @@ func writeSparse(t *testing.T, path string, b []byte) {
 	if err := f.Truncate(int64(len(b))); err != nil {
 		t.Fatal(err)
 	}
-	const blk = 64 << 10
 	for off := 0; off < len(b); off += blk {
 		c := b[off:min(off+blk, len(b))]
 		if !bytes.Equal(c, make([]byte, len(c))) {
@@ -35,6 +38,9 @@ func writeSparse(t *testing.T, path string, b []byte) {
 				t.Fatal(err)
 			}
 		}
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
 	}
 }
 

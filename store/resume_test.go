@@ -187,7 +187,7 @@ func TestCommitSeesChangesPastManyExtents(t *testing.T) {
 			st, _ := Open(root)
 			k1, k2 := "image-"+strings.Repeat("1", 64), "image-"+strings.Repeat("2", 64)
 			dir, _ := st.NewScratch("t")
-			writeBlocks(t, filepath.Join(dir, "disk.img"), old)
+			writeHoles(t, 4096, filepath.Join(dir, "disk.img"), old)
 			if err := st.CommitOutput(k1, dir); err != nil {
 				t.Fatal(err)
 			}
@@ -214,31 +214,6 @@ func TestCommitSeesChangesPastManyExtents(t *testing.T) {
 				t.Errorf("MANIFEST records %s, the file's sha256 is %s (log %q)", got, want, log.String())
 			}
 		})
-	}
-}
-
-// writeBlocks writes b to path, leaving every all-zero 4 KiB block a hole.
-func writeBlocks(t *testing.T, path string, b []byte) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Truncate(int64(len(b))); err != nil {
-		t.Fatal(err)
-	}
-	const blk = 4096
-	for off := 0; off < len(b); off += blk {
-		c := b[off:min(off+blk, len(b))]
-		if !bytes.Equal(c, make([]byte, len(c))) {
-			if _, err := f.WriteAt(c, int64(off)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -281,7 +256,7 @@ func TestSparseFileReadsAndHoles(t *testing.T) {
 		}
 	}
 	path := filepath.Join(t.TempDir(), "f")
-	writeBlocks(t, path, b)
+	writeHoles(t, 4096, path, b)
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)

@@ -110,6 +110,13 @@ func planFixture(t *testing.T) (dir string, write func(name, body string)) {
 // the tools, with inputs resolved as unpinned and st the store (nil: none).
 func fixturePlan(t *testing.T, dir string, st *store.Store) *Plan {
 	t.Helper()
+	p, _ := fixturePlanInputs(t, dir, st)
+	return p
+}
+
+// fixturePlanInputs is fixturePlan and the inputs it resolved.
+func fixturePlanInputs(t *testing.T, dir string, st *store.Store) (*Plan, []lock.Input) {
+	t.Helper()
 	r, err := recipe.Load(filepath.Join(dir, "t.toml"))
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +129,7 @@ func fixturePlan(t *testing.T, dir string, st *store.Store) *Plan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return p, ins
 }
 
 // Which stages a change re-runs: the keys are the whole story.

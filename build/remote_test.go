@@ -17,7 +17,6 @@ import (
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/internal/registrytest"
 	"github.com/peerboot/peerboot/lock"
-	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/stagecache"
 	"github.com/peerboot/peerboot/store"
 )
@@ -31,18 +30,7 @@ func remoteFixture(t *testing.T, source []byte) (*Plan, []lock.Input, func(withI
 	sum := sha256.Sum256(source)
 	body, _ := os.ReadFile(filepath.Join(dir, "t.toml"))
 	write("t.toml", strings.Replace(string(body), strings.Repeat("a", 64), hex.EncodeToString(sum[:]), 1))
-	r, err := recipe.Load(filepath.Join(dir, "t.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ins, un, err := lock.Inputs(r, nil, func(string) (string, error) { return "", nil })
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := MakePlan(readData(t, r, Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")}), ins, un, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, ins := fixturePlanInputs(t, dir, nil)
 	newStore := func(withInput bool) *store.Store {
 		st, err := store.Open(t.TempDir())
 		if err != nil {

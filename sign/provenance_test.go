@@ -27,6 +27,12 @@ func TestVerifyComparesProvenance(t *testing.T) {
 			st.Subject[0].Digest["sha256"] = strings.Repeat("ab", 32)
 		}, "has digest map[sha256:abab"},
 		{"subject missing", func(st *Statement) { st.Subject = st.Subject[1:] }, "lacks subject"},
+		{"subject twice", func(st *Statement) { st.Subject = append(st.Subject, st.Subject[0]) }, "subject manifest.json appears twice"},
+		// The right sha256 beside a digest verify cannot check is still refused:
+		// a consumer may trust the other one.
+		{"subject with a second digest", func(st *Statement) {
+			st.Subject[0].Digest["sha512"] = strings.Repeat("ef", 64)
+		}, "subject manifest.json has digest map[sha256:"},
 		{"subject not in SHA256SUMS", func(st *Statement) {
 			st.Subject = append(st.Subject, ResourceDescriptor{Name: "extra.img", Digest: map[string]string{"sha256": strings.Repeat("cd", 32)}})
 		}, "subject extra.img is not listed in SHA256SUMS"},

@@ -99,6 +99,9 @@ func TestVerifyNamesWhatIsWrong(t *testing.T) {
 				"verify: SHA256SUMS: signature OK (Ed25519)",
 				"verify: 5 files hashed against SHA256SUMS",
 				"verify: provenance.intoto.jsonl: DSSE signature OK, 5 subjects",
+				// What it did not check, it says too.
+				"verify: no db certificate given: Authenticode signatures not checked",
+				"verify: no module certificate given: module signatures not checked",
 			} {
 				if !strings.Contains(log.String(), want) {
 					t.Errorf("log of a clean verify lacks %q:\n%s", want, log.String())
@@ -293,4 +296,87 @@ func TestSignRebuildsISO(t *testing.T) {
 			t.Errorf("Verify = %v, want one %s problem", err, output.ISOFile)
 		}
 	})
+}
+
+// The db and module certificates are given as --key is: a plain path,
+// file:PATH or env:VAR (the variable holding the PEM). Each form checks the
+// same signatures; a reference that cannot be loaded stops verify with an
+// error, not a pass. With a db certificate, an output listing no .efi at all
+// is refused: there was nothing to check it against.
+func TestVerifyCertificateReferences(t *testing.T) {
+	needTool(t, "sbsign")
+	ctx := context.Background()
+	dir := writeSynthetic(t, false)
+	if err := SignOutput(ctx, dir, signOpts(ArtifactKeyFile)); err != nil {
+		t.Fatal(err)
+	}
+	db, mod := filepath.Join(testKeys, DBCertFile), filepath.Join(testKeys, ModuleCertFile)
+	t.Setenv("PEERBOOT_TEST_DB_CERT", string(read(t, testKeys, DBCertFile)))
+	t.Setenv("PEERBOOT_TEST_SNAKEOIL", string(read(t, filepath.Dir(snakeoilCert), filepath.Base(snakeoilCert))))
+	for _, c := range []struct{ ref, want string }{
+		{db, ""},
+		{"file:" + db, ""},
+		{"env:PEERBOOT_TEST_DB_CERT", ""},
+		{"file:" + snakeoilCert, "peerboot.efi: Authenticode signature does not verify"},
+		{"env:PEERBOOT_TEST_SNAKEOIL", "peerboot.efi: Authenticode signature does not verify"},
+	} {
+		vo := verifyOpts(ArtifactPubFile)
+		vo.DBCert = c.ref
+		var log bytes.Buffer
+		vo.Log = &log
+		err := Verify(ctx, dir, vo)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("db certificate %s: %v", c.ref, err)
+		case c.want == "" && !strings.Contains(log.String(), "verify: peerboot.efi: Authenticode signature OK"):
+			t.Errorf("db certificate %s: the log does not report the check:\n%s", c.ref, log.String())
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("db certificate %s: Verify = %v, want %q", c.ref, err, c.want)
+		}
+	}
+	// The module certificate, in each form, reaches the initramfs check (the
+	// synthetic initrd.img is no cpio archive, so that check refuses it).
+	for _, ref := range []string{mod, "file:" + mod} {
+		vo := verifyOpts(ArtifactPubFile)
+		vo.ModuleCert = ref
+		err := Verify(ctx, dir, vo)
+		var ve *VerifyError
+		if !errors.As(err, &ve) || !names(ve, "pxe/initrd.img") {
+			t.Errorf("module certificate %s: Verify = %v, want a pxe/initrd.img problem", ref, err)
+		}
+	}
+	for _, vo := range []VerifyOptions{
+		{Key: filepath.Join(testKeys, ArtifactPubFile), DBCert: "file:" + filepath.Join(t.TempDir(), "absent.crt")},
+		{Key: filepath.Join(testKeys, ArtifactPubFile), ModuleCert: "env:PEERBOOT_TEST_UNSET_CERT"},
+	} {
+		err := Verify(ctx, dir, vo)
+		var ve *VerifyError
+		if err == nil || errors.As(err, &ve) {
+			t.Errorf("an unloadable certificate (%+v): Verify = %v, want it to stop with an error", vo, err)
+		}
+	}
+	// Nothing to check against the db certificate.
+	plain := writeSynthetic(t, false)
+	sums, err := output.ParseSums(read(t, plain, output.SumsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept []output.Sum
+	for _, s := range sums {
+		if s.Path != output.UKIFile {
+			kept = append(kept, s)
+		}
+	}
+	write(t, plain, output.SumsFile, output.FormatSums(kept))
+	o := signOpts(ArtifactKeyFile)
+	o.DBKey, o.DBCert = "", ""
+	if err := SignOutput(ctx, plain, o); err != nil {
+		t.Fatal(err)
+	}
+	err = Verify(ctx, plain, verifyOpts(ArtifactPubFile))
+	var ve *VerifyError
+	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].File != output.SumsFile ||
+		ve.Problems[0].What != "lists no .efi file to check against the db certificate" {
+		t.Errorf("Verify = %v, want one %s problem: no .efi", err, output.SumsFile)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -262,6 +263,33 @@ func TestSignRebuildsISO(t *testing.T) {
 			t.Errorf("the check copy is left behind: %v", err)
 		}
 	})
+	// Consistently listed and signed (no db key, so no rebuild), an ISO that
+	// boots another UKI, or none, is refused by verify.
+	for _, c := range []struct {
+		name string
+		iso  []byte
+		what string
+	}{
+		{"verify: another UKI", iso(t, minimalPE(8)), "its UEFI boot image holds a UKI with sha256 " + fmt.Sprintf("%x", sha256.Sum256(minimalPE(8))) + ", not peerboot.efi's"},
+		{"verify: no ISO", bytes.Repeat([]byte{0x5a}, 64<<10), "reading its UKI: "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := writeSyntheticWith(t, false, map[string][]byte{output.ISOFile: c.iso})
+			o := signOpts(ArtifactKeyFile)
+			o.DBKey, o.DBCert = "", ""
+			if err := SignOutput(ctx, dir, o); err != nil {
+				t.Fatal(err)
+			}
+			vo := verifyOpts(ArtifactPubFile)
+			vo.DBCert = ""
+			err := Verify(ctx, dir, vo)
+			var ve *VerifyError
+			if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].File != output.ISOFile ||
+				!strings.HasPrefix(ve.Problems[0].What, c.what) {
+				t.Errorf("Verify = %v, want one %s problem: %s", err, output.ISOFile, c.what)
+			}
+		})
+	}
 	t.Run("without the UKI", func(t *testing.T) {
 		dir := writeSyntheticWith(t, false, map[string][]byte{output.ISOFile: iso(t, minimalPE(7))})
 		sums, err := output.ParseSums(read(t, dir, output.SumsFile))

@@ -339,14 +339,14 @@ func TestVerifyCertificateReferences(t *testing.T) {
 		t.Fatal(err)
 	}
 	db, mod := filepath.Join(testKeys, DBCertFile), filepath.Join(testKeys, ModuleCertFile)
-	t.Setenv("PEERBOOT_TEST_DB_CERT", string(read(t, testKeys, DBCertFile)))
-	t.Setenv("PEERBOOT_TEST_SNAKEOIL", string(read(t, filepath.Dir(snakeoilCert), filepath.Base(snakeoilCert))))
+	t.Setenv("SIGN_TEST_DB_CERT", string(read(t, testKeys, DBCertFile)))
+	t.Setenv("SIGN_TEST_SNAKEOIL", string(read(t, filepath.Dir(snakeoilCert), filepath.Base(snakeoilCert))))
 	for _, c := range []struct{ ref, want string }{
 		{db, ""},
 		{"file:" + db, ""},
-		{"env:PEERBOOT_TEST_DB_CERT", ""},
+		{"env:SIGN_TEST_DB_CERT", ""},
 		{"file:" + snakeoilCert, "peerboot.efi: Authenticode signature does not verify"},
-		{"env:PEERBOOT_TEST_SNAKEOIL", "peerboot.efi: Authenticode signature does not verify"},
+		{"env:SIGN_TEST_SNAKEOIL", "peerboot.efi: Authenticode signature does not verify"},
 	} {
 		vo := verifyOpts(ArtifactPubFile)
 		vo.DBCert = c.ref
@@ -375,7 +375,7 @@ func TestVerifyCertificateReferences(t *testing.T) {
 	}
 	for _, vo := range []VerifyOptions{
 		{Key: filepath.Join(testKeys, ArtifactPubFile), DBCert: "file:" + filepath.Join(t.TempDir(), "absent.crt")},
-		{Key: filepath.Join(testKeys, ArtifactPubFile), ModuleCert: "env:PEERBOOT_TEST_UNSET_CERT"},
+		{Key: filepath.Join(testKeys, ArtifactPubFile), ModuleCert: "env:SIGN_TEST_UNSET_CERT"},
 	} {
 		err := Verify(ctx, dir, vo)
 		var ve *VerifyError

@@ -180,7 +180,7 @@ func TestValueFollowsTheIndex(t *testing.T) {
 // 512 MiB above what it holds, so a Sizes that never stops ends there with "out of
 // memory" instead of taking the machine's.
 func TestSizesFromZero(t *testing.T) {
-	if os.Getenv("PEERBOOT_TEST_SIZES_CHILD") == "1" {
+	if os.Getenv("NCCL_SIZES_TEST_CHILD") == "1" {
 		status, err := os.ReadFile("/proc/self/status")
 		if err != nil {
 			t.Fatal(err)
@@ -206,7 +206,7 @@ func TestSizesFromZero(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestSizesFromZero$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "PEERBOOT_TEST_SIZES_CHILD=1")
+	cmd.Env = append(os.Environ(), "NCCL_SIZES_TEST_CHILD=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("Sizes(0, 64) in a child: %v\n%.2000s", err, out)
 	}

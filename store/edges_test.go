@@ -320,3 +320,49 @@ func TestVerifyStrayAndOrder(t *testing.T) {
 		t.Fatalf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// OutputSum gives one file's recorded sum from MANIFEST alone, and names a
+// path the output does not have and an output that is not committed.
+func TestOutputSum(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	key := "kernel-" + strings.Repeat("ab", 32)
+	commitTestOutput(t, st, key, map[string]string{"boot/vmlinuz": "kernel", "build/Makefile": "all:"})
+	if got, err := st.OutputSum(key, "boot/vmlinuz"); err != nil || got != sumOf([]byte("kernel")) {
+		t.Fatalf("OutputSum = %s, %v", got, err)
+	}
+	if _, err := st.OutputSum(key, "boot/initrd"); err == nil || !strings.Contains(err.Error(), "boot/initrd is not in its MANIFEST") {
+		t.Fatalf("a path the output lacks: %v", err)
+	}
+	if _, err := st.OutputSum("kernel-"+strings.Repeat("cd", 32), "boot/vmlinuz"); err == nil || !strings.Contains(err.Error(), "no MANIFEST") {
+		t.Fatalf("an uncommitted key: %v", err)
+	}
+}
+
+// CheckOutput over more files than it checks in one goroutine names the
+// first damaged file in MANIFEST order, whichever part finds it.
+func TestCheckOutputManyFiles(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	key := "kernel-" + strings.Repeat("ab", 32)
+	files := map[string]string{}
+	for i := range 3000 {
+		files[fmt.Sprintf("build/include/d%02d/h%d.h", i%40, i)] = fmt.Sprint(i)
+	}
+	commitTestOutput(t, st, key, files)
+	if err := st.CheckOutput(key); err != nil {
+		t.Fatal(err)
+	}
+	m, err := readManifest(st.OutputDir(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Damage a file late in the MANIFEST and one early: the early one is named.
+	late, early := m[len(m)-3].path, m[5].path
+	os.Remove(filepath.Join(st.OutputDir(key), late))
+	if err := st.CheckOutput(key); err == nil || !strings.Contains(err.Error(), late+": missing") {
+		t.Fatalf("a missing file: %v", err)
+	}
+	os.WriteFile(filepath.Join(st.OutputDir(key), early), []byte("longer than before"), 0o644)
+	if err := st.CheckOutput(key); err == nil || !strings.Contains(err.Error(), early+": 18 bytes") {
+		t.Fatalf("the first damaged file in MANIFEST order: %v", err)
+	}
+}

@@ -85,17 +85,43 @@ type linked struct {
 
 type inode struct{ dev, ino uint64 }
 
-// linkedFiles maps the inodes of keys' committed files to their sums.
-func (s *Store) linkedFiles(keys []string) map[inode]linked {
+// linkCandidates maps the inodes of files that have other links (a new
+// output's files that may be hard links to a dep's) to their sizes.
+func linkCandidates(files []string) map[inode]int64 {
+	out := map[inode]int64{}
+	for _, f := range files {
+		var st unix.Stat_t
+		if unix.Lstat(f, &st) == nil && st.Nlink > 1 {
+			out[inode{st.Dev, st.Ino}] = st.Size
+		}
+	}
+	return out
+}
+
+// linkedFiles maps the inodes of keys' committed files to their sums, looking
+// only at files whose recorded size is one of the candidates': the kernel's
+// output has thousands of files, of which the image stage links one.
+func (s *Store) linkedFiles(keys []string, cands map[inode]int64) map[inode]linked {
 	out := map[inode]linked{}
+	if len(cands) == 0 {
+		return out
+	}
+	sizes := map[int64]bool{}
+	for _, n := range cands {
+		sizes[n] = true
+	}
 	for _, k := range keys {
 		dir := s.OutputDir(k)
 		m, err := readManifest(dir)
 		if err != nil {
 			continue
 		}
+		recorded, _ := readSizes(dir) // nil (an output from before SIZES): stat them all
 		mids := readMidstates(dir)
 		for _, e := range m {
+			if n, ok := recorded[e.path]; ok && !sizes[n] {
+				continue
+			}
 			var st unix.Stat_t
 			if unix.Lstat(filepath.Join(dir, e.path), &st) != nil {
 				continue
@@ -138,6 +164,7 @@ func hashFile(path, rel, base string, baseMids *midstates, links map[inode]linke
 		return hashed{sum: l.sum, size: st.Size, mids: l.mids, linked: true}, nil
 	}
 	sf := &sparseFile{f: f, size: st.Size}
+	defer sf.unmap()
 	h := sha256.New()
 	var mids []string
 	var off int64
@@ -145,13 +172,14 @@ func hashFile(path, rel, base string, baseMids *midstates, links map[inode]linke
 		off, mids, h = resume(sf, filepath.Join(base, rel), baseMids.Files[rel])
 	}
 	from := off
-	buf := make([]byte, midChunk)
+	var buf []byte
 	for off < st.Size {
 		n := min(int64(midChunk), st.Size-off)
-		if err := sf.readAt(buf[:n], off); err != nil {
+		b, err := sf.read(off, n, &buf)
+		if err != nil {
 			return hashed{}, fmt.Errorf("hashing %s: %w", path, err)
 		}
-		h.Write(buf[:n])
+		h.Write(b)
 		off += n
 		if n == midChunk && off < st.Size {
 			mids = append(mids, marshalState(h))
@@ -177,6 +205,7 @@ func resume(sf *sparseFile, basePath string, baseMids []string) (int64, []string
 		return 0, nil, sha256.New()
 	}
 	base := &sparseFile{f: bf, size: info.Size()}
+	defer base.unmap()
 	var a, b []byte
 	var shared *sharedMap
 	mapped := false
@@ -201,10 +230,9 @@ func resume(sf *sparseFile, basePath string, baseMids []string) (int64, []string
 			same++
 			continue
 		}
-		if a == nil {
-			a, b = make([]byte, midChunk), make([]byte, midChunk)
-		}
-		if sf.readAt(a, off) != nil || base.readAt(b, off) != nil || !bytes.Equal(a, b) {
+		x, errx := sf.read(off, midChunk, &a)
+		y, erry := base.read(off, midChunk, &b)
+		if errx != nil || erry != nil || !bytes.Equal(x, y) {
 			break
 		}
 		same++
@@ -231,8 +259,10 @@ func marshalState(h hash.Hash) string {
 // sparseFile reads a file whose holes (SEEK_HOLE) are filled with zeros in
 // memory, not read: a disk image is mostly holes.
 type sparseFile struct {
-	f    *os.File
-	size int64
+	f        *os.File
+	size     int64
+	m        []byte // the file mapped read-only (read), nil before or when it cannot be
+	mapTried bool
 }
 
 // hole says whether [off, off+n) holds no data extent (reads as zeros); false
@@ -243,6 +273,38 @@ func (s *sparseFile) hole(off, n int64) bool {
 		return true // no data from off to the end
 	}
 	return err == nil && data >= off+n
+}
+
+// read returns the n bytes at off: straight from a read-only mapping of the
+// file where they are all data (no copy: an image's commit compares and hashes
+// tens of MiB), else read into *buf (made when first needed), holes as zeros.
+func (s *sparseFile) read(off, n int64, buf *[]byte) ([]byte, error) {
+	if s.m == nil && !s.mapTried {
+		s.mapTried = true
+		if s.size >= midChunk {
+			if m, err := unix.Mmap(int(s.f.Fd()), 0, int(s.size), unix.PROT_READ, unix.MAP_SHARED); err == nil {
+				s.m = m
+			}
+		}
+	}
+	if s.m != nil && off+n <= int64(len(s.m)) {
+		hole, err := unix.Seek(int(s.f.Fd()), off, unix.SEEK_HOLE)
+		if err == nil && hole >= off+n {
+			return s.m[off : off+n], nil
+		}
+	}
+	if int64(cap(*buf)) < n {
+		*buf = make([]byte, n)
+	}
+	b := (*buf)[:n]
+	return b, s.readAt(b, off)
+}
+
+func (s *sparseFile) unmap() {
+	if s.m != nil {
+		unix.Munmap(s.m)
+		s.m = nil
+	}
 }
 
 func (s *sparseFile) readAt(buf []byte, off int64) error {

@@ -24,6 +24,7 @@ import (
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/internal/clonewrite"
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/kernel"
 	"github.com/peerboot/peerboot/lock"
 	"github.com/peerboot/peerboot/measure"
@@ -205,17 +206,11 @@ func imageStage() *stage {
 // depSum is the sha256 the store recorded for file of dep's output; "" when
 // it has none to give (the caller then hashes).
 func (sr *stageRun) depSum(dep StageName, file string) string {
-	key := filepath.Base(sr.Dep(dep))
-	files, err := sr.Store.OutputFiles(key)
+	sum, err := sr.Store.OutputSum(filepath.Base(sr.Dep(dep)), file)
 	if err != nil {
 		return ""
 	}
-	for _, f := range files {
-		if f.Path == file {
-			return f.SHA256
-		}
-	}
-	return ""
+	return sum
 }
 
 // mapFile maps path read-only; unmap releases it. An empty file is nil.
@@ -375,10 +370,17 @@ func sizeText(n int64) string {
 }
 
 // efiStub reads systemd's EFI stub out of the pinned systemd-boot-efi package.
+// The stub is kept in a store hint named by the package's digest (the stub's
+// own sha256 first, so a damaged hint is read as none): unpacking it from the
+// .deb's xz data was a tenth of an overlay edit's image stage.
 func efiStub(sr *stageRun) ([]byte, error) {
 	for _, in := range sr.Inputs {
 		if in.Role != lock.RoleEFIStub {
 			continue
+		}
+		hint := sr.Store.HintPath("efi-stub-" + in.SHA256)
+		if stub, ok := readStubHint(hint); ok {
+			return stub, nil
 		}
 		f, err := os.Open(sr.Store.BlobPath(in.SHA256))
 		if err != nil {
@@ -389,9 +391,31 @@ func efiStub(sr *stageRun) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", in.Name, err)
 		}
+		sum := sha256.Sum256(stub)
+		// A hint: a store that cannot take it unpacks the stub next time too.
+		_ = os.MkdirAll(filepath.Dir(hint), 0o755)
+		_ = fsutil.WriteAtomic(hint, 0o644, func(f *os.File) error {
+			if _, err := fmt.Fprintf(f, "%x\n", sum); err != nil {
+				return err
+			}
+			_, err := f.Write(stub)
+			return err
+		})
 		return stub, nil
 	}
 	return nil, fmt.Errorf("no pinned EFI stub (outputs.efi_stub)")
+}
+
+// readStubHint reads efiStub's hint: the stub, if its first line is the
+// sha256 of the rest.
+func readStubHint(path string) ([]byte, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, false
+	}
+	head, stub, ok := bytes.Cut(b, []byte("\n"))
+	sum := sha256.Sum256(stub)
+	return stub, ok && len(stub) > 0 && string(head) == hex.EncodeToString(sum[:])
 }
 
 // generatedFiles are the image files written from the recipe.

@@ -10,10 +10,15 @@ all: $(BIN)
 
 # peerboot itself, plus the two binaries that go into every image (static, no
 # version stamp: their bytes depend on the source alone, so images reproduce).
+# Those two are replaced only when their bytes change: the plan keys them by a
+# digest cached by stat, so an overlay edit's rebuild does not hash them again.
 $(BIN): FORCE
 	$(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" -o $@ ./cmd/peerboot
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-buildid=" -o bin/peerboot-init ./cmd/peerboot-init
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-buildid=" -o bin/p2pcheck ./cmd/p2pcheck
+	$(call image-binary,peerboot-init)
+	$(call image-binary,p2pcheck)
+
+image-binary = CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-buildid=" -o bin/$(1).new ./cmd/$(1) && \
+	{ cmp -s bin/$(1).new bin/$(1) && rm bin/$(1).new || mv bin/$(1).new bin/$(1); }
 
 # Host packages building needs (`make image`); the list lives in `peerboot doctor`.
 deps: $(BIN)

@@ -43,6 +43,9 @@ func PESigned(b []byte) (bool, error) {
 	default:
 		return false, errors.New("not a PE image (unknown optional header magic)")
 	}
+	if dirs > len(b) {
+		return false, errors.New("PE image truncated in its optional header")
+	}
 	n := int(binary.LittleEndian.Uint32(b[dirs-4:]))
 	if n <= 4 {
 		return false, nil

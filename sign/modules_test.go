@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/initramfs"
 	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/sign/modsign"
@@ -64,6 +65,9 @@ func TestVerifyModules(t *testing.T) {
 		{"another key", map[string][]byte{"usr/lib/modules/6.1.192/updates/dkms/nvidia.ko": wrong}, "module /usr/lib/modules/6.1.192/updates/dkms/nvidia.ko: " + modsign.ErrUnknownKey.Error()},
 		{"unsigned", map[string][]byte{"usr/lib/modules/6.1.192/updates/dkms/nvidia.ko": []byte("nvidia")}, modsign.ErrUnsigned.Error()},
 		{"no modules", map[string][]byte{}, "holds no kernel modules"},
+		// Three failing alike are all named, with nothing "more".
+		{"three unsigned", map[string][]byte{"m/a.ko": []byte("a"), "m/b.ko": []byte("b"), "m/c.ko": []byte("c")},
+			"3 of 3 modules: " + modsign.ErrUnsigned.Error() + " (/m/a.ko, /m/b.ko, /m/c.ko)"},
 		// Five modules failing alike make one problem naming three of them.
 		{"five unsigned", map[string][]byte{"m/a.ko": []byte("a"), "m/b.ko": []byte("b"), "m/c.ko": []byte("c"), "m/d.ko": []byte("d"), "m/e.ko": []byte("e")},
 			"5 of 5 modules: " + modsign.ErrUnsigned.Error() + " (/m/a.ko, /m/b.ko, /m/c.ko, and 2 more)"},
@@ -84,11 +88,69 @@ func TestVerifyModules(t *testing.T) {
 			case c.want == "" && err != nil:
 				t.Fatalf("Verify: %v", err)
 			case c.want == "":
-				if !strings.Contains(log.String(), "pxe/initrd.img: 2 module signatures OK") {
+				if !strings.Contains(log.String(), "verify: pxe/initrd.img: 2 module signatures OK ("+moduleCertCN+")\n") {
 					t.Errorf("log does not report the modules checked:\n%s", log.String())
 				}
 			case !errors.As(err, &ve) || !names(ve, "pxe/initrd.img") || !strings.Contains(err.Error(), c.want):
 				t.Errorf("Verify: %v; want a problem for pxe/initrd.img containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+// moduleCertCN is the test module certificate's common name, which verify's
+// log names it by.
+const moduleCertCN = "peerboot TEST module signing key (NOT FOR PRODUCTION)"
+
+// ukiWithInitrd is a UKI whose .initrd section is initrd (none when nil).
+func ukiWithInitrd(t *testing.T, initrd []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	u := image.UKI{Stub: ukiStub(), Kernel: bytes.Repeat([]byte("bzImage "), 3000), Initrd: initrd, Cmdline: "console=ttyS0", OSRelease: "ID=peerboot\n"}
+	if err := image.WriteUKI(&b, u); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+// Without pxe/initrd.img, the modules verify checks are those in the UKI's
+// .initrd section: a module there signed with another key is named, under the
+// UKI. A UKI without an .initrd section leaves nothing to check, and an
+// output with nothing to check is refused rather than passed.
+func TestVerifyModulesInTheUKI(t *testing.T) {
+	ctx := context.Background()
+	const mod = "usr/lib/modules/6.1.192/updates/dkms/nvidia.ko"
+	for _, c := range []struct {
+		name    string
+		uki     []byte
+		problem Problem // zero: Verify passes; What: the problem's start
+		log     string
+	}{
+		{"signed modules", ukiWithInitrd(t, initrdWith(t, map[string][]byte{mod: signedModule(t, "nvidia", ModuleKeyFile, ModuleCertFile)})),
+			Problem{}, "verify: peerboot.efi (.initrd section): 1 module signatures OK (" + moduleCertCN + ")\n"},
+		{"a module signed with another key", ukiWithInitrd(t, initrdWith(t, map[string][]byte{mod: signedModule(t, "nvidia", DBKeyFile, DBCertFile)})),
+			Problem{output.UKIFile, "module /" + mod + ": " + modsign.ErrUnknownKey.Error() + ` (signer: issuer "CN=peerboot TEST Secure Boot db key (NOT FOR PRODUCTION),O=peerboot test keys", serial `}, ""},
+		{"no .initrd section", ukiWithInitrd(t, nil),
+			Problem{output.SumsFile, "lists no initrd.img, and no UKI with an .initrd section, whose modules could be checked against the module certificate"},
+			"verify: peerboot.efi: no .initrd section, no modules to check\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := writeSyntheticWith(t, false, map[string][]byte{output.UKIFile: c.uki})
+			unlist(t, dir, "pxe/initrd.img")
+			if err := SignOutput(ctx, dir, Options{ArtifactKey: key(ArtifactKeyFile), Version: "test"}); err != nil {
+				t.Fatal(err)
+			}
+			var log strings.Builder
+			err := Verify(ctx, dir, VerifyOptions{Key: filepath.Join(testKeys, ArtifactPubFile), ModuleCert: filepath.Join(testKeys, ModuleCertFile), Log: &log})
+			var ve *VerifyError
+			switch {
+			case c.problem == (Problem{}) && err != nil:
+				t.Errorf("Verify: %v", err)
+			case c.problem != (Problem{}) && (!errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].File != c.problem.File || !strings.HasPrefix(ve.Problems[0].What, c.problem.What)):
+				t.Errorf("Verify = %v, want the one problem %s: %s", err, c.problem.File, c.problem.What)
+			}
+			if !strings.Contains(log.String(), c.log) {
+				t.Errorf("log lacks %q:\n%s", c.log, log.String())
 			}
 		})
 	}

@@ -3,7 +3,6 @@ package sign
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -19,14 +18,7 @@ import (
 // the test key set's PCR key, built as the image stage builds it.
 func pcrSignedUKI(t *testing.T, cmdline string) []byte {
 	t.Helper()
-	// minimalPE with room in its headers for the UKI's six section headers.
-	pe := minimalPE(9)
-	stub := make([]byte, 0x600)
-	copy(stub, pe[:0x200])
-	copy(stub[0x400:], pe[0x200:])
-	le := binary.LittleEndian
-	le.PutUint32(stub[0x44+20+60:], 0x400)     // SizeOfHeaders
-	le.PutUint32(stub[0x44+20+240+20:], 0x400) // .text PointerToRawData
+	stub := ukiStub()
 	key, err := LoadSigner(key(PCRKeyFile))
 	if err != nil {
 		t.Fatal(err)

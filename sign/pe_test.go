@@ -46,3 +46,16 @@ func minimalPE(seed byte) []byte {
 	}
 	return b
 }
+
+// ukiStub is minimalPE with room in its headers for a UKI's six section
+// headers: a stub image.WriteUKI can add sections to.
+func ukiStub() []byte {
+	pe := minimalPE(9)
+	stub := make([]byte, 0x600)
+	copy(stub, pe[:0x200])
+	copy(stub[0x400:], pe[0x200:])
+	le := binary.LittleEndian
+	le.PutUint32(stub[0x44+20+60:], 0x400)     // SizeOfHeaders
+	le.PutUint32(stub[0x44+20+240+20:], 0x400) // .text PointerToRawData
+	return stub
+}

@@ -366,3 +366,24 @@ func TestCheckOutputManyFiles(t *testing.T) {
 		t.Fatalf("the first damaged file in MANIFEST order: %v", err)
 	}
 }
+
+// CheckOutputFiles checks the files listed and no other; a listed file the
+// output does not have is an error, as is a damaged listed one.
+func TestCheckOutputFiles(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	key := "kernel-" + strings.Repeat("ab", 32)
+	commitTestOutput(t, st, key, map[string]string{"bzImage": "kernel", "build/x.h": "header"})
+	os.WriteFile(filepath.Join(st.OutputDir(key), "build/x.h"), []byte("damaged header"), 0o644)
+	if err := st.CheckOutputFiles(key, []string{"bzImage"}); err != nil {
+		t.Fatalf("an intact listed file: %v", err)
+	}
+	if err := st.CheckOutputFiles(key, nil); err == nil || !strings.Contains(err.Error(), "build/x.h: 14 bytes, 6 when committed") {
+		t.Fatalf("nil lists all: %v", err)
+	}
+	if err := st.CheckOutputFiles(key, []string{"bzImage", "build/x.h"}); err == nil || !strings.Contains(err.Error(), "build/x.h") {
+		t.Fatalf("a damaged listed file: %v", err)
+	}
+	if err := st.CheckOutputFiles(key, []string{"vmlinux"}); err == nil || !strings.Contains(err.Error(), "vmlinux: not in MANIFEST") {
+		t.Fatalf("a listed file the output lacks: %v", err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -27,13 +28,21 @@ type CommitOptions struct {
 	// last equal chunk: an edit near a file's end costs the compare and the
 	// tail, not the whole file.
 	Base string
-	// Links are keys of outputs this one hard-links files from (the stage's
-	// deps): a file that is the same inode as one of theirs takes its sha256
-	// from their MANIFEST, unhashed, and needs no fsync (it was synced there).
-	Links []string
+	// Links are outputs this one hard-links files from (the stage's deps): a
+	// file that is the same inode as one of theirs takes its sha256 from their
+	// MANIFEST, unhashed, and needs no fsync (it was synced there).
+	Links []Link
 	// Log, when set, gets one line saying how many bytes the commit hashed
 	// of how many, and where each resumed file's hash started.
 	Log io.Writer
+}
+
+// Link is an output another may hard-link files from: Files, when set, are
+// the only ones looked at (the kernel's output has 12,000 files, of which the
+// image stage links one).
+type Link struct {
+	Key   string
+	Files []string
 }
 
 // midChunk is the distance between two kept sha256 midstates.
@@ -98,10 +107,10 @@ func linkCandidates(files []string) map[inode]int64 {
 	return out
 }
 
-// linkedFiles maps the inodes of keys' committed files to their sums, looking
-// only at files whose recorded size is one of the candidates': the kernel's
-// output has thousands of files, of which the image stage links one.
-func (s *Store) linkedFiles(keys []string, cands map[inode]int64) map[inode]linked {
+// linkedFiles maps the inodes of links' committed files to their sums,
+// looking only at files that may be one of the candidates: those a Link names,
+// else those whose recorded size is a candidate's.
+func (s *Store) linkedFiles(links []Link, cands map[inode]int64) map[inode]linked {
 	out := map[inode]linked{}
 	if len(cands) == 0 {
 		return out
@@ -110,15 +119,21 @@ func (s *Store) linkedFiles(keys []string, cands map[inode]int64) map[inode]link
 	for _, n := range cands {
 		sizes[n] = true
 	}
-	for _, k := range keys {
-		dir := s.OutputDir(k)
+	for _, l := range links {
+		dir := s.OutputDir(l.Key)
 		m, err := readManifest(dir)
 		if err != nil {
 			continue
 		}
-		recorded, _ := readSizes(dir) // nil (an output from before SIZES): stat them all
-		mids := readMidstates(dir)
+		var recorded map[string]int64
+		if l.Files == nil {
+			recorded, _ = readSizes(dir) // nil (an output from before SIZES): stat them all
+		}
+		var mids *midstates
 		for _, e := range m {
+			if l.Files != nil && !slices.Contains(l.Files, e.path) {
+				continue
+			}
 			if n, ok := recorded[e.path]; ok && !sizes[n] {
 				continue
 			}
@@ -126,11 +141,17 @@ func (s *Store) linkedFiles(keys []string, cands map[inode]int64) map[inode]link
 			if unix.Lstat(filepath.Join(dir, e.path), &st) != nil {
 				continue
 			}
-			l := linked{sum: e.sum}
-			if mids != nil {
-				l.mids = mids.Files[e.path]
+			if _, ok := cands[inode{st.Dev, st.Ino}]; !ok {
+				continue
 			}
-			out[inode{st.Dev, st.Ino}] = l
+			if mids == nil {
+				mids = readMidstates(dir)
+			}
+			lk := linked{sum: e.sum}
+			if mids != nil {
+				lk.mids = mids.Files[e.path]
+			}
+			out[inode{st.Dev, st.Ino}] = lk
 		}
 	}
 	return out

@@ -190,7 +190,7 @@ func TestCommitTakesLinkedSums(t *testing.T) {
 		t.Fatal(err)
 	}
 	os.WriteFile(filepath.Join(dir, "copy.img"), []byte("initrd"), 0o644)
-	if err := st.CommitOutputWith(k, dir, CommitOptions{Links: []string{dep}}); err != nil {
+	if err := st.CommitOutputWith(k, dir, CommitOptions{Links: []Link{{Key: dep}}}); err != nil {
 		t.Fatal(err)
 	}
 	files, _ := st.OutputFiles(k)
@@ -203,6 +203,24 @@ func TestCommitTakesLinkedSums(t *testing.T) {
 	}
 	if want, _ := fsutil.HashFile(filepath.Join(st.OutputDir(k), "copy.img")); got["copy.img"] != want {
 		t.Errorf("the copy took a linked sum: %s", got["copy.img"])
+	}
+	// A Link that names its files is looked up for those alone: the same
+	// link, from a dep named with another file, is hashed.
+	dir, _ = st.NewScratch("t")
+	if err := os.Link(filepath.Join(st.OutputDir(dep), "initrd.img"), filepath.Join(dir, "initrd.img")); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct{ files, want string }{{"initrd.img", strings.Repeat("a", 64)}, {"other", sumOf([]byte("initrd"))}} {
+		files, want := c.files, c.want
+		k2 := "image-" + strings.Repeat("3", 63) + fmt.Sprint(i)
+		d, _ := st.NewScratch("t")
+		os.Link(filepath.Join(dir, "initrd.img"), filepath.Join(d, "initrd.img"))
+		if err := st.CommitOutputWith(k2, d, CommitOptions{Links: []Link{{Key: dep, Files: []string{files}}}}); err != nil {
+			t.Fatal(err)
+		}
+		if sum, _ := st.OutputSum(k2, "initrd.img"); sum != want {
+			t.Errorf("Link with Files [%s]: sum %s, want %s", files, sum, want)
+		}
 	}
 }
 

@@ -33,11 +33,28 @@ func (s *Store) HasOutput(key string) bool { return s.CheckOutput(key) == nil }
 // size recorded at commit. Only stat: a no-op build checks every output, and
 // `store verify` is what re-hashes. An output committed before sizes were
 // recorded (no SIZES file) is checked for its files' presence only.
-func (s *Store) CheckOutput(key string) error {
+func (s *Store) CheckOutput(key string) error { return s.CheckOutputFiles(key, nil) }
+
+// CheckOutputFiles is CheckOutput of only the listed files (nil: all of
+// them), for a build that reads only those of an output: the image stage
+// reads one of the kernel output's 12,000 files. A listed file the MANIFEST
+// lacks is an error.
+func (s *Store) CheckOutputFiles(key string, files []string) error {
 	dir := s.OutputDir(key)
 	m, err := readManifest(dir)
 	if err != nil {
 		return fmt.Errorf("%s: %w", dir, err)
+	}
+	if files != nil {
+		var only []manifestEntry
+		for _, f := range files {
+			i := slices.IndexFunc(m, func(e manifestEntry) bool { return e.path == f })
+			if i < 0 {
+				return fmt.Errorf("%s/%s: not in MANIFEST", dir, f)
+			}
+			only = append(only, m[i])
+		}
+		m = only
 	}
 	sizes, err := readSizes(dir)
 	if err != nil {

@@ -131,7 +131,7 @@ func TestCommitKeepsLinkedMidstates(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log bytes.Buffer
-	if err := st.CommitOutputWith(k1, dir, CommitOptions{Links: []string{dep}, Log: &log}); err != nil {
+	if err := st.CommitOutputWith(k1, dir, CommitOptions{Links: []Link{{Key: dep}}, Log: &log}); err != nil {
 		t.Fatal(err)
 	}
 	if want := fmt.Sprintf("image: committed, 0.0 of %.1f MiB hashed\n", float64(len(b))/(1<<20)); log.String() != want {

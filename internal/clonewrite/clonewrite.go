@@ -39,6 +39,9 @@ type File struct {
 	buf     []byte
 
 	written, punched int64
+	baseSize         int64
+	zeroed           []span // what Close made zeros where the caller wrote nothing
+	wrote            []span // what differed from the clone's bytes and was written
 }
 
 type span struct{ from, to int64 }
@@ -84,6 +87,7 @@ func create(path, base string, perm os.FileMode, clone func(dst, src *os.File) e
 	// Mapped read-only: the compare reads the base's pages in place, where a
 	// pread would copy the ~250 MiB an image stage compares.
 	if info, err := b.Stat(); err == nil && info.Size() > 0 {
+		w.baseSize = info.Size()
 		if m, err := unix.Mmap(int(b.Fd()), 0, int(info.Size()), unix.PROT_READ, unix.MAP_SHARED); err == nil {
 			w.baseMap = m
 		}
@@ -186,7 +190,49 @@ func (w *File) writeChanged(q []byte, pos int64) error {
 	}
 	m, err := w.f.WriteAt(q[first:last+1], pos+int64(first))
 	w.written += int64(m)
+	w.wrote = cover(w.wrote, pos+int64(first), pos+int64(last+1))
 	return err
+}
+
+// Assume counts [from, to) as written with the bytes the clone already holds
+// there, unread: the caller knows them equal (the image stage carries the
+// UKI's unchanged bytes into the disk this way). It fails where the file was
+// written already, or is not a clone.
+func (w *File) Assume(from, to int64) error {
+	switch {
+	case !w.cloned:
+		return fmt.Errorf("%s: assumes bytes of a clone, but it is written whole", w.f.Name())
+	case from < 0 || to < from:
+		return fmt.Errorf("%s: assumes bytes [%d, %d)", w.f.Name(), from, to)
+	case touches(w.dirty, from, to):
+		return fmt.Errorf("%s: assumes bytes [%d, %d) already written", w.f.Name(), from, to)
+	}
+	w.covered = cover(w.covered, from, to)
+	w.size = max(w.size, to)
+	return nil
+}
+
+// Span is a byte range [From, To) of a file.
+type Span struct{ From, To int64 }
+
+// Changed lists, once the file is closed, the ranges where it may differ from
+// the base it was cloned from: those written, those made zeros, and any size
+// change. ok is false when it was not a clone (then all of it may differ).
+func (w *File) Changed() (spans []Span, ok bool) {
+	if !w.cloned {
+		return nil, false
+	}
+	all := slices.Clone(w.wrote)
+	for _, z := range w.zeroed {
+		all = cover(all, z.from, z.to)
+	}
+	if w.baseSize != w.size {
+		all = cover(all, min(w.baseSize, w.size), max(w.baseSize, w.size))
+	}
+	for _, c := range all {
+		spans = append(spans, Span{c.from, c.to})
+	}
+	return spans, true
 }
 
 // Truncate sets the file's size, as os.File's Truncate: bytes past size are
@@ -247,6 +293,7 @@ func (w *File) finish() error {
 			if err := w.zero(from, to); err != nil {
 				return err
 			}
+			w.zeroed = cover(w.zeroed, from, to)
 		}
 		pos = s.to
 	}

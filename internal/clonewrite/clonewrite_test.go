@@ -7,6 +7,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -374,4 +375,64 @@ func TestOnXFS(t *testing.T) {
 		t.Errorf("a clone from another filesystem: Cloned() = %v, Reason() = %q", w.Cloned(), w.Reason())
 	}
 	w.Close()
+}
+
+// Changed lists where a clone may differ from its base: the bytes written that
+// differed (not those written equal), what Close made zeros, and a size change;
+// Assume takes the clone's bytes as written, unread, and refuses ranges
+// written already or a file that is not a clone.
+func TestChangedAndAssume(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base")
+	old := random(1, 4*blockSize)
+	if err := os.WriteFile(base, old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := create(filepath.Join(dir, "new"), base, 0o644, copyClone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Rewrite block 0 as it was but for 3 bytes at 100; take block 1 as it is;
+	// leave block 2 unwritten (it becomes zeros); rewrite block 3 unchanged,
+	// then grow the file by 10 bytes.
+	b0 := bytes.Clone(old[:blockSize])
+	copy(b0[100:], "xyz")
+	if _, err := w.WriteAt(b0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Assume(blockSize, 2*blockSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Assume(0, 10); err == nil {
+		t.Fatal("Assume over bytes already written")
+	}
+	if _, err := w.WriteAt(append(bytes.Clone(old[3*blockSize:]), make([]byte, 10)...), 3*blockSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := w.Changed()
+	want := []Span{{100, 103}, {2 * blockSize, 3 * blockSize}, {4 * blockSize, 4*blockSize + 10}}
+	if !ok || !slices.Equal(got, want) {
+		t.Fatalf("Changed = %v, %v; want %v", got, ok, want)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "new"))
+	wantBytes := append(with(old, 100, []byte("xyz")), make([]byte, 10)...)
+	clear(wantBytes[2*blockSize : 3*blockSize])
+	if !bytes.Equal(b, wantBytes) {
+		t.Fatal("the file is not what was written and assumed")
+	}
+	// Not a clone: nothing to assume, no Changed.
+	w, err = create(filepath.Join(dir, "whole"), "", 0o644, copyClone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Assume(0, 1); err == nil {
+		t.Fatal("Assume on a file written whole")
+	}
+	w.Close()
+	if _, ok := w.Changed(); ok {
+		t.Fatal("Changed of a file written whole")
+	}
 }

@@ -136,13 +136,23 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 	for name := range opt.Check {
 		need[name] = slices.Index(names, name) <= last
 	}
+	// A stage needed only by runs that read some of its files (stage.Reads)
+	// is checked for those files alone; whole is who needs all of it.
+	whole, some := map[StageName]bool{}, map[StageName][]string{}
+	for name := range need {
+		whole[name] = true
+	}
 	rr := newRemoteRun()
 	for i := last; i >= 0; i-- {
 		s := p.Stages[i]
 		if !need[s.Name] {
 			continue
 		}
-		have := s.Cached || opt.Store.HasOutput(s.Key)
+		var files []string // nil: all of them
+		if !whole[s.Name] {
+			files = some[s.Name]
+		}
+		have := s.Cached || opt.Store.CheckOutputFiles(s.Key, files) == nil
 		if !have {
 			var err error
 			if have, err = rr.pull(ctx, opt, s, clock); err != nil {
@@ -153,6 +163,11 @@ func Run(ctx context.Context, p *Plan, opt Options) ([]Outcome, error) {
 			run[s.Name] = true
 			for _, d := range s.def.Deps {
 				need[d] = true
+				if only, ok := s.def.Reads[d]; ok {
+					some[d] = append(some[d], only...)
+				} else {
+					whole[d] = true
+				}
 			}
 		}
 	}
@@ -276,7 +291,7 @@ func runStage(ctx context.Context, p *Plan, s *Stage, opt Options, clock *buildC
 	}
 	co := store.CommitOptions{Base: base, Log: sr.Log}
 	for _, d := range s.def.Deps {
-		co.Links = append(co.Links, p.Stage(d).Key)
+		co.Links = append(co.Links, store.Link{Key: p.Stage(d).Key, Files: s.def.Reads[d]})
 	}
 	return opt.Store.CommitOutputWith(s.Key, sr.Out, co)
 }

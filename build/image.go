@@ -8,6 +8,7 @@ import (
 	"crypto/rsa"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -106,8 +107,9 @@ func initramfsStage() *stage {
 // from the recipe digest.
 func imageStage() *stage {
 	return &stage{
-		Name: StageImage, Version: 6, // 2: layout from image.StandardDisk; 3: the iso format; 4: files read-only; 5: .initrd padded to whole MiB, FAT files from the top; 6: UKI CheckSum 0
+		Name: StageImage, Version: 7, // 2: layout from image.StandardDisk; 3: the iso format; 4: files read-only; 5: .initrd padded to whole MiB, FAT files from the top; 6: UKI CheckSum 0; 7: uki-placement.json
 		Deps:       []StageName{StageKernel, StageInitramfs},
+		Reads:      map[StageName][]string{StageKernel: {kernel.ImageFile}},
 		Roles:      []string{lock.RoleEFIStub},
 		Fields:     []string{wholeRecipe},
 		DataFields: []string{"sign.pcr_key"},
@@ -171,13 +173,13 @@ func imageStage() *stage {
 				if err != nil {
 					return fmt.Errorf("outputs.disk_size %s: %w", r.Outputs.DiskSize, err)
 				}
-				if err := ow.write(filepath.Join(sr.Out, diskFile), diskFile, func(f *clonewrite.File) error { return image.WriteDisk(f, d) }); err != nil {
+				if err := ow.write(filepath.Join(sr.Out, diskFile), diskFile, func(f *clonewrite.File) error { return image.WriteDisk(ow.carry(f, diskFile, uki), d) }); err != nil {
 					return fmt.Errorf("disk: %w", err)
 				}
 			}
 			if want(output.KindISO) {
 				iso := image.StandardISO(r.Digest, sr.Epoch, uki)
-				if err := ow.write(filepath.Join(sr.Out, isoFile), isoFile, func(f *clonewrite.File) error { return image.WriteISO(f, iso) }); err != nil {
+				if err := ow.write(filepath.Join(sr.Out, isoFile), isoFile, func(f *clonewrite.File) error { return image.WriteISO(ow.carry(f, isoFile, uki), iso) }); err != nil {
 					return fmt.Errorf("ISO: %w", err)
 				}
 			}
@@ -193,7 +195,10 @@ func imageStage() *stage {
 			// What it wrote is read-only: publish hard-links it into out/, and a
 			// tool pointed there must not write through into the store. (The PXE
 			// kernel and initrd are the deps' own inodes: not touched.)
-			for _, p := range []string{ukiFile, diskFile, isoFile, filepath.Join(pxeDir, output.PXEScript)} {
+			if err := ow.writePlacement(filepath.Join(sr.Out, placementFile), len(uki)); err != nil {
+				return err
+			}
+			for _, p := range []string{ukiFile, diskFile, isoFile, placementFile, filepath.Join(pxeDir, output.PXEScript)} {
 				if err := os.Chmod(filepath.Join(sr.Out, p), readOnly); err != nil && !errors.Is(err, os.ErrNotExist) {
 					return err
 				}
@@ -332,6 +337,10 @@ type outWriter struct {
 	base string
 	log  io.Writer
 	said bool
+
+	ukiChanged []clonewrite.Span // where the UKI may differ from base's; nil: unknown
+	placed     map[string]int64  // where each file holds the UKI (carried.at)
+	carried    []*carried
 }
 
 // write creates path (rel in the output) and has fill write it.
@@ -348,12 +357,29 @@ func (o *outWriter) write(path, rel string, fill func(*clonewrite.File) error) e
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if rel == ukiFile && o != nil {
+		o.ukiChanged = nil
+		if changed, ok := f.Changed(); ok && err == nil {
+			o.ukiChanged = append([]clonewrite.Span{}, changed...) // non-nil: known
+		}
+	}
+	var carriedBytes int64
+	for _, c := range o.carriedBy(f) {
+		if c.at >= 0 && err == nil {
+			o.placed[rel] = c.at
+		}
+		carriedBytes += c.carriedBytes
+	}
 	if err != nil || o == nil || o.log == nil || base == "" {
 		return err
 	}
 	switch {
 	case f.Cloned():
-		fmt.Fprintf(o.log, "image: %s cloned from the previous build, %s of %.1f MiB written\n", rel, sizeText(f.Written()), float64(f.Size())/(1<<20))
+		carried := ""
+		if carriedBytes > 0 {
+			carried = fmt.Sprintf(" (the UKI's other %s carried unread)", sizeText(carriedBytes))
+		}
+		fmt.Fprintf(o.log, "image: %s cloned from the previous build, %s of %.1f MiB written%s\n", rel, sizeText(f.Written()), float64(f.Size())/(1<<20), carried)
 	case !o.said:
 		o.said = true
 		fmt.Fprintf(o.log, "image: writing whole files: %s\n", f.Reason())
@@ -361,8 +387,122 @@ func (o *outWriter) write(path, rel string, fill func(*clonewrite.File) error) e
 	return nil
 }
 
-// sizeText is n in KiB below a MiB (an overlay edit rewrites KiBs), else MiB.
+// placementFile records where the image stage's disk and ISO hold the UKI,
+// byte for byte (JSON: the UKI's size, and the offset in each file): the next
+// build, finding the UKI at the same offset, writes only the UKI's changed
+// bytes there and never reads the rest (carried).
+const placementFile = "uki-placement.json"
+
+type placement struct {
+	UKISize int64            `json:"uki_size"`
+	Placed  map[string]int64 `json:"placed"`
+}
+
+// readPlacement is base's placement record; nil when there is none to trust.
+func readPlacement(base string) *placement {
+	if base == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(base, placementFile))
+	if err != nil {
+		return nil
+	}
+	var p placement
+	if json.Unmarshal(b, &p) != nil || p.UKISize <= 0 {
+		return nil
+	}
+	return &p
+}
+
+func (o *outWriter) writePlacement(path string, ukiSize int) error {
+	p := placement{UKISize: int64(ukiSize), Placed: o.placed}
+	if p.Placed == nil {
+		p.Placed = map[string]int64{}
+	}
+	b, err := json.Marshal(p) // map keys sorted: the same bytes for the same placement
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// carry wraps f (rel in the output, a file that holds uki) so that the UKI's
+// bytes, written at the offset where base's file held base's UKI, are taken
+// from the clone except where the UKI changed (outWriter.ukiChanged).
+func (o *outWriter) carry(f *clonewrite.File, rel string, uki []byte) image.Target {
+	c := &carried{File: f, uki: uki, baseAt: -1, at: -1}
+	if o == nil {
+		return c
+	}
+	if o.placed == nil {
+		o.placed = map[string]int64{}
+	}
+	o.carried = append(o.carried, c)
+	if p := readPlacement(o.base); p != nil && o.ukiChanged != nil && f.Cloned() && p.UKISize == int64(len(uki)) {
+		if at, ok := p.Placed[rel]; ok {
+			c.baseAt, c.changed = at, o.ukiChanged
+		}
+	}
+	return c
+}
+
+func (o *outWriter) carriedBy(f *clonewrite.File) []*carried {
+	var out []*carried
+	if o == nil {
+		return nil
+	}
+	for _, c := range o.carried {
+		if c.File == f {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// carried is a clonewrite.File that recognises the write of the UKI (the very
+// slice it was given: the FAT writer hands each file's bytes over whole) and
+// records where it went. When that is where base's file held base's UKI, it
+// takes the clone's bytes there as they are, writing only the ranges in
+// which the UKI differs from base's: the disk and the ISO never read the
+// ~83 MiB of a freshly cloned UKI that did not change.
+type carried struct {
+	*clonewrite.File
+	uki     []byte
+	changed []clonewrite.Span // where the UKI may differ from base's; used only with baseAt
+	baseAt  int64             // where base's file held base's UKI; -1: not known
+	at      int64             // where this one got it; -1: not written whole
+
+	carriedBytes int64 // the UKI's bytes taken from the clone unread
+}
+
+func (c *carried) WriteAt(p []byte, off int64) (int, error) {
+	if len(p) == 0 || len(p) != len(c.uki) || &p[0] != &c.uki[0] {
+		return c.File.WriteAt(p, off)
+	}
+	c.at = off
+	if c.baseAt != off || c.File.Assume(off, off+int64(len(p))) != nil {
+		return c.File.WriteAt(p, off)
+	}
+	c.carriedBytes = int64(len(p))
+	for _, s := range c.changed {
+		from, to := s.From, min(s.To, int64(len(p)))
+		if from >= to {
+			continue
+		}
+		if _, err := c.File.WriteAt(p[from:to], off+from); err != nil {
+			return 0, err
+		}
+		c.carriedBytes -= to - from
+	}
+	return len(p), nil
+}
+
+// sizeText is n in bytes below a KiB, in KiB below a MiB (an overlay edit
+// rewrites KiBs), else in MiB.
 func sizeText(n int64) string {
+	if n < 1<<10 {
+		return fmt.Sprintf("%d B", n)
+	}
 	if n < 1<<20 {
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}

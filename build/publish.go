@@ -46,6 +46,9 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 	}
 	var outputs []output.ManifestOutput
 	for _, f := range files {
+		if f.Path == placementFile {
+			continue // the image stage's note to its next run, not an output
+		}
 		outputs = append(outputs, output.ManifestOutput{Path: f.Path, Size: f.Size, SHA256: f.SHA256})
 	}
 	m := output.Manifest{Recipe: p.Recipe.Name, RecipeDigest: p.Recipe.Digest, SourceDateEpoch: epoch, Outputs: outputs}

@@ -30,9 +30,14 @@ type stage struct {
 	Name    StageName
 	Version int         // bump when the stage's code changes what it writes
 	Deps    []StageName // stages whose outputs the run reads
-	Roles   []string    // pinned input roles the run reads
-	Fields  []string    // recipe fields the run sees (wholeRecipe: all of it)
-	Clock   clockKind
+	// Reads names, for a dep of which the run reads only some files, those
+	// files: before the run, only they are checked in the store, and only they
+	// are looked at for hard links at commit (the image stage reads vmlinuz of
+	// the kernel output's 12,000 files).
+	Reads  map[StageName][]string
+	Roles  []string // pinned input roles the run reads
+	Fields []string // recipe fields the run sees (wholeRecipe: all of it)
+	Clock  clockKind
 
 	// DataFields are recipe fields that name data files; the plan reads those
 	// files (through Data) and keys their bytes.

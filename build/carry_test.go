@@ -13,14 +13,14 @@ import (
 	"github.com/peerboot/peerboot/internal/xfstest"
 )
 
-// The disk carries the UKI's unchanged bytes from the previous build's disk
+// The disk and the ISO carry the UKI's unchanged bytes from the previous build's disk
 // (uki-placement.json says where it held them) and writes only the bytes in
-// which the UKI changed; whatever the record says, the disk is byte for byte
+// which the UKI changed; whatever the record says, each is byte for byte
 // the one a fresh write makes.
 func TestDiskCarriesTheUKI(t *testing.T) {
 	mnt := xfstest.Mount(t, 1<<30)
 	rng := rand.New(rand.NewSource(1))
-	uki := make([]byte, 3<<20+12345)
+	uki := make([]byte, 3<<20+12288) // whole sectors, as a UKI is: it ends where its FAT volume ends
 	rng.Read(uki)
 	size := image.MinDiskSize(int64(len(uki)))
 	// build writes the UKI and the disk into dir from base (""), as the image
@@ -50,16 +50,22 @@ func TestDiskCarriesTheUKI(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
+		iso := image.StandardISO("sha256:seed", 1700000000, mapped)
+		if err := ow.write(filepath.Join(dir, isoFile), isoFile, func(f *clonewrite.File) error {
+			return image.WriteISO(ow.carry(f, isoFile, mapped), iso)
+		}); err != nil {
+			t.Fatal(err)
+		}
 		if err := ow.writePlacement(filepath.Join(dir, placementFile), len(mapped)); err != nil {
 			t.Fatal(err)
 		}
 		return written
 	}
-	fresh := func(uki []byte) []byte {
+	fresh := func(uki []byte, name string) []byte {
 		t.Helper()
 		dir := t.TempDir()
 		build(dir, "", uki)
-		b, _ := os.ReadFile(filepath.Join(dir, diskFile))
+		b, _ := os.ReadFile(filepath.Join(dir, name))
 		return b
 	}
 	first := filepath.Join(mnt, "first")
@@ -104,17 +110,26 @@ func TestDiskCarriesTheUKI(t *testing.T) {
 				next = edited
 			}
 			written := build(nextDir, base, next)
-			got, _ := os.ReadFile(filepath.Join(nextDir, diskFile))
-			if !bytes.Equal(got, fresh(next)) {
-				t.Fatal("the rebuilt disk differs from a fresh write")
+			for _, name := range []string{diskFile, isoFile} {
+				got, _ := os.ReadFile(filepath.Join(nextDir, name))
+				if !bytes.Equal(got, fresh(next, name)) {
+					t.Fatalf("the rebuilt %s differs from a fresh write", name)
+				}
 			}
 			// Carried, the disk gets the 15 changed bytes; compared, the same
-			// bytes are found by reading the whole UKI's range.
-			if written != int64(len("an overlay edit")) && c.uki == nil {
-				t.Errorf("%d bytes written, want the 15 that changed", written)
+			// bytes are found by reading the whole UKI's range. Either way the
+			// FAT's last byte, which is the UKI's, is written twice: the FAT
+			// writer sizes the volume with a zero there first.
+			if written != int64(len("an overlay edit"))+2 && c.uki == nil {
+				t.Errorf("%d bytes written, want the 15 that changed and the last byte twice", written)
 			}
-			if carried := bytes.Contains(log.Bytes(), []byte("disk.img cloned from the previous build, 15 B of 98.0 MiB written (the UKI's other 3.0 MiB carried unread)")); carried != c.carry {
-				t.Errorf("carried %v, want %v:\n%s", carried, c.carry, log.String())
+			// The ISO's FAT ends with the UKI, and its writer sized the volume
+			// by writing the last byte first: that byte is the UKI's to write.
+			for _, line := range []string{"disk.img cloned from the previous build, 17 B of 98.0 MiB written (the UKI's other 3.0 MiB carried unread)",
+				"peerboot.iso cloned from the previous build, 17 B of 64.0 MiB written (the UKI's other 3.0 MiB carried unread)"} {
+				if carried := bytes.Contains(log.Bytes(), []byte(line)); carried != c.carry {
+					t.Errorf("carried %v, want %v: %q in\n%s", carried, c.carry, line, log.String())
+				}
 			}
 		})
 	}

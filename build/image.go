@@ -480,10 +480,22 @@ func (c *carried) WriteAt(p []byte, off int64) (int, error) {
 		return c.File.WriteAt(p, off)
 	}
 	c.at = off
-	if c.baseAt != off || c.File.Assume(off, off+int64(len(p))) != nil {
+	if c.baseAt != off {
 		return c.File.WriteAt(p, off)
 	}
+	written, err := c.File.Assume(off, off+int64(len(p)))
+	if err != nil {
+		return c.File.WriteAt(p, off)
+	}
+	// Written over already (the FAT's last byte, which sizes the volume):
+	// those bytes are the UKI's to write again.
 	c.carriedBytes = int64(len(p))
+	for _, w := range written {
+		if _, err := c.File.WriteAt(p[w.From-off:w.To-off], w.From); err != nil {
+			return 0, err
+		}
+		c.carriedBytes -= w.To - w.From
+	}
 	for _, s := range c.changed {
 		from, to := s.From, min(s.To, int64(len(p)))
 		if from >= to {

@@ -196,20 +196,31 @@ func (w *File) writeChanged(q []byte, pos int64) error {
 
 // Assume counts [from, to) as written with the bytes the clone already holds
 // there, unread: the caller knows them equal (the image stage carries the
-// UKI's unchanged bytes into the disk this way). It fails where the file was
-// written already, or is not a clone.
-func (w *File) Assume(from, to int64) error {
+// UKI's unchanged bytes into the disk this way). Parts written already are
+// not assumed: they are returned, for the caller to write its bytes there.
+// It fails on a file that is not a clone.
+func (w *File) Assume(from, to int64) (written []Span, err error) {
 	switch {
 	case !w.cloned:
-		return fmt.Errorf("%s: assumes bytes of a clone, but it is written whole", w.f.Name())
+		return nil, fmt.Errorf("%s: assumes bytes of a clone, but it is written whole", w.f.Name())
 	case from < 0 || to < from:
-		return fmt.Errorf("%s: assumes bytes [%d, %d)", w.f.Name(), from, to)
-	case touches(w.dirty, from, to):
-		return fmt.Errorf("%s: assumes bytes [%d, %d) already written", w.f.Name(), from, to)
+		return nil, fmt.Errorf("%s: assumes bytes [%d, %d)", w.f.Name(), from, to)
 	}
-	w.covered = cover(w.covered, from, to)
+	pos := from
+	i := sort.Search(len(w.dirty), func(i int) bool { return w.dirty[i].to > from })
+	for ; i < len(w.dirty) && w.dirty[i].from < to; i++ {
+		d := w.dirty[i]
+		if pos < d.from {
+			w.covered = cover(w.covered, pos, d.from)
+		}
+		written = append(written, Span{max(d.from, from), min(d.to, to)})
+		pos = min(d.to, to)
+	}
+	if pos < to {
+		w.covered = cover(w.covered, pos, to)
+	}
 	w.size = max(w.size, to)
-	return nil
+	return written, nil
 }
 
 // Span is a byte range [From, To) of a file.

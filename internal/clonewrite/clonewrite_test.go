@@ -400,11 +400,12 @@ func TestChangedAndAssume(t *testing.T) {
 	if _, err := w.WriteAt(b0, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Assume(blockSize, 2*blockSize); err != nil {
-		t.Fatal(err)
+	if written, err := w.Assume(blockSize, 2*blockSize); err != nil || written != nil {
+		t.Fatal(written, err)
 	}
-	if err := w.Assume(0, 10); err == nil {
-		t.Fatal("Assume over bytes already written")
+	// Over bytes written already, Assume leaves those to the caller.
+	if written, err := w.Assume(blockSize-10, blockSize+5); err != nil || !slices.Equal(written, []Span{{blockSize - 10, blockSize}}) {
+		t.Fatalf("Assume over written bytes: %v, %v", written, err)
 	}
 	if _, err := w.WriteAt(append(bytes.Clone(old[3*blockSize:]), make([]byte, 10)...), 3*blockSize); err != nil {
 		t.Fatal(err)
@@ -428,7 +429,7 @@ func TestChangedAndAssume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Assume(0, 1); err == nil {
+	if _, err := w.Assume(0, 1); err == nil {
 		t.Fatal("Assume on a file written whole")
 	}
 	w.Close()

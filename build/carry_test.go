@@ -2,15 +2,20 @@ package build
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math/rand"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/internal/clonewrite"
 	"github.com/peerboot/peerboot/internal/xfstest"
+	"github.com/peerboot/peerboot/store"
 )
 
 // The disk and the ISO carry the UKI's unchanged bytes from the previous build's disk
@@ -134,3 +139,145 @@ func TestDiskCarriesTheUKI(t *testing.T) {
 		})
 	}
 }
+
+// The UKI carries its .linux (the same kernel) and the part of its .initrd
+// made of the segments both initrds share (all but config after an overlay
+// edit) from the previous UKI, and writes the rest; it is byte for byte the
+// UKI a fresh write makes, and a record of other segments carries less.
+func TestUKICarriesItsSections(t *testing.T) {
+	mnt := xfstest.Mount(t, 1<<30)
+	rng := rand.New(rand.NewSource(2))
+	kernel := make([]byte, 1<<20+333)
+	rng.Read(kernel)
+	seg1, seg2 := make([]byte, 2<<20+77), make([]byte, 100<<10)
+	rng.Read(seg1)
+	rng.Read(seg2)
+	sum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+	initrdOf := func(seg2 []byte) ([]byte, []segment) {
+		b := append(bytes.Clone(seg1), seg2...)
+		return b, []segment{{Layer: "userspace", SHA256: sum(seg1), At: 0, Size: int64(len(seg1))},
+			{Layer: "config", SHA256: sum(seg2), At: int64(len(seg1)), Size: int64(len(seg2))}}
+	}
+	var log bytes.Buffer
+	cmdline := "console=ttyS0"
+	build := func(dir, base string, initrd []byte, segs []segment) []byte {
+		t.Helper()
+		os.MkdirAll(dir, 0o755)
+		log.Reset()
+		ow := &outWriter{base: base, log: &log, kernelSum: sum(kernel), initrdSum: sum(initrd), initrdSegs: segs}
+		u := image.UKI{Stub: tinyStub(t), Kernel: kernel, Initrd: initrd, Cmdline: cmdline, OSRelease: "ID=t\n"}
+		if err := writeMeasuredUKI(filepath.Join(dir, ukiFile), u, nil, nil, ow); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, ukiFile))
+		if err := ow.writePlacement(filepath.Join(dir, placementFile), len(b)); err != nil {
+			t.Fatal(err)
+		}
+		var fresh bytes.Buffer
+		if err := image.WriteUKI(&fresh, u); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, fresh.Bytes()) {
+			t.Fatal("the UKI differs from a fresh write")
+		}
+		return b
+	}
+	first := filepath.Join(mnt, "first")
+	initrd, segs := initrdOf(seg2)
+	build(first, "", initrd, segs)
+	edited := bytes.Clone(seg2)
+	copy(edited[50<<10:], "an overlay edit")
+	initrd2, segs2 := initrdOf(edited)
+	build(filepath.Join(mnt, "second"), first, initrd2, segs2)
+	// kernel (1 MiB + 333) and seg1 (2 MiB + 77) carried: 3.0 MiB.
+	if want := "peerboot.efi cloned from the previous build, 15 B of 4.0 MiB written (3.0 MiB of the kernel and initrd carried unread)"; !bytes.Contains(log.Bytes(), []byte(want)) {
+		t.Errorf("want %q in\n%s", want, log.String())
+	}
+	// A record whose first segment is another one: only the kernel carried.
+	rec, _ := os.ReadFile(filepath.Join(first, placementFile))
+	other := filepath.Join(mnt, "other")
+	os.CopyFS(other, os.DirFS(first))
+	os.Chmod(filepath.Join(other, placementFile), 0o644)
+	os.WriteFile(filepath.Join(other, placementFile), bytes.ReplaceAll(rec, []byte(sum(seg1)), []byte(sum([]byte("another")))), 0o644)
+	build(filepath.Join(mnt, "third"), other, initrd2, segs2)
+	if want := "15 B of 4.0 MiB written (1.0 MiB of the kernel and initrd carried unread)"; !bytes.Contains(log.Bytes(), []byte(want)) {
+		t.Errorf("want %q in\n%s", want, log.String())
+	}
+	// A longer command line moves the sections: nothing is carried, and the
+	// UKI is still the fresh one (build checks).
+	cmdline += " " + strings.Repeat("x", 600)
+	build(filepath.Join(mnt, "fourth"), first, initrd2, segs2)
+	if bytes.Contains(log.Bytes(), []byte("carried")) {
+		t.Errorf("sections at other offsets carried:\n%s", log.String())
+	}
+}
+
+// The initramfs stage writes a clone of the previous initrd.img in which the
+// layer segments that are the same at the same offset are carried, unread,
+// and the others written; the result is the segments end to end, NUL-padded
+// to whole MiB, whatever the previous segments.json says.
+func TestInitrdCarriesItsSegments(t *testing.T) {
+	mnt := xfstest.Mount(t, 1<<30)
+	st, err := store.Open(filepath.Join(mnt, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(3))
+	segment := func(n int) []byte { b := make([]byte, n); rng.Read(b); return b }
+	layers := map[StageName][]byte{StageUserspace: segment(3<<20 + 5), StageModules: segment(1 << 20), StageTools: segment(700 << 10), StageConfig: segment(3000)}
+	commitLayer := func(l StageName, body []byte) string {
+		dir, _ := st.NewScratch(string(l))
+		os.WriteFile(filepath.Join(dir, layerSegment), body, 0o444)
+		key := string(l) + "-" + sha256Hex(append([]byte(l), body...))
+		if err := st.CommitOutput(key, dir); err != nil {
+			t.Fatal(err)
+		}
+		return st.OutputDir(key)
+	}
+	var log bytes.Buffer
+	run := func(out, base string) []byte {
+		t.Helper()
+		log.Reset()
+		sr := &stageRun{Name: StageInitramfs, Store: st, Out: out, Base: base, Log: &log, Deps: map[StageName]string{}}
+		var want []byte
+		for _, l := range initrdLayers {
+			sr.Deps[l] = commitLayer(l, layers[l])
+			want = append(want, layers[l]...)
+		}
+		os.MkdirAll(out, 0o755)
+		if err := initramfsStage().Run(context.Background(), sr); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(filepath.Join(out, initrdFile))
+		want = append(want, make([]byte, (len(want)+(1<<20)-1)/(1<<20)*(1<<20)-len(want))...)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("initrd.img is not the segments end to end, padded (%d bytes, want %d)", len(got), len(want))
+		}
+		return got
+	}
+	first := filepath.Join(mnt, "first")
+	run(first, "")
+	layers[StageConfig] = segment(3000)
+	run(filepath.Join(mnt, "second"), first)
+	if !bytes.Contains(log.Bytes(), []byte("(3 carried from the previous build)")) {
+		t.Errorf("an overlay edit carried other than the three layers before config:\n%s", log.String())
+	}
+	// A record that lists another tools segment: tools and config written.
+	rec, _ := os.ReadFile(filepath.Join(first, segmentsFile))
+	other := filepath.Join(mnt, "other")
+	os.CopyFS(other, os.DirFS(first))
+	os.Chmod(filepath.Join(other, segmentsFile), 0o644)
+	os.WriteFile(filepath.Join(other, segmentsFile), bytes.Replace(rec, []byte(sha256Hex(layers[StageTools])), []byte(sha256Hex([]byte("x"))), 1), 0o644)
+	run(filepath.Join(mnt, "third"), other)
+	if !bytes.Contains(log.Bytes(), []byte("(2 carried from the previous build)")) {
+		t.Errorf("want userspace and modules carried:\n%s", log.String())
+	}
+	// A grown segment moves the ones after it: those are written.
+	layers[StageModules] = segment(1<<20 + 10)
+	run(filepath.Join(mnt, "fourth"), first)
+	if !bytes.Contains(log.Bytes(), []byte("(1 carried from the previous build)")) {
+		t.Errorf("want userspace alone carried:\n%s", log.String())
+	}
+}
+
+func sha256Hex(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }

@@ -1,7 +1,6 @@
 package build
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto"
@@ -56,50 +55,142 @@ var initrdLayers = []StageName{StageUserspace, StageModules, StageTools, StageCo
 // layer, and an overlay edit re-packs only the config segment.
 func initramfsStage() *stage {
 	return &stage{
-		Name: StageInitramfs, Version: 5, // 2: one segment per layer; 3: initrd.img read-only; 4: the tools segment before config; 5: NUL-padded to whole MiB
+		Name: StageInitramfs, Version: 6, // 2: one segment per layer; 3: initrd.img read-only; 4: the tools segment before config; 5: NUL-padded to whole MiB; 6: segments.json
 		Deps: initrdLayers,
 		Run: func(ctx context.Context, sr *stageRun) error {
-			out, err := os.Create(filepath.Join(sr.Out, initrdFile))
+			// A clone of the previous initrd, into which only the segments
+			// that changed are written (an overlay edit: config, last); the
+			// others are carried unread where segments.json says the previous
+			// one held the same segment at the same offset.
+			var base string
+			if sr.Base != "" {
+				base = filepath.Join(sr.Base, initrdFile)
+			}
+			out, err := clonewrite.Create(filepath.Join(sr.Out, initrdFile), base, 0o644)
 			if err != nil {
 				return err
 			}
-			var total int64
-			for _, l := range initrdLayers {
-				f, err := os.Open(filepath.Join(sr.Dep(l), layerSegment))
-				if err != nil {
-					out.Close()
-					return err
-				}
-				n, err := io.Copy(out, f)
-				f.Close()
-				if err != nil {
-					out.Close()
-					return err
-				}
-				total += n
+			segs, err := writeInitrd(sr, out)
+			if cerr := out.Close(); err == nil {
+				err = cerr
 			}
-			// Padded with NULs to whole MiB (a hole: it reads as zeros), which
-			// the kernel skips after the last archive (init/initramfs.c,
-			// unpack_to_rootfs, lines 530-535 of linux-source-6.1:
-			// `if (!*buf) { buf++; len--; this_header++; continue; }`). So an
-			// edit that keeps the initrd within its MiB keeps its size, and the
-			// UKI's .initrd VirtualSize (what the stub measures) with it: the
-			// UKI's and the ISO's headers stay as they were, and their hashes
-			// resume at the initrd's tail.
-			padded := (total + image.InitrdRawAlign - 1) / image.InitrdRawAlign * image.InitrdRawAlign
-			if err := out.Truncate(padded); err != nil {
-				out.Close()
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(sr.Log, "initramfs: %d segments, %.1f MiB, padded to %d MiB\n", len(initrdLayers), float64(total)/(1<<20), padded>>20)
+			b, err := json.Marshal(segs)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(sr.Out, segmentsFile), append(b, '\n'), readOnly); err != nil {
+				return err
+			}
 			// Read-only: published out/ files are hard links to it (pxe/initrd.img).
-			if err := out.Chmod(readOnly); err != nil {
-				out.Close()
-				return err
-			}
-			return out.Close()
+			return os.Chmod(filepath.Join(sr.Out, initrdFile), readOnly)
 		},
 	}
+}
+
+// writeInitrd writes the layers' segments into out, one after the other,
+// carrying those the previous initrd (sr.Base) held alike, and pads it.
+func writeInitrd(sr *stageRun, out *clonewrite.File) ([]segment, error) {
+	prev := readSegments(sr.Base)
+	var segs []segment
+	var total int64
+	carried := 0
+	for i, l := range initrdLayers {
+		path := filepath.Join(sr.Dep(l), layerSegment)
+		info, err := os.Stat(path)
+		if err != nil {
+			return nil, err
+		}
+		seg := segment{Layer: string(l), SHA256: sr.depSum(l, layerSegment), At: total, Size: info.Size()}
+		ok, err := writeSegment(out, path, seg, i < len(prev) && seg.SHA256 != "" && prev[i] == seg)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			carried++
+		}
+		segs = append(segs, seg)
+		total += seg.Size
+	}
+	// Padded with NULs to whole MiB (a hole: it reads as zeros), which the
+	// kernel skips after the last archive (init/initramfs.c, unpack_to_rootfs,
+	// lines 530-535 of linux-source-6.1: `if (!*buf) { buf++; len--;
+	// this_header++; continue; }`). So an edit that keeps the initrd within its
+	// MiB keeps its size, and the UKI's .initrd VirtualSize (what the stub
+	// measures) with it: the UKI's and the ISO's headers stay as they were,
+	// and their hashes resume at the initrd's tail.
+	padded := (total + image.InitrdRawAlign - 1) / image.InitrdRawAlign * image.InitrdRawAlign
+	if err := out.Truncate(padded); err != nil {
+		return nil, err
+	}
+	var note string
+	if carried > 0 {
+		note = fmt.Sprintf(" (%d carried from the previous build)", carried)
+	}
+	fmt.Fprintf(sr.Log, "initramfs: %d segments, %.1f MiB, padded to %d MiB%s\n", len(initrdLayers), float64(total)/(1<<20), padded>>20, note)
+	return segs, nil
+}
+
+// segmentsFile lists, in the initramfs output, the layer segments initrd.img
+// is made of (JSON: layer, sha256, offset, size), for the next build to carry
+// the unchanged ones and for the image stage to know how much of two initrds
+// is the same.
+const segmentsFile = "segments.json"
+
+type segment struct {
+	Layer  string `json:"layer"`
+	SHA256 string `json:"sha256"`
+	At     int64  `json:"at"`
+	Size   int64  `json:"size"`
+}
+
+// readSegments is dir's segments.json; nil when dir is "" or has none to trust.
+func readSegments(dir string) []segment {
+	if dir == "" {
+		return nil
+	}
+	b, err := os.ReadFile(filepath.Join(dir, segmentsFile))
+	if err != nil {
+		return nil
+	}
+	var segs []segment
+	if json.Unmarshal(b, &segs) != nil {
+		return nil
+	}
+	return segs
+}
+
+// sameSegments is how many bytes from the start two segment lists share:
+// the segments both list alike, from the first on.
+func sameSegments(a, b []segment) int64 {
+	var n int64
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] || a[i].SHA256 == "" {
+			break
+		}
+		n = a[i].At + a[i].Size
+	}
+	return n
+}
+
+// writeSegment writes the segment file at path into out at seg.At; carried,
+// it takes the clone's bytes there as they are (the previous initrd held this
+// segment there).
+func writeSegment(out *clonewrite.File, path string, seg segment, carry bool) (carried bool, err error) {
+	if carry {
+		if written, err := out.Assume(seg.At, seg.At+seg.Size); err == nil && len(written) == 0 {
+			return true, nil
+		}
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	_, err = io.Copy(io.NewOffsetWriter(out, seg.At), f)
+	return false, err
 }
 
 // 8. Image: UKI, GPT disk, ISO and PXE bundle, as the recipe's outputs ask.
@@ -159,7 +250,8 @@ func imageStage() *stage {
 			if sum, err := hex.DecodeString(sr.depSum(StageInitramfs, initrdFile)); err == nil && len(sum) == sha256.Size {
 				known = knownInitrd(initrd, [32]byte(sum))
 			}
-			ow := &outWriter{base: sr.Base, log: sr.Log}
+			ow := &outWriter{base: sr.Base, log: sr.Log, initrdSegs: readSegments(sr.Dep(StageInitramfs)),
+				kernelSum: sr.depSum(StageKernel, kernel.ImageFile), initrdSum: sr.depSum(StageInitramfs, initrdFile)}
 			if err := writeMeasuredUKI(ukiPath, u, key, known, ow); err != nil {
 				return err
 			}
@@ -278,36 +370,48 @@ func pcrSigner(b []byte) (crypto.Signer, error) {
 // stays reproducible. known (may be nil) gives section digests the
 // predictions need not hash (knownInitrd). ow (nil: a fresh file) writes it.
 func writeMeasuredUKI(path string, u image.UKI, key crypto.Signer, known measure.Known, ow *outWriter) error {
-	write := func() error {
+	// write writes the UKI and returns what measure may take as known: the
+	// loaded digests of the sections the image stage placed (the kernel's
+	// and the initrd's), else known.
+	write := func() (measure.Known, error) {
 		err := ow.write(path, ukiFile, func(f *clonewrite.File) error {
-			// Buffered: WriteUKI writes the headers and each padding apart.
-			w := bufio.NewWriterSize(f, 1<<20)
+			w := ow.sectionWriter(f, u)
 			if err := image.WriteUKI(w, u); err != nil {
 				return err
 			}
-			return w.Flush()
+			return w.flush()
 		})
 		if err != nil {
-			return fmt.Errorf("UKI: %w", err)
+			return nil, fmt.Errorf("UKI: %w", err)
 		}
-		return nil
+		b, unmap, err := mapFile(path)
+		if err != nil {
+			return nil, err
+		}
+		defer unmap()
+		if err := ow.measureSections(b, u); err != nil {
+			return nil, err
+		}
+		return eitherKnown(ow.placedKnown(), known), nil
 	}
 	if key == nil {
-		return write()
+		_, err := write()
+		return err
 	}
 	pk, err := measure.PublicKeyPEM(key.Public().(*rsa.PublicKey))
 	if err != nil {
 		return fmt.Errorf("sign.pcr_key: %w", err)
 	}
 	u.PCRPKey = pk
-	if err := write(); err != nil {
+	k, err := write()
+	if err != nil {
 		return err
 	}
 	b, unmap, err := mapFile(path)
 	if err != nil {
 		return err
 	}
-	p, err := measure.PredictKnown(b, known)
+	p, err := measure.PredictKnown(b, k)
 	unmap()
 	if err != nil {
 		return fmt.Errorf("UKI: predicting PCR 11: %w", err)
@@ -315,17 +419,33 @@ func writeMeasuredUKI(path string, u image.UKI, key crypto.Signer, known measure
 	if u.PCRSig, err = measure.Sign(p, key); err != nil {
 		return fmt.Errorf("UKI: %w", err)
 	}
-	if err := write(); err != nil {
+	if k, err = write(); err != nil {
 		return err
 	}
 	if b, unmap, err = mapFile(path); err != nil {
 		return err
 	}
 	defer unmap()
-	if _, err := measure.CheckKnown(b, known); err != nil {
+	if _, err := measure.CheckKnown(b, k); err != nil {
 		return fmt.Errorf("UKI: the signed PCR 11 policies do not check: %w", err)
 	}
 	return nil
+}
+
+// eitherKnown asks a, then b (either may be nil).
+func eitherKnown(a, b measure.Known) measure.Known {
+	if a == nil || b == nil {
+		if a == nil {
+			return b
+		}
+		return a
+	}
+	return func(name string, s measure.PESection, file []byte) ([32]byte, bool) {
+		if sum, ok := a(name, s, file); ok {
+			return sum, true
+		}
+		return b(name, s, file)
+	}
 }
 
 // outWriter writes the image stage's files. Each starts as a reflink clone of
@@ -339,8 +459,15 @@ type outWriter struct {
 	said bool
 
 	ukiChanged []clonewrite.Span // where the UKI may differ from base's; nil: unknown
-	placed     map[string]int64  // where each file holds the UKI (carried.at)
-	carried    []*carried
+
+	// What the UKI's .linux and .initrd are (store sums, the initrd's
+	// segments), for sectionWriter; sections is where it put them.
+	kernelSum, initrdSum string
+	initrdSegs           []segment
+	sections             map[string]sectionPlace
+	sectionsCarried      int64
+	placed               map[string]int64 // where each file holds the UKI (carried.at)
+	carried              []*carried
 }
 
 // write creates path (rel in the output) and has fill write it.
@@ -376,6 +503,9 @@ func (o *outWriter) write(path, rel string, fill func(*clonewrite.File) error) e
 	switch {
 	case f.Cloned():
 		carried := ""
+		if rel == ukiFile && o.sectionsCarried > 0 {
+			carried = fmt.Sprintf(" (%s of the kernel and initrd carried unread)", sizeText(o.sectionsCarried))
+		}
 		if carriedBytes > 0 {
 			carried = fmt.Sprintf(" (the UKI's other %s carried unread)", sizeText(carriedBytes))
 		}
@@ -394,8 +524,94 @@ func (o *outWriter) write(path, rel string, fill func(*clonewrite.File) error) e
 const placementFile = "uki-placement.json"
 
 type placement struct {
-	UKISize int64            `json:"uki_size"`
-	Placed  map[string]int64 `json:"placed"`
+	UKISize  int64                   `json:"uki_size"`
+	Placed   map[string]int64        `json:"placed"`
+	Sections map[string]sectionPlace `json:"sections,omitempty"` // the UKI's big sections, by name
+}
+
+// sectionPlace is where the UKI holds a section's bytes (At, Size) and what
+// they are: a store file's sha256, and for the initrd, its segments.
+type sectionPlace struct {
+	At       int64     `json:"at"`
+	Size     int64     `json:"size"`
+	SHA256   string    `json:"sha256"`
+	Segments []segment `json:"segments,omitempty"`
+	// The section's VirtualSize and the sha256 of its loaded bytes (the data
+	// zero-filled to VirtualSize): what the stub measures into PCR 11.
+	VirtualSize int64  `json:"virtual_size,omitempty"`
+	Loaded      string `json:"loaded_sha256,omitempty"`
+}
+
+// measureSections completes o.sections from the written UKI's headers: each
+// section's VirtualSize and the sha256 of its loaded bytes. The .initrd's is
+// the initrd file's own sum (the section is exactly the file); the .linux's
+// is the kernel zero-filled to its VirtualSize, taken from base's record for
+// the same kernel or hashed from the kernel (not from the fresh UKI).
+func (o *outWriter) measureSections(uki []byte, u image.UKI) error {
+	if o == nil || len(o.sections) == 0 {
+		return nil
+	}
+	img, err := measure.ParsePE(uki)
+	if err != nil {
+		return fmt.Errorf("UKI: %w", err)
+	}
+	var prev map[string]sectionPlace
+	if p := readPlacement(o.base); p != nil {
+		prev = p.Sections
+	}
+	for name, sp := range o.sections {
+		var s measure.PESection
+		for _, c := range img.Sections {
+			if c.NameString() == name {
+				s = c
+			}
+		}
+		if int64(s.PointerToRaw) != sp.At || int64(s.VirtualSize) < sp.Size || sp.SHA256 == "" {
+			delete(o.sections, name) // not the bytes sectionWriter saw there: left to be hashed
+			continue
+		}
+		sp.VirtualSize = int64(s.VirtualSize)
+		old, ok := prev[name]
+		switch {
+		case sp.VirtualSize == sp.Size:
+			sp.Loaded = sp.SHA256
+		case ok && old.SHA256 == sp.SHA256 && old.Size == sp.Size && old.VirtualSize == sp.VirtualSize && old.Loaded != "":
+			sp.Loaded = old.Loaded
+		case name == ".linux":
+			sum := measure.LoadedSum(u.Kernel, s.VirtualSize)
+			sp.Loaded = hex.EncodeToString(sum[:])
+		}
+		o.sections[name] = sp
+	}
+	return nil
+}
+
+// placedKnown is placedKnown of the sections o placed; nil without.
+func (o *outWriter) placedKnown() measure.Known {
+	if o == nil {
+		return nil
+	}
+	return placedKnown(&placement{Sections: o.sections})
+}
+
+// placedKnown answers measure with the loaded digests of p's sections, for a
+// section header that places the section where p says: the image stage wrote
+// those bytes there, and the record is in the same output as the UKI.
+func placedKnown(p *placement) measure.Known {
+	if p == nil || len(p.Sections) == 0 {
+		return nil
+	}
+	return func(name string, s measure.PESection, _ []byte) ([32]byte, bool) {
+		sp, ok := p.Sections[name]
+		if !ok || sp.Loaded == "" || int64(s.PointerToRaw) != sp.At || int64(s.VirtualSize) != sp.VirtualSize {
+			return [32]byte{}, false
+		}
+		b, err := hex.DecodeString(sp.Loaded)
+		if err != nil || len(b) != sha256.Size {
+			return [32]byte{}, false
+		}
+		return [32]byte(b), true
+	}
 }
 
 // readPlacement is base's placement record; nil when there is none to trust.
@@ -415,7 +631,7 @@ func readPlacement(base string) *placement {
 }
 
 func (o *outWriter) writePlacement(path string, ukiSize int) error {
-	p := placement{UKISize: int64(ukiSize), Placed: o.placed}
+	p := placement{UKISize: int64(ukiSize), Placed: o.placed, Sections: o.sections}
 	if p.Placed == nil {
 		p.Placed = map[string]int64{}
 	}
@@ -457,6 +673,103 @@ func (o *outWriter) carriedBy(f *clonewrite.File) []*carried {
 		}
 	}
 	return out
+}
+
+// sectionWriter is the writer WriteUKI writes u into f through: the
+// headers and paddings, written apart, are buffered; the kernel's and the
+// initrd's bytes (the very slices u holds) go to f as they are, and where
+// the previous UKI (base's record) held the same bytes at the same offset
+// they are carried: the kernel whole when it is the same, the initrd up to
+// the end of the segments both share (an overlay edit: all but config).
+func (o *outWriter) sectionWriter(f *clonewrite.File, u image.UKI) *sectionWriter {
+	w := &sectionWriter{f: f, u: u, o: o}
+	if o != nil {
+		o.sections, o.sectionsCarried = map[string]sectionPlace{}, 0
+		if p := readPlacement(o.base); p != nil && f.Cloned() {
+			w.prev = p.Sections
+		}
+	}
+	return w
+}
+
+type sectionWriter struct {
+	f    *clonewrite.File
+	u    image.UKI
+	o    *outWriter
+	prev map[string]sectionPlace
+	off  int64  // where the next byte goes
+	buf  []byte // pending bytes, ending at off
+}
+
+func (w *sectionWriter) Write(p []byte) (int, error) {
+	name, place := w.section(p)
+	if name == "" {
+		if len(w.buf)+len(p) > 1<<20 {
+			if err := w.flush(); err != nil {
+				return 0, err
+			}
+		}
+		w.buf = append(w.buf, p...)
+		w.off += int64(len(p))
+		return len(p), nil
+	}
+	if err := w.flush(); err != nil {
+		return 0, err
+	}
+	place.At, place.Size = w.off, int64(len(p))
+	w.o.sections[name] = place
+	// Carried: the bytes both UKIs hold alike, from the section's start.
+	var same int64
+	if prev, ok := w.prev[name]; ok && prev.At == place.At && prev.Size == place.Size && place.SHA256 != "" {
+		if prev.SHA256 == place.SHA256 {
+			same = place.Size
+		} else if name == ".initrd" {
+			same = min(sameSegments(prev.Segments, place.Segments), place.Size)
+		}
+	}
+	if same > 0 {
+		written, err := w.f.Assume(w.off, w.off+same)
+		if err != nil {
+			same = 0
+		} else {
+			w.o.sectionsCarried += same
+		}
+		for _, s := range written {
+			if _, err := w.f.WriteAt(p[s.From-w.off:s.To-w.off], s.From); err != nil {
+				return 0, err
+			}
+			w.o.sectionsCarried -= s.To - s.From
+		}
+	}
+	if _, err := w.f.WriteAt(p[same:], w.off+same); err != nil {
+		return 0, err
+	}
+	w.off += int64(len(p))
+	return len(p), nil
+}
+
+// section names the UKI section whose bytes p is (the slice itself, as
+// WriteUKI hands it over) and what the record says of it; "" for any other.
+func (w *sectionWriter) section(p []byte) (string, sectionPlace) {
+	if w.o == nil || len(p) == 0 {
+		return "", sectionPlace{}
+	}
+	switch {
+	case len(p) == len(w.u.Kernel) && &p[0] == &w.u.Kernel[0]:
+		return ".linux", sectionPlace{SHA256: w.o.kernelSum}
+	case len(p) == len(w.u.Initrd) && &p[0] == &w.u.Initrd[0]:
+		return ".initrd", sectionPlace{SHA256: w.o.initrdSum, Segments: w.o.initrdSegs}
+	}
+	return "", sectionPlace{}
+}
+
+func (w *sectionWriter) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	_, err := w.f.WriteAt(w.buf, w.off-int64(len(w.buf)))
+	w.buf = w.buf[:0]
+	return err
 }
 
 // carried is a clonewrite.File that recognises the write of the UKI (the very

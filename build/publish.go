@@ -61,8 +61,11 @@ func Publish(ctx context.Context, p *Plan, st *store.Store, ins []lock.Input, ep
 	if upToDate(final, src, m) {
 		return final, nil // a no-op rebuild touches nothing (and reads no UKI)
 	}
+	// The image stage's record gives the big sections' digests (the UKI is
+	// then read for its headers and small sections alone); without one, the
+	// initramfs output's sum is checked against the .initrd's bytes.
 	known, release := initrdKnown(st, p.Stage(StageInitramfs))
-	m.PCR11, err = predictPCR11(filepath.Join(src, ukiFile), known)
+	m.PCR11, err = predictPCR11(filepath.Join(src, ukiFile), eitherKnown(placedKnown(readPlacement(src)), known))
 	release()
 	if err != nil {
 		return "", fmt.Errorf("publish: %w", err)

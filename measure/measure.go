@@ -145,7 +145,7 @@ func PredictKnown(uki []byte, known Known) (Prediction, error) {
 				return nil
 			}
 		}
-		digests = append(digests, SectionDigest{Name: name, SHA256: hashLoaded(file, s.VirtualSize)})
+		digests = append(digests, SectionDigest{Name: name, SHA256: LoadedSum(file, s.VirtualSize)})
 		return nil
 	})
 	if err != nil {
@@ -316,9 +316,10 @@ func fileData(b []byte, s PESection) ([]byte, error) {
 	return b[s.PointerToRaw : uint64(s.PointerToRaw)+uint64(n)], nil
 }
 
-// hashLoaded is the sha256 of file followed by zeros up to size bytes,
+// LoadedSum is the sha256 of file followed by zeros up to size bytes (a
+// section's loaded bytes, when file is its data and size its VirtualSize),
 // without making the zero-filled copy (a UKI's .initrd is tens of MiB).
-func hashLoaded(file []byte, size uint32) [32]byte {
+func LoadedSum(file []byte, size uint32) [32]byte {
 	h := sha256.New()
 	h.Write(file)
 	var zeros [64 << 10]byte

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -386,4 +387,51 @@ func TestCheckOutputFiles(t *testing.T) {
 	if err := st.CheckOutputFiles(key, []string{"vmlinux"}); err == nil || !strings.Contains(err.Error(), "vmlinux: not in MANIFEST") {
 		t.Fatalf("a listed file the output lacks: %v", err)
 	}
+}
+
+// findLine gives what a full parse gives for the path's line, and nothing for
+// a path only some longer path ends with.
+func TestFindLine(t *testing.T) {
+	b := []byte(strings.Repeat("a", 64) + "  boot/bzImage\n" + strings.Repeat("b", 64) + "  x/boot/bzImage\n" + "12  sizes  two spaces\n" + strings.Repeat("c", 64) + "  last\n")
+	for _, c := range []struct {
+		path, want string
+		ok         bool
+	}{
+		{"boot/bzImage", strings.Repeat("a", 64), true},
+		{"x/boot/bzImage", strings.Repeat("b", 64), true},
+		{"last", strings.Repeat("c", 64), true},
+		{"bzImage", "", false},
+		{"two spaces", "", false},
+		{"absent", "", false},
+	} {
+		if got, ok := findLine(b, c.path); got != c.want || ok != c.ok {
+			t.Errorf("findLine(%q) = %q, %v; want %q, %v", c.path, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// FuzzFindLine: on any MANIFEST the store writes, findLine agrees with
+// readManifest's parse for every listed path.
+func FuzzFindLine(f *testing.F) {
+	f.Add("boot/bzImage", "x/boot/bzImage", "boot")
+	f.Fuzz(func(t *testing.T, a, b, c string) {
+		paths := map[string]string{}
+		for i, p := range []string{a, b, c} {
+			if p == "" || strings.ContainsAny(p, "\n") || strings.Contains(p, "  ") {
+				continue
+			}
+			paths[p] = strings.Repeat(fmt.Sprint(i), 64)
+		}
+		var lines []string
+		for p, sum := range paths {
+			lines = append(lines, sum+"  "+p)
+		}
+		sort.Strings(lines)
+		body := []byte(strings.Join(lines, "\n") + "\n")
+		for p, sum := range paths {
+			if got, ok := findLine(body, p); !ok || got != sum {
+				t.Fatalf("findLine(%q) = %q, %v in\n%s", p, got, ok, body)
+			}
+		}
+	})
 }

@@ -121,7 +121,13 @@ func (s *Store) linkedFiles(links []Link, cands map[inode]int64) map[inode]linke
 	}
 	for _, l := range links {
 		dir := s.OutputDir(l.Key)
-		m, err := readManifest(dir)
+		var m []manifestEntry
+		var err error
+		if l.Files == nil {
+			m, err = readManifest(dir)
+		} else {
+			m, _, err = lookupFiles(dir, l.Files)
+		}
 		if err != nil {
 			continue
 		}
@@ -229,7 +235,7 @@ func resume(sf *sparseFile, basePath string, baseMids []string) (int64, []string
 	defer base.unmap()
 	var a, b []byte
 	var shared *sharedMap
-	mapped := false
+	mapped, cloned := false, false
 	same := 0 // whole chunks equal, each with a midstate after it
 	for same < len(baseMids) {
 		off := int64(same) * midChunk
@@ -249,7 +255,14 @@ func resume(sf *sparseFile, basePath string, baseMids []string) (int64, []string
 		}
 		if shared.same(off, midChunk) {
 			same++
+			cloned = true
 			continue
+		}
+		// In a clone, a chunk that is not the base's blocks was rewritten,
+		// and its writer (clonewrite) writes only bytes that differ: not
+		// compared, which would read the base's blocks there from disk.
+		if cloned {
+			break
 		}
 		x, errx := sf.read(off, midChunk, &a)
 		y, erry := base.read(off, midChunk, &b)

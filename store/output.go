@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -41,24 +42,18 @@ func (s *Store) CheckOutput(key string) error { return s.CheckOutputFiles(key, n
 // lacks is an error.
 func (s *Store) CheckOutputFiles(key string, files []string) error {
 	dir := s.OutputDir(key)
-	m, err := readManifest(dir)
-	if err != nil {
-		return fmt.Errorf("%s: %w", dir, err)
-	}
-	if files != nil {
-		var only []manifestEntry
-		for _, f := range files {
-			i := slices.IndexFunc(m, func(e manifestEntry) bool { return e.path == f })
-			if i < 0 {
-				return fmt.Errorf("%s/%s: not in MANIFEST", dir, f)
-			}
-			only = append(only, m[i])
+	var m []manifestEntry
+	var sizes map[string]int64
+	var err error
+	if files == nil {
+		if m, err = readManifest(dir); err != nil {
+			return fmt.Errorf("%s: %w", dir, err)
 		}
-		m = only
-	}
-	sizes, err := readSizes(dir)
-	if err != nil {
-		return fmt.Errorf("%s: %w", dir, err)
+		if sizes, err = readSizes(dir); err != nil {
+			return fmt.Errorf("%s: %w", dir, err)
+		}
+	} else if m, sizes, err = lookupFiles(dir, files); err != nil {
+		return err
 	}
 	d, err := os.Open(dir)
 	if err != nil {
@@ -229,16 +224,72 @@ func (s *Store) OutputFiles(key string) ([]OutputFile, error) {
 // MANIFEST (an output with thousands of files, the kernel's, is not walked).
 func (s *Store) OutputSum(key, path string) (string, error) {
 	dir := s.OutputDir(key)
-	m, err := readManifest(dir)
+	b, err := os.ReadFile(filepath.Join(dir, manifestName))
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", dir, err)
+		return "", fmt.Errorf("%s: no MANIFEST: incomplete or foreign output", dir)
 	}
-	for _, e := range m {
-		if e.path == path {
-			return e.sum, nil
+	sum, ok := findLine(b, path)
+	if !ok || !isSum(sum) {
+		return "", fmt.Errorf("%s: %s is not in its MANIFEST", dir, path)
+	}
+	return sum, nil
+}
+
+// lookupFiles is readManifest and readSizes of the listed files alone: their
+// lines are found in the records without parsing the others (the kernel's
+// output lists 12,000 files). A file MANIFEST lacks is an error; sizes is nil
+// for an output without SIZES.
+func lookupFiles(dir string, files []string) (m []manifestEntry, sizes map[string]int64, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, manifestName))
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: no MANIFEST: incomplete or foreign output", dir)
+	}
+	for _, f := range files {
+		sum, ok := findLine(b, f)
+		if !ok {
+			return nil, nil, fmt.Errorf("%s/%s: not in MANIFEST", dir, f)
+		}
+		if !isSum(sum) {
+			return nil, nil, fmt.Errorf("%s: MANIFEST: malformed line for %s", dir, f)
+		}
+		m = append(m, manifestEntry{sum, f})
+	}
+	sb, err := os.ReadFile(filepath.Join(dir, sizesName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return m, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	sizes = map[string]int64{}
+	for _, f := range files {
+		if n, ok := findLine(sb, f); ok {
+			size, err := strconv.ParseInt(n, 10, 64)
+			if err != nil || size < 0 {
+				return nil, nil, fmt.Errorf("%s: %s: malformed line for %s", dir, sizesName, f)
+			}
+			sizes[f] = size
 		}
 	}
-	return "", fmt.Errorf("%s: %s is not in its MANIFEST", dir, path)
+	return m, sizes, nil
+}
+
+// findLine finds path's line ("<field>  <path>") in a MANIFEST's or SIZES'
+// bytes and returns its field, without splitting the other lines.
+func findLine(b []byte, path string) (string, bool) {
+	needle := "  " + path + "\n"
+	for from := 0; ; {
+		i := bytes.Index(b[from:], []byte(needle))
+		if i < 0 {
+			return "", false
+		}
+		i += from
+		start := bytes.LastIndexByte(b[:i], '\n') + 1
+		if bytes.Index(b[start:], []byte("  ")) == i-start { // the line's first separator, as readManifest cuts it
+			return string(b[start:i]), true
+		}
+		from = i + 1 // a longer path ending in this one's: not its line
+	}
 }
 
 // The names of an output's two records, beside its files.

@@ -202,11 +202,9 @@ func hashFile(path, rel, base string, baseMids *midstates, links map[inode]linke
 	var buf []byte
 	for off < st.Size {
 		n := min(int64(midChunk), st.Size-off)
-		b, err := sf.read(off, n, &buf)
-		if err != nil {
+		if err := sf.hash(h, off, n, &buf); err != nil {
 			return hashed{}, fmt.Errorf("hashing %s: %w", path, err)
 		}
-		h.Write(b)
 		off += n
 		if n == midChunk && off < st.Size {
 			mids = append(mids, marshalState(h))
@@ -313,14 +311,7 @@ func (s *sparseFile) hole(off, n int64) bool {
 // file where they are all data (no copy: an image's commit compares and hashes
 // tens of MiB), else read into *buf (made when first needed), holes as zeros.
 func (s *sparseFile) read(off, n int64, buf *[]byte) ([]byte, error) {
-	if s.m == nil && !s.mapTried {
-		s.mapTried = true
-		if s.size >= midChunk {
-			if m, err := unix.Mmap(int(s.f.Fd()), 0, int(s.size), unix.PROT_READ, unix.MAP_SHARED); err == nil {
-				s.m = m
-			}
-		}
-	}
+	s.mapOnce()
 	if s.m != nil && off+n <= int64(len(s.m)) {
 		hole, err := unix.Seek(int(s.f.Fd()), off, unix.SEEK_HOLE)
 		if err == nil && hole >= off+n {
@@ -332,6 +323,63 @@ func (s *sparseFile) read(off, n int64, buf *[]byte) ([]byte, error) {
 	}
 	b := (*buf)[:n]
 	return b, s.readAt(b, off)
+}
+
+// hash writes the n bytes at off into h: data straight from the mapping,
+// holes as zeros from a small buffer (a disk image's tail is mostly holes),
+// else as read gives them.
+func (s *sparseFile) hash(h hash.Hash, off, n int64, buf *[]byte) error {
+	s.mapOnce()
+	if s.m == nil || off+n > int64(len(s.m)) {
+		b, err := s.read(off, n, buf)
+		if err == nil {
+			h.Write(b)
+		}
+		return err
+	}
+	fd := int(s.f.Fd())
+	var zeros []byte
+	for pos, end := off, off+n; pos < end; {
+		data, err := unix.Seek(fd, pos, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			data = end
+		} else if err != nil {
+			h.Write(s.m[pos:end]) // no SEEK_DATA: all of it, as data
+			return nil
+		}
+		if data > pos { // a hole up to data
+			stop := min(data, end)
+			if zeros == nil {
+				zeros = make([]byte, 64<<10)
+			}
+			for left := stop - pos; left > 0; left -= int64(len(zeros)) {
+				h.Write(zeros[:min(left, int64(len(zeros)))])
+			}
+			pos = stop
+			continue
+		}
+		hole, err := unix.Seek(fd, pos, unix.SEEK_HOLE)
+		if err != nil {
+			return err
+		}
+		stop := min(hole, end)
+		h.Write(s.m[pos:stop])
+		pos = stop
+	}
+	return nil
+}
+
+// mapOnce maps a file of at least a chunk read-only, on first use.
+func (s *sparseFile) mapOnce() {
+	if s.mapTried {
+		return
+	}
+	s.mapTried = true
+	if s.size >= midChunk {
+		if m, err := unix.Mmap(int(s.f.Fd()), 0, int(s.size), unix.PROT_READ, unix.MAP_SHARED); err == nil {
+			s.m = m
+		}
+	}
 }
 
 func (s *sparseFile) unmap() {

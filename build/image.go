@@ -189,8 +189,7 @@ func writeSegment(out *clonewrite.File, path string, seg segment, carry bool) (c
 		return false, err
 	}
 	defer f.Close()
-	_, err = io.Copy(io.NewOffsetWriter(out, seg.At), f)
-	return false, err
+	return false, out.CopyFrom(f, seg.At)
 }
 
 // 8. Image: UKI, GPT disk, ISO and PXE bundle, as the recipe's outputs ask.
@@ -512,7 +511,7 @@ func (o *outWriter) write(path, rel string, fill func(*clonewrite.File) error) e
 		fmt.Fprintf(o.log, "image: %s cloned from the previous build, %s of %.1f MiB written%s\n", rel, sizeText(f.Written()), float64(f.Size())/(1<<20), carried)
 	case !o.said:
 		o.said = true
-		fmt.Fprintf(o.log, "image: writing whole files: %s\n", f.Reason())
+		fmt.Fprintf(o.log, "image: writing whole files: %s (a store on XFS or btrfs clones the previous build and writes only what changed)\n", f.Reason())
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/peerboot/peerboot/initramfs"
 	"github.com/peerboot/peerboot/internal/testbin"
 	"github.com/peerboot/peerboot/internal/testguard"
+	"github.com/peerboot/peerboot/internal/xfstest"
 )
 
 // A warm rebuild after a recipe edit gives the bytes of a build whose stages
@@ -136,7 +137,28 @@ func stageStatus(out, stage string) string {
 // files are the store's, by hard link.
 func TestOverlayEditEqualsFresh(t *testing.T) {
 	testguard.Short(t, "builds the default image three times (a store hit for its kernel and driver)")
-	dir := t.TempDir()
+	overlayEdits(t, t.TempDir(), false)
+}
+
+// The same edits with the store on an XFS loop mount (a copy of the default
+// recipe's warm outputs), where the stages clone the previous build's files
+// and carry what did not change (issue 34): the one-line edit writes KiBs,
+// carries 3 of the initrd's 4 segments and the UKI's kernel, initrd head and
+// its place in the disk and ISO, and every output still equals a build from
+// empty; the edit that grows the initrd past its MiB moves the UKI, and the
+// records that no longer match are not used.
+func TestOverlayEditEqualsFreshOnXFS(t *testing.T) {
+	testguard.Short(t, "copies the warm store to an XFS loop mount and builds the default image three times")
+	mnt := xfstest.Mount(t, 16<<30)
+	t.Setenv("PEERBOOT_CACHE", copyStore(t, cacheDir(), filepath.Join(mnt, "store"), planKeys(t)))
+	overlayEdits(t, filepath.Join(mnt, "work"), true) // out/ beside the store: publish links
+}
+
+// overlayEdits builds the default image into dir, then after each of two
+// overlay edits builds it warm and with --check, and compares; carried says
+// the store has reflinks, so the warm builds must carry what the edit left
+// alone.
+func overlayEdits(t *testing.T, dir string, carried bool) {
 	if out, code := peerboot(t, "fetch"); code != 0 {
 		t.Fatalf("fetch: exit %d\n%s", code, out)
 	}
@@ -181,6 +203,18 @@ func TestOverlayEditEqualsFresh(t *testing.T) {
 			t.Errorf("edit %d: the image stage says neither that it cloned nor why not:\n%s", i, warmOut)
 		} else {
 			t.Logf("edit %d: %d image files cloned from the previous build", i, cloned)
+		}
+		if carried {
+			imageLog := imageLines(warmOut)
+			if n := strings.Count(warmOut, "cloned from the previous build"); n != 3 {
+				t.Errorf("edit %d: %d of the image stage's 3 files cloned:\n%s", i, n, imageLog)
+			}
+			if !strings.Contains(warmOut, "initramfs: 4 segments") || !strings.Contains(warmOut, "(3 carried from the previous build)") {
+				t.Errorf("edit %d: the initrd did not carry the 3 segments before config", i)
+			}
+			if n := strings.Count(imageLog, "carried unread"); i == 0 && n != 3 {
+				t.Errorf("edit 0: the UKI, disk and ISO did not all carry what the edit left alone (%d of 3):\n%s", n, imageLog)
+			}
 		}
 		fresh := filepath.Join(dir, fmt.Sprintf("fresh%d", i))
 		out, code = runPeerboot(t, pb, "build", "--out", fresh, "--check", "config,initramfs,image")

@@ -223,6 +223,29 @@ func (w *File) Assume(from, to int64) (written []Span, err error) {
 	return written, nil
 }
 
+// CopyFrom writes all of src at off. Written whole (no clone), the kernel
+// copies it (copy_file_range: no trip through memory); cloned, it is read and
+// written as WriteAt writes, only what differs.
+func (w *File) CopyFrom(src *os.File, off int64) error {
+	if !w.cloned {
+		at, from := off, int64(0)
+		for {
+			n, err := unix.CopyFileRange(int(src.Fd()), &from, int(w.f.Fd()), &at, 1<<30, 0)
+			if err != nil {
+				break // EXDEV and the like: the plain copy below, from where it stopped
+			}
+			if n == 0 {
+				w.size = max(w.size, at)
+				return nil
+			}
+		}
+		_, err := io.Copy(io.NewOffsetWriter(w, at), io.NewSectionReader(src, from, 1<<62))
+		return err
+	}
+	_, err := io.Copy(io.NewOffsetWriter(w, off), src)
+	return err
+}
+
 // Span is a byte range [From, To) of a file.
 type Span struct{ From, To int64 }
 

@@ -437,3 +437,40 @@ func TestChangedAndAssume(t *testing.T) {
 		t.Fatal("Changed of a file written whole")
 	}
 }
+
+// CopyFrom writes a whole file at an offset, cloned or not, and the result
+// is what WriteAt of its bytes makes.
+func TestCopyFrom(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "src")
+	body := random(7, 3*blockSize+17)
+	os.WriteFile(src, body, 0o644)
+	base := filepath.Join(dir, "base")
+	os.WriteFile(base, random(8, 5*blockSize), 0o644)
+	for _, c := range []struct {
+		name string
+		base string
+	}{{"whole", ""}, {"cloned", base}} {
+		t.Run(c.name, func(t *testing.T) {
+			w, err := create(filepath.Join(dir, c.name), c.base, 0o644, copyClone)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, _ := os.Open(src)
+			defer f.Close()
+			if err := w.CopyFrom(f, 1000); err != nil {
+				t.Fatal(err)
+			}
+			if w.Size() != 1000+int64(len(body)) {
+				t.Errorf("size %d, want %d", w.Size(), 1000+len(body))
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := os.ReadFile(filepath.Join(dir, c.name))
+			if want := append(make([]byte, 1000), body...); !bytes.Equal(got, want) {
+				t.Fatalf("%d bytes, not the source at 1000 after zeros", len(got))
+			}
+		})
+	}
+}

@@ -17,12 +17,37 @@ import (
 // and driver stages build without NVIDIA's installer, which only the userspace
 // stage reads; that stage, asked for, names the `store import` path.
 func TestOnlyRunningStagesNeedTheirInputs(t *testing.T) {
-	dir := t.TempDir()
 	run := strings.Repeat("d", 64)
-	body := strings.NewReplacer("%s", strings.Repeat("a", 64)).Replace(planRecipe) + `
+	p, r, ins := planOf(t, `
 [userspace]
-installer = { url = "https://example.invalid/NVIDIA-Linux-x86_64-535.261.03.run", sha256 = "` + run + `" }
-`
+installer = { url = "https://example.invalid/NVIDIA-Linux-x86_64-535.261.03.run", sha256 = "`+run+`" }
+`)
+	if us := p.Stage("userspace"); !strings.Contains(itemsText(us.Items), "input installer NVIDIA-Linux-x86_64-535.261.03.run sha256:"+run) {
+		t.Fatalf("the userspace key does not cover the installer:\n%s", itemsText(us.Items))
+	}
+	st, _ := store.Open(t.TempDir())
+	// The kernel stage's output is in the store (as after a build elsewhere).
+	out := t.TempDir()
+	os.WriteFile(filepath.Join(out, "marker"), []byte("kernel"), 0o644)
+	if err := st.CommitOutput(p.Stage("kernel").Key, out); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Run(context.Background(), p, Options{Store: st, Inputs: ins, Until: "kernel", Log: io.Discard}); err != nil {
+		t.Fatalf("--stage kernel needed more than the kernel stage: %v", err)
+	}
+	_, err := Run(context.Background(), p, Options{Store: st, Inputs: ins, Until: "userspace", Log: io.Discard})
+	if err == nil || !strings.Contains(err.Error(), "stage userspace: input NVIDIA-Linux-x86_64-535.261.03.run is not in the store") ||
+		!strings.Contains(err.Error(), "peerboot store import "+r.Path+" NVIDIA-Linux-x86_64-535.261.03.run") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// planOf plans planRecipe plus extra (TOML) in a temp dir with stand-in
+// data files, resolving every input: the plan, its recipe, its inputs.
+func planOf(t *testing.T, extra string) (*Plan, *recipe.Resolved, []lock.Input) {
+	t.Helper()
+	dir := t.TempDir()
+	body := strings.NewReplacer("%s", strings.Repeat("a", 64)).Replace(planRecipe) + extra
 	os.WriteFile(filepath.Join(dir, "t.toml"), []byte(body), 0o644)
 	for _, f := range []string{"local.config", "0001-local.patch", "init", "p2pcheck"} {
 		os.WriteFile(filepath.Join(dir, f), []byte(f), 0o644)
@@ -43,24 +68,7 @@ installer = { url = "https://example.invalid/NVIDIA-Linux-x86_64-535.261.03.run"
 	if err != nil {
 		t.Fatal(err)
 	}
-	if us := p.Stage("userspace"); !strings.Contains(itemsText(us.Items), "input installer NVIDIA-Linux-x86_64-535.261.03.run sha256:"+run) {
-		t.Fatalf("the userspace key does not cover the installer:\n%s", itemsText(us.Items))
-	}
-	st, _ := store.Open(t.TempDir())
-	// The kernel stage's output is in the store (as after a build elsewhere).
-	out := t.TempDir()
-	os.WriteFile(filepath.Join(out, "marker"), []byte("kernel"), 0o644)
-	if err := st.CommitOutput(p.Stage("kernel").Key, out); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Run(context.Background(), p, Options{Store: st, Inputs: ins, Until: "kernel", Log: io.Discard}); err != nil {
-		t.Fatalf("--stage kernel needed more than the kernel stage: %v", err)
-	}
-	_, err = Run(context.Background(), p, Options{Store: st, Inputs: ins, Until: "userspace", Log: io.Discard})
-	if err == nil || !strings.Contains(err.Error(), "stage userspace: input NVIDIA-Linux-x86_64-535.261.03.run is not in the store") ||
-		!strings.Contains(err.Error(), "peerboot store import "+r.Path+" NVIDIA-Linux-x86_64-535.261.03.run") {
-		t.Fatalf("got %v", err)
-	}
+	return p, r, ins
 }
 
 func itemsText(items []Item) string {

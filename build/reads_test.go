@@ -9,8 +9,6 @@ import (
 	"testing"
 
 	"github.com/peerboot/peerboot/kernel"
-	"github.com/peerboot/peerboot/lock"
-	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/store"
 )
 
@@ -18,28 +16,7 @@ import (
 // a damaged header file there, which only the driver and modules stages
 // read, does not rebuild the kernel for an image; a damaged vmlinuz does.
 func TestImageChecksOnlyTheKernelFilesItReads(t *testing.T) {
-	dir := t.TempDir()
-	body := strings.NewReplacer("%s", strings.Repeat("a", 64)).Replace(planRecipe)
-	os.WriteFile(filepath.Join(dir, "t.toml"), []byte(body), 0o644)
-	for _, f := range []string{"local.config", "0001-local.patch", "init", "p2pcheck"} {
-		os.WriteFile(filepath.Join(dir, f), []byte(f), 0o644)
-	}
-	r, err := recipe.Load(filepath.Join(dir, "t.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := lock.Pin(r, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ins, un, err := lock.Inputs(r, f, func(string) (string, error) { return "", nil })
-	if err != nil || len(un) != 0 {
-		t.Fatalf("inputs %v unresolved %v: %v", ins, un, err)
-	}
-	p, err := MakePlan(readData(t, r, Tools{Init: filepath.Join(dir, "init"), P2PCheck: filepath.Join(dir, "p2pcheck")}), ins, un, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, _, ins := planOf(t, "")
 	st, _ := store.Open(t.TempDir())
 	commit := func(stage StageName, files map[string]string) string {
 		out := t.TempDir()

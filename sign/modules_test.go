@@ -46,7 +46,6 @@ func signedModule(t *testing.T, body string, keyFile, certFile string) []byte {
 }
 
 func TestVerifyModules(t *testing.T) {
-	ctx := context.Background()
 	good := map[string][]byte{
 		"usr/lib/modules/6.1.192/kernel/drivers/net/igb.ko": signedModule(t, "igb", ModuleKeyFile, ModuleCertFile),
 		"usr/lib/modules/6.1.192/updates/dkms/nvidia.ko":    signedModule(t, "nvidia", ModuleKeyFile, ModuleCertFile),
@@ -78,18 +77,14 @@ func TestVerifyModules(t *testing.T) {
 				initrd = append(initrd, make([]byte, 1<<20-len(initrd)%(1<<20))...)
 			}
 			dir := writeSyntheticWith(t, false, map[string][]byte{"pxe/initrd.img": initrd})
-			if err := SignOutput(ctx, dir, Options{ArtifactKey: key(ArtifactKeyFile), Version: "test"}); err != nil {
-				t.Fatal(err)
-			}
-			var log strings.Builder
-			err := Verify(ctx, dir, VerifyOptions{Key: filepath.Join(testKeys, ArtifactPubFile), ModuleCert: filepath.Join(testKeys, ModuleCertFile), Log: &log})
+			log, err := signVerify(t, dir)
 			var ve *VerifyError
 			switch {
 			case c.want == "" && err != nil:
 				t.Fatalf("Verify: %v", err)
 			case c.want == "":
-				if !strings.Contains(log.String(), "verify: pxe/initrd.img: 2 module signatures OK ("+moduleCertCN+")\n") {
-					t.Errorf("log does not report the modules checked:\n%s", log.String())
+				if !strings.Contains(log, "verify: pxe/initrd.img: 2 module signatures OK ("+moduleCertCN+")\n") {
+					t.Errorf("log does not report the modules checked:\n%s", log)
 				}
 			case !errors.As(err, &ve) || !names(ve, "pxe/initrd.img") || !strings.Contains(err.Error(), c.want):
 				t.Errorf("Verify: %v; want a problem for pxe/initrd.img containing %q", err, c.want)
@@ -118,7 +113,6 @@ func ukiWithInitrd(t *testing.T, initrd []byte) []byte {
 // UKI. A UKI without an .initrd section leaves nothing to check, and an
 // output with nothing to check is refused rather than passed.
 func TestVerifyModulesInTheUKI(t *testing.T) {
-	ctx := context.Background()
 	const mod = "usr/lib/modules/6.1.192/updates/dkms/nvidia.ko"
 	for _, c := range []struct {
 		name    string
@@ -137,11 +131,7 @@ func TestVerifyModulesInTheUKI(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			dir := writeSyntheticWith(t, false, map[string][]byte{output.UKIFile: c.uki})
 			unlist(t, dir, "pxe/initrd.img")
-			if err := SignOutput(ctx, dir, Options{ArtifactKey: key(ArtifactKeyFile), Version: "test"}); err != nil {
-				t.Fatal(err)
-			}
-			var log strings.Builder
-			err := Verify(ctx, dir, VerifyOptions{Key: filepath.Join(testKeys, ArtifactPubFile), ModuleCert: filepath.Join(testKeys, ModuleCertFile), Log: &log})
+			log, err := signVerify(t, dir)
 			var ve *VerifyError
 			switch {
 			case c.problem == (Problem{}) && err != nil:
@@ -149,8 +139,8 @@ func TestVerifyModulesInTheUKI(t *testing.T) {
 			case c.problem != (Problem{}) && (!errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].File != c.problem.File || !strings.HasPrefix(ve.Problems[0].What, c.problem.What)):
 				t.Errorf("Verify = %v, want the one problem %s: %s", err, c.problem.File, c.problem.What)
 			}
-			if !strings.Contains(log.String(), c.log) {
-				t.Errorf("log lacks %q:\n%s", c.log, log.String())
+			if !strings.Contains(log, c.log) {
+				t.Errorf("log lacks %q:\n%s", c.log, log)
 			}
 		})
 	}
@@ -165,4 +155,17 @@ func TestVerifyUnsigned(t *testing.T) {
 		!strings.HasPrefix(ve.Problems[0].What, "not signed: run `peerboot sign "+dir) {
 		t.Fatalf("Verify of an unsigned output: %v; want one problem, %s: not signed: run `peerboot sign ...`", err, output.SumsSigFile)
 	}
+}
+
+// signVerify signs the output in dir with the test artifact key and verifies
+// it with the test module certificate: Verify's log and error.
+func signVerify(t *testing.T, dir string) (string, error) {
+	t.Helper()
+	ctx := context.Background()
+	if err := SignOutput(ctx, dir, Options{ArtifactKey: key(ArtifactKeyFile), Version: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	var log strings.Builder
+	err := Verify(ctx, dir, VerifyOptions{Key: filepath.Join(testKeys, ArtifactPubFile), ModuleCert: filepath.Join(testKeys, ModuleCertFile), Log: &log})
+	return log.String(), err
 }

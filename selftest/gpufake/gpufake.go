@@ -224,16 +224,22 @@ func New(cfg FakeConfig) *FakeBox {
 // called so far, failed calls included: for tests of how often the driver is asked.
 func (b *FakeBox) Calls(name string) int { return b.calls[name] }
 
-// Held counts what the FAKE driver still holds for its caller: device allocations,
-// pinned host allocations, streams, events, loaded modules and primary-context
-// retains. A caller that gave everything back leaves all of them 0.
+// Held counts what the FAKE driver still holds for its caller: device allocations
+// (VMM mappings included), pinned host allocations, streams, events, loaded modules,
+// primary-context retains, cuMemCreate (or imported) handles not released and
+// cuMemAddressReserve ranges not freed. A caller that gave everything back leaves all
+// of them 0.
 func (b *FakeBox) Held() map[string]int {
 	retained := 0
 	for _, n := range b.retain {
 		retained += n
 	}
-	return map[string]int{"device memory": len(b.allocs), "host memory": len(b.host), "streams": len(b.streams),
-		"events": len(b.events), "modules": len(b.modules), "contexts": retained}
+	held := map[string]int{"device memory": len(b.allocs), "host memory": len(b.host), "streams": len(b.streams),
+		"events": len(b.events), "modules": len(b.modules), "contexts": retained, "vmm handles": 0, "address reservations": 0}
+	if b.vmm != nil {
+		held["vmm handles"], held["address reservations"] = len(b.vmm.phys), len(b.vmm.reserve)
+	}
+	return held
 }
 
 // fault returns the code an entry point should fail with, or 0.

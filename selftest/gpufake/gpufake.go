@@ -197,6 +197,10 @@ type FakeBox struct {
 
 	// Launches counts kernel launches by entry name, for tests that check a path ran.
 	Launches map[string]int
+	// Grids is, by entry name, the grid (blocks) of that kernel's last launch: the
+	// emulation does the whole work whatever the grid, so a test reads here the launch
+	// shape a real GPU would have been given.
+	Grids map[string]uint32
 	// SpinClocks is, per GPU, the timeout in GPU clocks the last spin gate (pb_spin)
 	// that ran there was given: FAKE time never lets the gate wait, so a test reads
 	// here what a real kernel would have waited.
@@ -212,7 +216,7 @@ func New(cfg FakeConfig) *FakeBox {
 		peer: make([][]bool, n), next: make([]uint64, n),
 		streams: map[uintptr]*stream{}, events: map[uintptr]*event{},
 		modules: map[uintptr]*module{}, funcs: map[uintptr]*function{},
-		names: map[int32][]byte{}, Launches: map[string]int{}, SpinClocks: map[int]uint64{},
+		names: map[int32][]byte{}, Launches: map[string]int{}, Grids: map[string]uint32{}, SpinClocks: map[int]uint64{},
 	}
 	for i := range b.peer {
 		b.peer[i] = make([]bool, n)

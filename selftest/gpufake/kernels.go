@@ -194,6 +194,7 @@ func (b *FakeBox) cuLaunchKernel(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32
 		}
 	}
 	b.Launches[fn.name]++
+	b.Grids[fn.name] = gx
 	g := st.gpu
 	st.ops = append(st.ops, func() int32 { return fn.emu.run(b, g, st, args) })
 	return 0

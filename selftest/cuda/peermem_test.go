@@ -558,3 +558,137 @@ func TestRunImportOverFake(t *testing.T) {
 		t.Errorf("GPU 0, 4 bytes, no descriptor: %v, %+v", err, res)
 	}
 }
+
+// olderDriver is the FAKE libcuda with some symbols gone, the way an older or
+// stripped driver lacks them; cuMemAdvise_v2, when asked for, is the CUDA 13 form
+// (a CUmemLocation by value: type in the low half, the device in the high half)
+// answered by the FAKE's cuMemAdvise, and refused unless the location is a device.
+type olderDriver struct {
+	cuda.Library
+	gone     map[string]bool
+	v2       bool
+	v2Called *int
+}
+
+func (l olderDriver) Bind(name string, fn any) error {
+	if l.gone[name] {
+		return fmt.Errorf("dlsym %s: no such symbol", name)
+	}
+	if name == "cuMemAdvise_v2" && l.v2 {
+		var v1 func(p cuda.Ptr, n uintptr, advice int32, dev int32) int32
+		if err := l.Library.Bind("cuMemAdvise", &v1); err != nil {
+			return err
+		}
+		*fn.(*func(p cuda.Ptr, n uintptr, advice int32, loc uint64) int32) = func(p cuda.Ptr, n uintptr, advice int32, loc uint64) int32 {
+			*l.v2Called++
+			if uint32(loc) != 1 { // CU_MEM_LOCATION_TYPE_DEVICE
+				return 1
+			}
+			return v1(p, n, advice, int32(loc>>32))
+		}
+		return nil
+	}
+	return l.Library.Bind(name, fn)
+}
+
+// A driver with only cuMemAdvise_v2 gets the managed form through it, the device in
+// the location's high half; one without the legacy IPC calls refuses cudaipc (and
+// its importer refuses a handle); one without a VMM call refuses every form by name.
+func TestPeerMemOlderDriversOverFake(t *testing.T) {
+	cfg := gpufake.FakeConfig{GPUs: gpus(2)}
+	run := func(t *testing.T, lib cuda.Library, importer func(context.Context, int, cuda.ImportRequest) (*cuda.ImportResult, error), kinds ...string) *cuda.MemResult {
+		t.Helper()
+		r, err := cuda.RunPeerMem(context.Background(), cuda.MemOptions{Library: lib, Bytes: 64 << 10, Kinds: kinds, Importer: importer})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	t.Run("cuMemAdvise_v2 only", func(t *testing.T) {
+		calls := 0
+		lib := olderDriver{Library: gpufake.New(cfg).CUDA(), gone: map[string]bool{"cuMemAdvise": true}, v2: true, v2Called: &calls}
+		r := run(t, lib, nil, selftest.MemManaged)
+		for _, c := range r.Checks {
+			if !c.Verified || !slices.Contains(c.Calls, fmt.Sprintf("cuMemAdvise(SET_ACCESSED_BY, GPU %d)", c.Peer)) {
+				t.Errorf("%s: %+v", pmKey(c), c)
+			}
+		}
+		if len(r.Checks) != 2 || calls != 6 {
+			t.Errorf("%d checks, cuMemAdvise_v2 called %d times, want 2 and 6", len(r.Checks), calls)
+		}
+	})
+	t.Run("neither cuMemAdvise", func(t *testing.T) {
+		lib := olderDriver{Library: gpufake.New(cfg).CUDA(), gone: map[string]bool{"cuMemAdvise": true, "cuMemAdvise_v2": true}}
+		for _, c := range run(t, lib, nil, selftest.MemManaged, selftest.MemVMM).Checks {
+			if c.Verified || c.Step != selftest.StepSetup || !strings.Contains(c.Refused, "dlsym cuMemAdvise_v2: no such symbol") {
+				t.Errorf("%s: %+v", pmKey(c), c)
+			}
+		}
+	})
+	t.Run("no cuMemMap", func(t *testing.T) {
+		lib := olderDriver{Library: gpufake.New(cfg).CUDA(), gone: map[string]bool{"cuMemMap": true}}
+		r := run(t, lib, nil, selftest.MemManaged, selftest.MemVMM, selftest.MemIPC)
+		for _, c := range r.Checks {
+			if c.Verified || c.Step != selftest.StepSetup || !strings.Contains(c.Refused, "dlsym cuMemMap: no such symbol") {
+				t.Errorf("%s: %+v", pmKey(c), c)
+			}
+		}
+	})
+	for _, gone := range []string{"cuIpcGetMemHandle", "cuIpcCloseMemHandle", "cuIpcOpenMemHandle_v2"} {
+		t.Run("no "+gone, func(t *testing.T) {
+			box := gpufake.New(cfg)
+			lib := olderDriver{Library: box.CUDA(), gone: map[string]bool{gone: true, "cuIpcOpenMemHandle": true}}
+			importer := func(ctx context.Context, fd int, req cuda.ImportRequest) (*cuda.ImportResult, error) {
+				return cuda.RunImport(ctx, cuda.MemOptions{Library: gpufake.New(cfg).CUDA()}, fd, req)
+			}
+			r := run(t, lib, importer, selftest.MemCUDAIPC, selftest.MemIPC)
+			for _, c := range r.Checks {
+				refused := c.Kind == selftest.MemCUDAIPC
+				if c.Verified == refused || (refused && (c.Step != selftest.StepSetup ||
+					c.Refused != "FAKE-libcuda (selftest/gpufake, no GPU) has no cuIpcGetMemHandle / cuIpcOpenMemHandle / cuIpcCloseMemHandle")) {
+					t.Errorf("%s: %+v", pmKey(c), c)
+				}
+			}
+			holdsNothing(t, box)
+		})
+	}
+	// The legacy name cuIpcOpenMemHandle serves where the _v2 one is gone.
+	t.Run("cuIpcOpenMemHandle without _v2", func(t *testing.T) {
+		inner := gpufake.New(cfg).CUDA()
+		legacy := olderDriver{Library: aliasLib{inner, "cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2"}, gone: map[string]bool{"cuIpcOpenMemHandle_v2": true}}
+		importer := func(ctx context.Context, fd int, req cuda.ImportRequest) (*cuda.ImportResult, error) {
+			return cuda.RunImport(ctx, cuda.MemOptions{Library: olderDriver{Library: aliasLib{gpufake.New(cfg).CUDA(), "cuIpcOpenMemHandle", "cuIpcOpenMemHandle_v2"},
+				gone: map[string]bool{"cuIpcOpenMemHandle_v2": true}}}, fd, req)
+		}
+		for _, c := range run(t, legacy, importer, selftest.MemCUDAIPC).Checks {
+			if !c.Verified {
+				t.Errorf("%s: %+v", pmKey(c), c)
+			}
+		}
+	})
+	// An importing process whose driver cannot open a legacy handle refuses it.
+	t.Run("importer without cuIpcOpenMemHandle", func(t *testing.T) {
+		importer := func(ctx context.Context, fd int, req cuda.ImportRequest) (*cuda.ImportResult, error) {
+			return cuda.RunImport(ctx, cuda.MemOptions{Library: olderDriver{Library: gpufake.New(cfg).CUDA(),
+				gone: map[string]bool{"cuIpcOpenMemHandle_v2": true, "cuIpcOpenMemHandle": true}}}, fd, req)
+		}
+		for _, c := range run(t, gpufake.New(cfg).CUDA(), importer, selftest.MemCUDAIPC).Checks {
+			if c.Verified || c.Step != selftest.StepSetup || c.Refused != "in the importing process: FAKE-libcuda (selftest/gpufake, no GPU) has no cuIpcOpenMemHandle" {
+				t.Errorf("%s: %+v", pmKey(c), c)
+			}
+		}
+	})
+}
+
+// aliasLib answers the symbol name with the library's symbol target.
+type aliasLib struct {
+	cuda.Library
+	name, target string
+}
+
+func (l aliasLib) Bind(name string, fn any) error {
+	if name == l.name {
+		name = l.target
+	}
+	return l.Library.Bind(name, fn)
+}

@@ -150,7 +150,8 @@ func TestPeerMemLocalOverFake(t *testing.T) {
 			if c := pmOf(t, r, selftest.MemVMM, 0, 0); !slices.Contains(c.Calls, "cuMemSetAccess(GPU 0 read-write)") {
 				t.Errorf("vmm calls %q", c.Calls)
 			}
-			if len(r.CUDA.Devices) != len(tc.cfg.GPUs) || !r.CUDA.Loaded || r.CUDA.Error != "" {
+			if len(r.CUDA.Devices) != len(tc.cfg.GPUs) || !r.CUDA.Loaded || r.CUDA.Error != "" || r.CUDA.DriverVersion != 12040 ||
+				r.CUDA.PTX == nil || r.CUDA.PTX.Name != "CUDA_SUCCESS" {
 				t.Errorf("CUDA %+v", r.CUDA)
 			}
 			holdsNothing(t, box)
@@ -368,11 +369,19 @@ func TestPeerMemStopsOverFake(t *testing.T) {
 			}
 		})
 	}
+	// The kernels that do not load on GPU 1 stop it, with the JIT's status and log.
+	box := gpufake.New(gpufake.FakeConfig{GPUs: gpus(2), PTXLog: "ptxas fatal",
+		Faults: []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuModuleLoadDataEx", Code: 218, Nth: 2}}})
+	r, err := cuda.RunPeerMem(context.Background(), cuda.MemOptions{Library: box.CUDA(), Bytes: 64 << 10})
+	if err == nil || !strings.Contains(err.Error(), "cuModuleLoadDataEx on GPU 1: CUDA_ERROR_INVALID_PTX: ptxas fatal") ||
+		r.CUDA.PTX == nil || r.CUDA.PTX.Name != "CUDA_ERROR_INVALID_PTX" || r.CUDA.PTXLog != "ptxas fatal" || len(r.Checks) != 0 {
+		t.Errorf("PTX: %v, %+v", err, r)
+	}
 	// A context already cancelled stops it before the first check, naming it.
-	box := gpufake.New(gpufake.FakeConfig{GPUs: gpus(2)})
+	box = gpufake.New(gpufake.FakeConfig{GPUs: gpus(2)})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	r, err := cuda.RunPeerMem(ctx, cuda.MemOptions{Library: box.CUDA(), Bytes: 64 << 10})
+	r, err = cuda.RunPeerMem(ctx, cuda.MemOptions{Library: box.CUDA(), Bytes: 64 << 10})
 	if err == nil || !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "before the managed check GPU 0 -> GPU 1") || len(r.Checks) != 0 {
 		t.Errorf("cancelled: %v, %+v", err, r)
 	}

@@ -313,6 +313,12 @@ func TestPeerMemCallFailuresOverFake(t *testing.T) {
 			"releasing the memory: cuMemUnmap: CUDA_ERROR_INVALID_VALUE"},
 		{"peer copy", code("cuMemcpyAsync", 1, 1), selftest.MemManaged, selftest.StepPeerCopy, "",
 			"CUDA_ERROR_INVALID_VALUE"},
+		// The first cuMemFree_v2 of the phase is the peer copy's destination.
+		{"free the copy's destination", code("cuMemFree_v2", 1, 1), selftest.MemManaged, selftest.StepPeerCopy, "",
+			"cuMemFree_v2 on GPU 1: CUDA_ERROR_INVALID_VALUE"},
+		// Both fail: the copy's error is the one reported.
+		{"peer copy, then its free", append(code("cuMemcpyAsync", 1, 1), code("cuMemFree_v2", 2, 1)...), selftest.MemManaged, selftest.StepPeerCopy, "",
+			"cuMemcpyAsync"},
 		{"peer kernel faults on vmm", []gpufake.Fault{{Kind: gpufake.FaultMMU, GPU: 0, Mem: gpufake.MemVMM}}, selftest.MemVMM, selftest.StepPeerRead, "",
 			"CUDA_ERROR_ILLEGAL_ADDRESS"},
 	} {
@@ -341,7 +347,10 @@ func TestPeerMemCallFailuresOverFake(t *testing.T) {
 					t.Errorf("%s: %+v", pmKey(o), o)
 				}
 			}
-			if tc.faults[0].Call != "cuMemRelease" && tc.faults[0].Call != "cuMemUnmap" {
+			if tc.errText == "cuMemcpyAsync" && strings.Contains(c.Error, "OUT_OF_MEMORY") {
+				t.Errorf("the free's error replaced the copy's: %q", c.Error)
+			}
+			if l := tc.faults[len(tc.faults)-1].Call; l != "cuMemRelease" && l != "cuMemUnmap" && l != "cuMemFree_v2" {
 				holdsNothing(t, box)
 			}
 		})
@@ -396,9 +405,12 @@ func TestPeerMemImporterRequestsOverFake(t *testing.T) {
 	can := [][]bool{{false, false, true, true}, {false, false, true, true}, {true, true, false, true}, {true, true, true, false}}
 	cfg := gpufake.FakeConfig{GPUs: gpus(4), CanAccess: can}
 	var asked []string
+	var others []*gpufake.FakeBox // the importing processes' drivers
 	importer := func(ctx context.Context, fd int, req cuda.ImportRequest) (*cuda.ImportResult, error) {
 		asked = append(asked, fmt.Sprintf("fd %v handle %v peer %d bytes %d seeds %#x %#x", fd >= 0, req.Handle != nil, req.Peer, req.Bytes, req.ReadSeed, req.WriteSeed))
-		return cuda.RunImport(ctx, cuda.MemOptions{Library: gpufake.New(cfg).CUDA()}, fd, req)
+		other := gpufake.New(cfg)
+		others = append(others, other)
+		return cuda.RunImport(ctx, cuda.MemOptions{Library: other.CUDA()}, fd, req)
 	}
 	box := gpufake.New(cfg)
 	r, err := cuda.RunPeerMem(context.Background(), cuda.MemOptions{Library: box.CUDA(), Bytes: 100 << 10, Importer: importer})
@@ -447,6 +459,9 @@ func TestPeerMemImporterRequestsOverFake(t *testing.T) {
 		t.Errorf("ipc 3->0 calls %q: exported here, imported there", c.Calls)
 	}
 	holdsNothing(t, box)
+	for _, o := range others {
+		holdsNothing(t, o)
+	}
 }
 
 // Without an importer cudaipc cannot be checked (the driver opens a handle only in

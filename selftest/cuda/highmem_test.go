@@ -42,12 +42,14 @@ func TestHighMemOverFake(t *testing.T) {
 		// BAR1 above what is free: the ballast is what is free less the 4 KiB buffer
 		// and the margin (GPU 1 holds the kernels' 16-byte result), rounded down to
 		// 2 MiB: 3 GiB - 2 MiB.
-		cuda.HighMemTarget{Ordinal: 1, BAR1: 8 << 30, VRAM: 4 << 30})
+		cuda.HighMemTarget{Ordinal: 1, BAR1: 8 << 30, VRAM: 4 << 30},
+		// GPU 2's peer is 0 (the first probe's pair the other way round).
+		cuda.HighMemTarget{Ordinal: 2, BAR1: 1 << 30, VRAM: 4 << 30})
 	want := []struct {
 		peer    int
 		ballast int64
 		bar1    string
-	}{{2, 1024, "1 GiB"}, {2, 3070, "8 GiB"}}
+	}{{2, 1024, "1 GiB"}, {2, 3070, "8 GiB"}, {0, 1024, "1 GiB"}}
 	for i, w := range want {
 		g := h[i]
 		if g.GPU != i || g.Peer != w.peer || g.BallastMiB != w.ballast || !g.Verified || g.Error != "" || g.Mismatch != nil || !strings.HasPrefix(g.BufferVA, "0x") {
@@ -71,7 +73,7 @@ func TestHighMemEdgesOverFake(t *testing.T) {
 	// Free: 2 GiB less the kernels' result (16 B) and the two 4 KiB buffers at the
 	// other end (here the same GPU), less the buffer and the margin: 1 GiB - 12 KiB - 16
 	// B, rounded down to 2 MiB.
-	if g := h[0]; g.Peer != -1 || g.BallastMiB != 1022 || !g.Verified || !strings.HasSuffix(g.Guarantee, "; with one GPU the copies were local, so no peer path was exercised") {
+	if g := h[0]; g.Peer != -1 || g.BallastMiB != 1022 || !g.Verified || g.Error != "" || !strings.HasSuffix(g.Guarantee, "; with one GPU the copies were local, so no peer path was exercised") {
 		t.Errorf("one GPU: %+v", g)
 	}
 	for i, want := range []string{"GPU 1 is not a CUDA ordinal (1 devices)", "GPU -1 is not a CUDA ordinal (1 devices)", "GPU 0: BAR1 size unknown, no ballast size to aim for"} {
@@ -82,7 +84,8 @@ func TestHighMemEdgesOverFake(t *testing.T) {
 	// 1 GiB + 6 MiB: after the margin, the two buffers at the other end, the result and
 	// the buffer, less than 2 MiB is free for ballast.
 	h = highMem(t, gpufake.FakeConfig{GPUs: []gpufake.FakeGPU{{MemBytes: 1<<30 + 2<<20 - 1}}}, cuda.HighMemTarget{Ordinal: 0, BAR1: 1 << 30})
-	if g := h[0]; g.Verified || !strings.HasPrefix(g.Error, "GPU 0 has ") || !strings.HasSuffix(g.Error, " free: no room for ballast below a 4 KiB buffer") {
+	// What is free (1 GiB + 2 MiB - 1 B - 8208 B) is named in whole 2 MiB steps.
+	if g := h[0]; g.Verified || g.Error != "GPU 0 has 1 GiB free: no room for ballast below a 4 KiB buffer" {
 		t.Errorf("no room: %+v", g)
 	}
 }

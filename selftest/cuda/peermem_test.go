@@ -716,3 +716,30 @@ func (l aliasLib) Bind(name string, fn any) error {
 	}
 	return l.Library.Bind(name, fn)
 }
+
+// zeroGranularity is the FAKE libcuda answering cuMemGetAllocationGranularity with 0.
+type zeroGranularity struct{ cuda.Library }
+
+func (l zeroGranularity) Bind(name string, fn any) error {
+	if name != "cuMemGetAllocationGranularity" {
+		return l.Library.Bind(name, fn)
+	}
+	*fn.(*func(g *uintptr, prop *cuda.MemProp, option int32) int32) = func(g *uintptr, prop *cuda.MemProp, option int32) int32 {
+		*g = 0
+		return 0
+	}
+	return nil
+}
+
+// A driver that answers a granularity of 0 gets the bytes as they are (no division
+// by it): here the FAKE then refuses 112 bytes that are not a multiple of its own.
+func TestPeerMemZeroGranularityOverFake(t *testing.T) {
+	r, err := cuda.RunPeerMem(context.Background(), cuda.MemOptions{Library: zeroGranularity{gpufake.New(gpufake.FakeConfig{GPUs: gpus(1)}).CUDA()},
+		Bytes: 100, Kinds: []string{selftest.MemVMM}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := r.Checks[0]; c.Verified || c.Refused != "cuMemCreate(112 B, pinned on GPU 0): CUDA_ERROR_INVALID_VALUE" {
+		t.Errorf("%+v", c)
+	}
+}

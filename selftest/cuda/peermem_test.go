@@ -743,3 +743,19 @@ func TestPeerMemZeroGranularityOverFake(t *testing.T) {
 		t.Errorf("%+v", c)
 	}
 }
+
+// A mismatch whose word cannot be read back is an error at its step, not a pass: on
+// one GPU, the copy out is flipped and the fourth read from the GPU (after the three
+// verifications' results) is the read-back of the bad word.
+func TestPeerMemReadBackFailsOverFake(t *testing.T) {
+	box := gpufake.New(gpufake.FakeConfig{GPUs: gpus(1), Faults: []gpufake.Fault{
+		{Kind: gpufake.FaultFlip, Copy: "0->0", Offset: 16},
+		{Kind: gpufake.FaultCode, Call: "cuMemcpyDtoH_v2", Code: 700, Nth: 4}}})
+	r, err := cuda.RunPeerMem(context.Background(), cuda.MemOptions{Library: box.CUDA(), Bytes: 64 << 10, Kinds: []string{selftest.MemManaged}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := r.Checks[0]; c.Verified || c.Step != selftest.StepPeerCopy || c.Error != "cuMemcpyDtoH_v2(4 B) on GPU 0: CUDA_ERROR_ILLEGAL_ADDRESS" {
+		t.Errorf("%+v", c)
+	}
+}

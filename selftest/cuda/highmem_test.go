@@ -115,3 +115,28 @@ func TestHighMemCorruptionOverFake(t *testing.T) {
 		})
 	}
 }
+
+// A spoiled word that cannot be read back is the probe's error, not a mismatch of the
+// way out. The probe's last four reads from a GPU are: the way in's verification,
+// the read-back of its bad word, the way out's verification and its read-back; a
+// first run counts the reads, the second fails the third from last.
+func TestHighMemReadBackFailsOverFake(t *testing.T) {
+	flip := gpufake.Fault{Kind: gpufake.FaultFlip, Copy: "1->0", Offset: 100}
+	o := cuda.Options{CopyBytes: 4096, Loops: 1, Samples: 1, HighMem: []cuda.HighMemTarget{{Ordinal: 0, BAR1: 1 << 30}}}
+	box := gpufake.New(gpufake.FakeConfig{GPUs: gpus(2), Faults: []gpufake.Fault{flip}})
+	o.Library = box.CUDA()
+	if _, err := cuda.Run(context.Background(), o); err != nil {
+		t.Fatalf("cuda.Run: %v", err)
+	}
+	reads := box.Calls("cuMemcpyDtoH_v2")
+	box = gpufake.New(gpufake.FakeConfig{GPUs: gpus(2), Faults: []gpufake.Fault{flip,
+		{Kind: gpufake.FaultCode, Call: "cuMemcpyDtoH_v2", Code: 700, Nth: reads - 2}}})
+	o.Library = box.CUDA()
+	r, err := cuda.Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("cuda.Run: %v", err)
+	}
+	if g := r.HighMem[0]; g.Verified || g.Mismatch != nil || g.Error != "cuMemcpyDtoH_v2(4 B) on GPU 0: CUDA_ERROR_ILLEGAL_ADDRESS" {
+		t.Errorf("%+v %+v", g, g.Mismatch)
+	}
+}

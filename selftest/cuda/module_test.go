@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/peerboot/peerboot/selftest/cuda"
 	"github.com/peerboot/peerboot/selftest/gpufake"
@@ -159,5 +160,75 @@ func TestNoSpinTimeoutNoteOverFake(t *testing.T) {
 		if strings.Contains(n, "timed out") {
 			t.Errorf("note %q", n)
 		}
+	}
+}
+
+// jitLog is the FAKE libcuda with a cuModuleLoadDataEx that fails, writing text into
+// the error log buffer (as much as fits; no NUL after it when it fills the buffer)
+// and reporting size as the log's length, which a broken driver may get wrong.
+type jitLog struct {
+	cuda.Library
+	text string
+	size uintptr
+}
+
+func (l jitLog) Bind(name string, fn any) error {
+	if name != "cuModuleLoadDataEx" {
+		return l.Library.Bind(name, fn)
+	}
+	*fn.(*func(m *uintptr, image *byte, n uint32, opts *int32, vals *uintptr) int32) = func(m *uintptr, image *byte, n uint32, opts *int32, vals *uintptr) int32 {
+		os, vs := unsafe.Slice(opts, n), unsafe.Slice(vals, n)
+		var buf []byte
+		sizeAt := -1
+		for i, o := range os {
+			if o == 6 { // CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES
+				sizeAt = i
+			}
+		}
+		for i, o := range os {
+			if o == 5 { // CU_JIT_ERROR_LOG_BUFFER: the address as an integer
+				buf = unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&vs[i]))), vs[sizeAt])
+			}
+		}
+		if k := copy(buf, l.text); k < len(buf) {
+			buf[k] = 0
+		}
+		vs[sizeAt] = l.size
+		return 218 // CUDA_ERROR_INVALID_PTX
+	}
+	return nil
+}
+
+// The JIT log shown is the length the driver reports, bounded by the 16 KiB buffer:
+// a report past the buffer (or negative) reads the buffer and no further.
+func TestJITLogLengthOverFake(t *testing.T) {
+	full := strings.Repeat("x", 16<<10)
+	for _, tc := range []struct {
+		name string
+		text string
+		size uintptr
+		want string
+	}{
+		{"as reported", "abcdef", 3, "abc"},
+		{"none reported", "abcdef", 0, ""},
+		{"to the NUL", "abcdef", 6, "abcdef"},
+		{"past the buffer", full, 1 << 20, full},
+		{"negative", "abc", ^uintptr(0), "abc"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			box := gpufake.New(gpufake.FakeConfig{GPUs: gpus(1)})
+			d, err := cuda.Open(jitLog{box.CUDA(), tc.text, tc.size})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if _, err := d.Init(); err != nil {
+				t.Fatal(err)
+			}
+			_, log, err := d.LoadModule(0, ".version 7.0")
+			if err == nil || log != tc.want {
+				t.Errorf("log of %d bytes %.20q..., want %d bytes %.20q...; err %v", len(log), log, len(tc.want), tc.want, err)
+			}
+		})
 	}
 }

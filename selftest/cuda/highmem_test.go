@@ -140,3 +140,35 @@ func TestHighMemReadBackFailsOverFake(t *testing.T) {
 		t.Errorf("%+v %+v", g, g.Mismatch)
 	}
 }
+
+// A probe whose stream cannot be made says so, and only that: the streams it never
+// made are not synchronized on the way out (the probe makes the peer's stream, then
+// its own GPU's: the run's last two).
+func TestHighMemNoStreamOverFake(t *testing.T) {
+	o := cuda.Options{CopyBytes: 4096, Loops: 1, Samples: 1, HighMem: []cuda.HighMemTarget{{Ordinal: 0, BAR1: 1 << 30}}}
+	box := gpufake.New(gpufake.FakeConfig{GPUs: gpus(2)})
+	o.Library = box.CUDA()
+	if _, err := cuda.Run(context.Background(), o); err != nil {
+		t.Fatalf("cuda.Run: %v", err)
+	}
+	made := box.Calls("cuStreamCreate")
+	for _, tc := range []struct {
+		nth  int
+		want string
+	}{{made - 1, "cuStreamCreate on GPU 1: CUDA_ERROR_OUT_OF_MEMORY"}, {made, "cuStreamCreate on GPU 0: CUDA_ERROR_OUT_OF_MEMORY"}} {
+		box := gpufake.New(gpufake.FakeConfig{GPUs: gpus(2), Faults: []gpufake.Fault{{Kind: gpufake.FaultCode, Call: "cuStreamCreate", Code: 2, Nth: tc.nth}}})
+		o.Library = box.CUDA()
+		r, err := cuda.Run(context.Background(), o)
+		if err != nil {
+			t.Fatalf("cuda.Run: %v", err)
+		}
+		if g := r.HighMem[0]; g.Verified || g.Error != tc.want {
+			t.Errorf("stream %d of %d refused: %+v, want the error %q", tc.nth, made, g, tc.want)
+		}
+		for what, n := range box.Held() {
+			if n != 0 {
+				t.Errorf("stream %d refused: the driver still holds %d %s", tc.nth, n, what)
+			}
+		}
+	}
+}

@@ -92,6 +92,12 @@ var Packages = []Package{
 	{Path: "netboot/fleetdb/sqldb", Files: []string{"attest.go", "rollout.go"}},
 	// Serve's rollouts: a unit of its own, a run of its own.
 	{Name: "netboot-rollout", Path: "netboot", Files: []string{"rollout_server.go", "inventory_rollout.go"}},
+	// Where a clone of the previous output is taken as written and what
+	// changed in it: the carry's bytes are only as right as these answers.
+	{Path: "internal/clonewrite"},
+	// The carry of initrd segments and UKI sections (image.go): what a
+	// rebuild takes from the previous build unread, a unit of its own.
+	{Name: "build-carry", Path: "build", Files: []string{"image.go"}},
 }
 
 // Mutant is one mutation gremlins made and what the tests did about it.

@@ -152,14 +152,17 @@ func TestWorkflowMatrix(t *testing.T) {
 // out of its parent's run, and a directory split by files is split.
 func TestUnits(t *testing.T) {
 	for file, want := range map[string]string{
-		"sign/output.go":               "sign",
-		"sign/modsign/modsign.go":      "sign/modsign",
-		"selftest/verdict/pcie.go":     "selftest/verdict",
-		"selftest/render.go":           "selftest",
-		"nvrun/nvruntest/build.go":     "nvrun",
-		"netboot/attest.go":            "netboot",
-		"netboot/rollout_server.go":    "netboot-rollout",
-		"netboot/inventory_rollout.go": "netboot-rollout",
+		"sign/output.go":                    "sign",
+		"sign/modsign/modsign.go":           "sign/modsign",
+		"selftest/verdict/pcie.go":          "selftest/verdict",
+		"selftest/render.go":                "selftest",
+		"nvrun/nvruntest/build.go":          "nvrun",
+		"netboot/attest.go":                 "netboot",
+		"netboot/rollout_server.go":         "netboot-rollout",
+		"netboot/inventory_rollout.go":      "netboot-rollout",
+		"build/stage.go":                    "build",
+		"build/image.go":                    "build-carry",
+		"internal/clonewrite/clonewrite.go": "internal/clonewrite",
 	} {
 		if got := pkgOfFile(file); got != want {
 			t.Errorf("%s is in unit %q, want %q", file, got, want)

@@ -169,6 +169,7 @@ var cases = []struct {
 		ops: []op{writeAt(200*KiB, random(9, 10*KiB)), truncate(100 * KiB), writeAt(200*KiB, r300[200*KiB:210*KiB])}, written: -2},
 	{name: "empty result", size: 300 * KiB, base: []extent{{0, r300}}, ops: nil, written: 0},
 	{name: "no base", noBase: true, ops: []op{write(r300)}, written: -1},
+	{name: "no base, cut by truncate", noBase: true, ops: []op{write(r300), truncate(1000)}, written: -1},
 }
 
 // TestMatchesFreshWrite runs each case's writes on a fresh file and on a
@@ -472,5 +473,122 @@ func TestCopyFrom(t *testing.T) {
 				t.Fatalf("%d bytes, not the source at 1000 after zeros", len(got))
 			}
 		})
+	}
+	// An empty source (an empty layer segment) copies nothing and returns.
+	empty := filepath.Join(dir, "empty")
+	os.WriteFile(empty, nil, 0o644)
+	w, err := create(filepath.Join(dir, "from-empty"), "", 0o644, copyClone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _ := os.Open(empty)
+	defer f.Close()
+	if err := w.CopyFrom(f, 0); err != nil || w.Size() != 0 {
+		t.Fatalf("CopyFrom of an empty file: %v, size %d", err, w.Size())
+	}
+	w.Close()
+}
+
+// Assume refuses a range that is no range (a negative start, an end before
+// its start) and takes an empty one, or one from offset 0, as given. Over a
+// range with written parts, the parts before, between and after them are
+// kept as the clone holds them (the base's bytes), and only the written
+// parts, clipped to the range, come back for the caller to write; a written
+// span that starts where the range ends is not in it.
+func TestAssumeRanges(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base")
+	old := random(11, 4*blockSize)
+	if err := os.WriteFile(base, old, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := create(filepath.Join(dir, "new"), base, 0o644, copyClone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][2]int64{{-1, 5}, {10, 5}, {-10, -20}} {
+		if _, err := w.Assume(r[0], r[1]); err == nil {
+			t.Errorf("Assume(%d, %d) accepted", r[0], r[1])
+		}
+	}
+	if written, err := w.Assume(7, 7); err != nil || written != nil {
+		t.Errorf("Assume of an empty range: %v, %v", written, err)
+	}
+	// Block 1 rewritten with other bytes, and 10 bytes at the start of block 3.
+	b1 := random(12, blockSize)
+	if _, err := w.WriteAt(b1, blockSize); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt([]byte("0123456789"), 3*blockSize); err != nil {
+		t.Fatal(err)
+	}
+	written, err := w.Assume(0, 3*blockSize)
+	if err != nil || !slices.Equal(written, []Span{{blockSize, 2 * blockSize}}) {
+		t.Fatalf("Assume(0, 3 blocks) = %v, %v; want block 1 (written) alone back", written, err)
+	}
+	if written, err := w.Assume(3*blockSize+10, 4*blockSize); err != nil || written != nil {
+		t.Fatalf("Assume after the written bytes = %v, %v; want none back", written, err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := with(with(old, blockSize, b1), 3*blockSize, []byte("0123456789"))
+	if got, _ := os.ReadFile(w.Name()); !bytes.Equal(got, want) {
+		t.Fatal("the assumed ranges do not hold the base's bytes")
+	}
+}
+
+// A range of the base that is a hole and that the caller never wrote stays
+// as it was: Close has nothing to make zeros there, and Changed does not list
+// it (the disk's carry rewrites what Changed lists), up to the data that
+// follows it exactly at its end.
+func TestChangedLeavesBaseHoles(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base")
+	// Data in block 0, a hole in blocks 1 and 2, data in block 3.
+	b0, b3 := random(13, blockSize), random(14, blockSize)
+	writeSparse(t, base, 4*blockSize, extent{0, b0}, extent{3 * blockSize, b3})
+	w, err := create(filepath.Join(dir, "new"), base, 0o644, copyClone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(t, w, []op{writeAt(0, b0), writeAt(3*blockSize, b3)})
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := w.Changed(); !ok || len(got) != 0 {
+		t.Errorf("Changed = %v, %v; want nothing: the hole was left as it was", got, ok)
+	}
+	want := append(append(bytes.Clone(b0), make([]byte, 2*blockSize)...), b3...)
+	if got, _ := os.ReadFile(w.Name()); !bytes.Equal(got, want) {
+		t.Fatal("the file is not what was written")
+	}
+}
+
+// Close unmaps the base it compared with: an image stage maps a ~250 MiB
+// base per file, and a long-lived process (serve's builds) must not keep
+// each one mapped.
+func TestCloseUnmapsTheBase(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base-to-unmap")
+	if err := os.WriteFile(base, random(15, blockSize), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w, err := create(filepath.Join(dir, "new"), base, 0o644, copyClone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(random(16, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(maps, []byte(base)) {
+		t.Error("the base is still mapped after Close")
 	}
 }

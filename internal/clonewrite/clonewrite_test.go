@@ -154,6 +154,8 @@ var cases = []struct {
 		written: 0, holeFrom: 64 * KiB, holeTo: 512 * KiB},
 	{name: "data where the base has a hole", size: MiB, base: []extent{{0, tail}},
 		ops: []op{write(tail), writeAt(256*KiB, r300[:10])}, written: 10},
+	{name: "a byte after eight zeros, over a hole", size: MiB, base: []extent{{0, tail}},
+		ops: []op{write(tail), writeAt(256*KiB, append(make([]byte, 8), 'x'))}, written: 1},
 	{name: "a write spanning blocks", size: MiB, base: []extent{{0, r1M}},
 		ops: []op{write(r1M), writeAt(64*KiB-3, []byte("spans three blocks: "+strings.Repeat("x", 64*KiB)))}, written: -1},
 	{name: "disk-like: truncate to 0 then to size, then structures", size: 4 * MiB, base: []extent{{0, r300}, {2 * MiB, r1M}},
@@ -295,6 +297,9 @@ func TestCover(t *testing.T) {
 		{[][2]int64{{20, 30}, {40, 50}, {0, 10}, {11, 19}}, []span{{0, 10}, {11, 19}, {20, 30}, {40, 50}}},
 		{[][2]int64{{20, 30}, {40, 50}, {60, 70}, {25, 45}}, []span{{20, 50}, {60, 70}}},
 		{[][2]int64{{20, 30}, {0, 100}}, []span{{0, 100}}},
+		// Touching a span before the last at either end merges with it.
+		{[][2]int64{{0, 10}, {20, 30}, {10, 15}}, []span{{0, 15}, {20, 30}}},
+		{[][2]int64{{0, 10}, {20, 30}, {15, 20}}, []span{{0, 10}, {15, 30}}},
 		{[][2]int64{{5, 5}}, nil},
 	} {
 		var w File

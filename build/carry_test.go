@@ -281,3 +281,53 @@ func TestInitrdCarriesItsSegments(t *testing.T) {
 }
 
 func sha256Hex(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+
+// The initramfs stage pads initrd.img with NULs to whole MiB and no further:
+// segments that end on a MiB boundary are not padded, one byte more is padded
+// to the next MiB. A build with no previous initrd says nothing of carrying,
+// and what it writes is read-only (published out/ files are hard links to it).
+func TestInitrdPadsToWholeMiB(t *testing.T) {
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range []struct {
+		sizes  []int // userspace, modules, tools, config
+		padded int
+	}{
+		{[]int{1 << 20, 512 << 10, 256 << 10, 256 << 10}, 2 << 20},
+		{[]int{1 << 20, 512 << 10, 256 << 10, 256<<10 + 1}, 3 << 20},
+	} {
+		sr := &stageRun{Name: StageInitramfs, Store: st, Out: filepath.Join(t.TempDir(), "out"), Log: &bytes.Buffer{}, Deps: map[StageName]string{}}
+		var want []byte
+		for j, l := range initrdLayers {
+			body := bytes.Repeat([]byte{byte(1 + i*4 + j)}, c.sizes[j])
+			dir, _ := st.NewScratch(string(l))
+			os.WriteFile(filepath.Join(dir, layerSegment), body, 0o444)
+			key := string(l) + "-" + sha256Hex(append([]byte(l), body...))
+			if err := st.CommitOutput(key, dir); err != nil {
+				t.Fatal(err)
+			}
+			sr.Deps[l] = st.OutputDir(key)
+			want = append(want, body...)
+		}
+		want = append(want, make([]byte, c.padded-len(want))...)
+		os.MkdirAll(sr.Out, 0o755)
+		if err := initramfsStage().Run(context.Background(), sr); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(filepath.Join(sr.Out, initrdFile))
+		if !bytes.Equal(got, want) {
+			t.Errorf("segments of %v: initrd.img of %d bytes, want %d: the segments, NUL-padded to whole MiB", c.sizes, len(got), len(want))
+		}
+		log := sr.Log.(*bytes.Buffer).String()
+		if wantLog := fmt.Sprintf("initramfs: 4 segments, %.1f MiB, padded to %d MiB\n", float64(len(bytes.TrimRight(want, "\x00")))/(1<<20), c.padded>>20); log != wantLog {
+			t.Errorf("log %q, want %q (nothing carried without a previous build)", log, wantLog)
+		}
+		for _, name := range []string{initrdFile, segmentsFile} {
+			if info, err := os.Stat(filepath.Join(sr.Out, name)); err != nil || info.Mode().Perm() != readOnly {
+				t.Errorf("%s: %v, %v; want mode %o", name, info.Mode(), err, readOnly)
+			}
+		}
+	}
+}

@@ -331,3 +331,55 @@ func TestInitrdPadsToWholeMiB(t *testing.T) {
 		}
 	}
 }
+
+// On a store that cannot clone, the image stage writes whole files and says
+// why once, not once per file; a first build (no previous output) has nothing
+// to say. The previous output is on tmpfs (/dev/shm), which never clones,
+// nor clones onto another file system.
+func TestWholeFilesSaidOnce(t *testing.T) {
+	base, err := os.MkdirTemp("/dev/shm", "carry-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	out := t.TempDir()
+	for _, name := range []string{ukiFile, diskFile} {
+		os.WriteFile(filepath.Join(base, name), []byte("previous "+name), 0o644)
+	}
+	var log bytes.Buffer
+	for _, c := range []struct{ base, want string }{
+		{"", ""},
+		{base, "image: writing whole files: no reflink here"},
+	} {
+		log.Reset()
+		ow := &outWriter{base: c.base, log: &log}
+		for _, name := range []string{ukiFile, diskFile} {
+			if err := ow.write(filepath.Join(out, name), name, func(f *clonewrite.File) error {
+				if f.Cloned() {
+					t.Fatal("a clone of a file on tmpfs")
+				}
+				_, err := f.Write([]byte("new " + name))
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := os.ReadFile(filepath.Join(out, name)); string(got) != "new "+name {
+				t.Fatalf("%s: %q", name, got)
+			}
+		}
+		if n := strings.Count(log.String(), "image: "); (c.want == "" && n != 0) || (c.want != "" && (n != 1 || !strings.HasPrefix(log.String(), c.want))) {
+			t.Errorf("base %q: log %q, want %q once", c.base, log.String(), c.want)
+		}
+	}
+}
+
+// sizeText words the image stage's "written" and "carried" figures: bytes
+// below a KiB, KiB below a MiB (an overlay edit rewrites KiBs), else MiB.
+func TestSizeText(t *testing.T) {
+	for n, want := range map[int64]string{0: "0 B", 17: "17 B", 1023: "1023 B", 1024: "1.0 KiB", 1536: "1.5 KiB",
+		1<<20 - 1<<10: "1023.0 KiB", 1 << 20: "1.0 MiB", 3<<20 + 1<<19: "3.5 MiB"} {
+		if got := sizeText(n); got != want {
+			t.Errorf("sizeText(%d) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package build
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -87,5 +88,105 @@ func TestPlacedSectionsPredictPCR11(t *testing.T) {
 				t.Error("a record for another offset was used")
 			}
 		})
+	}
+}
+
+// The .linux loaded digest (the kernel zero-filled to its VirtualSize) is
+// taken from the previous build's record only for the same kernel (sum and
+// size) at the same VirtualSize, with a digest to take; a record of any other
+// kernel is hashed again, so the predicted PCR 11 is the UKI's own.
+func TestLoadedDigestFromTheRecord(t *testing.T) {
+	kernel := append(tinyStub(t), []byte("kernel code")...) // SizeOfImage 0x2000: zero-filled
+	initrd := []byte("an initrd, whole")
+	sum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+	u := image.UKI{Stub: tinyStub(t), Kernel: kernel, Initrd: initrd, Cmdline: "console=ttyS0", OSRelease: "ID=t\n"}
+	build := func(dir, base string) *placement {
+		t.Helper()
+		os.MkdirAll(dir, 0o755)
+		ow := &outWriter{base: base, log: io.Discard, kernelSum: sum(kernel), initrdSum: sum(initrd)}
+		if err := writeMeasuredUKI(filepath.Join(dir, ukiFile), u, nil, nil, ow); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, ukiFile))
+		if err := ow.writePlacement(filepath.Join(dir, placementFile), len(b)); err != nil {
+			t.Fatal(err)
+		}
+		return readPlacement(dir)
+	}
+	first := build(filepath.Join(t.TempDir(), "first"), "")
+	real := first.Sections[".linux"]
+	if real.VirtualSize <= real.Size || real.Loaded == "" {
+		t.Fatalf(".linux record %+v: want a zero-filled kernel's loaded digest", real)
+	}
+	fake := sum([]byte("the record's digest"))
+	for _, c := range []struct {
+		name  string
+		edit  func(*sectionPlace)
+		taken bool // the record's (fake) digest is taken
+	}{
+		{"the same kernel", func(*sectionPlace) {}, true},
+		{"another kernel", func(s *sectionPlace) { s.SHA256 = sum([]byte("another")) }, false},
+		{"another size", func(s *sectionPlace) { s.Size++ }, false},
+		{"another VirtualSize", func(s *sectionPlace) { s.VirtualSize += 4096 }, false},
+		{"no digest", func(s *sectionPlace) { s.Loaded = "" }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			base := t.TempDir()
+			rec := *first
+			rec.Sections = map[string]sectionPlace{}
+			for k, v := range first.Sections {
+				rec.Sections[k] = v
+			}
+			l := rec.Sections[".linux"]
+			l.Loaded = fake
+			c.edit(&l)
+			rec.Sections[".linux"] = l
+			b, _ := json.Marshal(rec)
+			os.WriteFile(filepath.Join(base, placementFile), b, 0o644)
+			got := build(filepath.Join(t.TempDir(), "next"), base).Sections[".linux"].Loaded
+			want := real.Loaded
+			if c.taken {
+				want = fake
+			}
+			if got != want {
+				t.Errorf(".linux loaded digest %s, want %s (taken from the record: %v)", got, want, c.taken)
+			}
+		})
+	}
+}
+
+// eitherKnown asks its first answer, then its second: the placed sections'
+// digests first, then the store's initrd digest; either may be missing.
+func TestEitherKnown(t *testing.T) {
+	answers := func(name string, sum byte) measure.Known {
+		return func(n string, _ measure.PESection, _ []byte) ([32]byte, bool) {
+			if n != name {
+				return [32]byte{}, false
+			}
+			return [32]byte{sum}, true
+		}
+	}
+	a, b := answers(".linux", 1), answers(".initrd", 2)
+	both := answers(".linux", 3) // b's answer for a name a answers too: not asked
+	for _, c := range []struct {
+		name string
+		k    measure.Known
+		asks string
+		want byte // 0: no answer
+	}{
+		{"a then b: a's", eitherKnown(a, b), ".linux", 1},
+		{"a then b: b's", eitherKnown(a, b), ".initrd", 2},
+		{"a then b: neither", eitherKnown(a, b), ".cmdline", 0},
+		{"a first", eitherKnown(a, both), ".linux", 1},
+		{"no a", eitherKnown(nil, b), ".initrd", 2},
+		{"no b", eitherKnown(a, nil), ".linux", 1},
+	} {
+		sum, ok := c.k(c.asks, measure.PESection{}, nil)
+		if ok != (c.want != 0) || sum[0] != c.want {
+			t.Errorf("%s: %s answered %x, %v; want %d", c.name, c.asks, sum[0], ok, c.want)
+		}
+	}
+	if eitherKnown(nil, nil) != nil {
+		t.Error("eitherKnown(nil, nil) answers")
 	}
 }

@@ -325,3 +325,34 @@ func cloneAndEdit(t *testing.T, path, base string, old, new []byte) {
 		t.Fatal(err)
 	}
 }
+
+// A dep's file changed in place since its commit (grown: a tool wrote through
+// a hard link into the store) is the same inode as the new output's link to
+// it, but no longer the bytes its MANIFEST sum is of: SIZES says so, and the
+// commit hashes it instead of recording the dep's stale sum.
+func TestCommitRehashesALinkChangedSinceItsCommit(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	dep, k := "initramfs-"+strings.Repeat("4", 64), "image-"+strings.Repeat("5", 64)
+	dir, _ := st.NewScratch("t")
+	os.WriteFile(filepath.Join(dir, "initrd.img"), []byte("initrd"), 0o644)
+	if err := st.CommitOutput(dep, dir); err != nil {
+		t.Fatal(err)
+	}
+	depFile := filepath.Join(st.OutputDir(dep), "initrd.img")
+	f, err := os.OpenFile(depFile, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte(", grown since"))
+	f.Close()
+	dir, _ = st.NewScratch("t")
+	if err := os.Link(depFile, filepath.Join(dir, "initrd.img")); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.CommitOutputWith(k, dir, CommitOptions{Links: []Link{{Key: dep}}}); err != nil {
+		t.Fatal(err)
+	}
+	if sum, err := st.OutputSum(k, "initrd.img"); err != nil || sum != sumOf([]byte("initrd, grown since")) {
+		t.Errorf("MANIFEST sum %s (%v), want the file's own sha256 %s", sum, err, sumOf([]byte("initrd, grown since")))
+	}
+}

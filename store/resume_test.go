@@ -351,3 +351,31 @@ func TestSparseFileWithoutSeekData(t *testing.T) {
 		}
 	}
 }
+
+// MIDSTATES that hold a state after each of the base file's whole chunks,
+// its last one included (those of a longer output of the same bytes, copied
+// over the base's), are used up to the base file's end: a file that grew
+// from it resumes after that last chunk, and records its true sha256.
+func TestCommitMidstatesUpToBaseEnd(t *testing.T) {
+	rng := rand.New(rand.NewSource(8))
+	b := make([]byte, 2*midChunk+10)
+	rng.Read(b)
+	st, _ := Open(t.TempDir())
+	long, k1, k2 := "image-"+strings.Repeat("4", 64), "image-"+strings.Repeat("5", 64), "image-"+strings.Repeat("6", 64)
+	commitFile(t, st, long, b, CommitOptions{})
+	commitFile(t, st, k1, b[:2*midChunk], CommitOptions{})
+	m, err := os.ReadFile(filepath.Join(st.OutputDir(long), midstatesName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(st.OutputDir(k1), midstatesName), m, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var log bytes.Buffer
+	if got, want := commitFile(t, st, k2, b, CommitOptions{Base: k1, Log: &log}), sumOf(b); got != want {
+		t.Errorf("MANIFEST records %s, the file's sha256 is %s", got, want)
+	}
+	if want := "image: committed, 0.0 of 8.0 MiB hashed (resumed: disk.img from 8.0 MiB)\n"; log.String() != want {
+		t.Errorf("commit log %q, want %q", log.String(), want)
+	}
+}

@@ -285,7 +285,10 @@ func sha256Hex(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToStri
 // The initramfs stage pads initrd.img with NULs to whole MiB and no further:
 // segments that end on a MiB boundary are not padded, one byte more is padded
 // to the next MiB. A build with no previous initrd says nothing of carrying,
-// and what it writes is read-only (published out/ files are hard links to it).
+// nor does a rebuild on a store that cannot clone (a temp dir here: the
+// segments.json of the previous build says the same segments, but there is
+// no clone to carry them in, so they are written), and what it writes is
+// read-only (published out/ files are hard links to it).
 func TestInitrdPadsToWholeMiB(t *testing.T) {
 	st, err := store.Open(t.TempDir())
 	if err != nil {
@@ -298,7 +301,7 @@ func TestInitrdPadsToWholeMiB(t *testing.T) {
 		{[]int{1 << 20, 512 << 10, 256 << 10, 256 << 10}, 2 << 20},
 		{[]int{1 << 20, 512 << 10, 256 << 10, 256<<10 + 1}, 3 << 20},
 	} {
-		sr := &stageRun{Name: StageInitramfs, Store: st, Out: filepath.Join(t.TempDir(), "out"), Log: &bytes.Buffer{}, Deps: map[StageName]string{}}
+		sr := &stageRun{Name: StageInitramfs, Store: st, Log: &bytes.Buffer{}, Deps: map[StageName]string{}}
 		var want []byte
 		for j, l := range initrdLayers {
 			body := bytes.Repeat([]byte{byte(1 + i*4 + j)}, c.sizes[j])
@@ -312,22 +315,37 @@ func TestInitrdPadsToWholeMiB(t *testing.T) {
 			want = append(want, body...)
 		}
 		want = append(want, make([]byte, c.padded-len(want))...)
-		os.MkdirAll(sr.Out, 0o755)
-		if err := initramfsStage().Run(context.Background(), sr); err != nil {
-			t.Fatal(err)
-		}
-		got, _ := os.ReadFile(filepath.Join(sr.Out, initrdFile))
-		if !bytes.Equal(got, want) {
-			t.Errorf("segments of %v: initrd.img of %d bytes, want %d: the segments, NUL-padded to whole MiB", c.sizes, len(got), len(want))
-		}
-		log := sr.Log.(*bytes.Buffer).String()
-		if wantLog := fmt.Sprintf("initramfs: 4 segments, %.1f MiB, padded to %d MiB\n", float64(len(bytes.TrimRight(want, "\x00")))/(1<<20), c.padded>>20); log != wantLog {
-			t.Errorf("log %q, want %q (nothing carried without a previous build)", log, wantLog)
-		}
-		for _, name := range []string{initrdFile, segmentsFile} {
-			if info, err := os.Stat(filepath.Join(sr.Out, name)); err != nil || info.Mode().Perm() != readOnly {
-				t.Errorf("%s: %v, %v; want mode %o", name, info.Mode(), err, readOnly)
+		for _, rebuild := range []bool{false, true} { // a first build, then a rebuild from it
+			sr.Base = ""
+			if rebuild {
+				sr.Base = sr.Out
 			}
+			sr.Out = filepath.Join(t.TempDir(), "out")
+			sr.Log.(*bytes.Buffer).Reset()
+			os.MkdirAll(sr.Out, 0o755)
+			if err := initramfsStage().Run(context.Background(), sr); err != nil {
+				t.Fatal(err)
+			}
+			checkInitrd(t, sr, c.sizes, c.padded, want)
+		}
+	}
+}
+
+// checkInitrd checks an initramfs output of TestInitrdPadsToWholeMiB: the
+// segments padded, a log line that carries nothing, read-only files.
+func checkInitrd(t *testing.T, sr *stageRun, sizes []int, padded int, want []byte) {
+	t.Helper()
+	got, _ := os.ReadFile(filepath.Join(sr.Out, initrdFile))
+	if !bytes.Equal(got, want) {
+		t.Errorf("segments of %v (base %q): initrd.img of %d bytes, want %d: the segments, NUL-padded to whole MiB", sizes, sr.Base, len(got), len(want))
+	}
+	log := sr.Log.(*bytes.Buffer).String()
+	if wantLog := fmt.Sprintf("initramfs: 4 segments, %.1f MiB, padded to %d MiB\n", float64(len(bytes.TrimRight(want, "\x00")))/(1<<20), padded>>20); log != wantLog {
+		t.Errorf("base %q: log %q, want %q (nothing carried)", sr.Base, log, wantLog)
+	}
+	for _, name := range []string{initrdFile, segmentsFile} {
+		if info, err := os.Stat(filepath.Join(sr.Out, name)); err != nil || info.Mode().Perm() != readOnly {
+			t.Errorf("%s: %v, %v; want mode %o", name, info.Mode(), err, readOnly)
 		}
 	}
 }

@@ -435,3 +435,48 @@ func FuzzFindLine(f *testing.F) {
 		}
 	})
 }
+
+// CheckOutputFiles reads the records of the listed files alone, and trusts
+// them no more than CheckOutput does: an output from before SIZES is checked
+// for presence; a SIZES or MANIFEST line of a listed file that is not a size
+// or a sum, or a listed file SIZES lacks, is named; an empty file is size 0.
+// OutputSum gives no malformed MANIFEST field as a sum.
+func TestCheckOutputFilesRecords(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		damage  func(dir string)
+		files   []string
+		wantErr string // "": no error
+	}{
+		{"intact", func(string) {}, []string{"bzImage", "empty"}, ""},
+		{"no SIZES", func(d string) { os.Remove(filepath.Join(d, sizesName)) }, []string{"bzImage"}, ""},
+		{"no SIZES, a listed file gone", func(d string) {
+			os.Remove(filepath.Join(d, sizesName))
+			os.Remove(filepath.Join(d, "bzImage"))
+		}, []string{"bzImage"}, "bzImage: missing"},
+		{"a size not a number", func(d string) { os.WriteFile(filepath.Join(d, sizesName), []byte("0  empty\nsix  bzImage\n"), 0o644) }, []string{"bzImage"}, "SIZES: malformed line for bzImage"},
+		{"a negative size", func(d string) { os.WriteFile(filepath.Join(d, sizesName), []byte("-6  bzImage\n0  empty\n"), 0o644) }, []string{"bzImage"}, "SIZES: malformed line for bzImage"},
+		{"a listed file SIZES lacks", func(d string) { os.WriteFile(filepath.Join(d, sizesName), []byte("0  empty\n"), 0o644) }, []string{"bzImage"}, "bzImage: listed in MANIFEST but not in SIZES"},
+		{"a MANIFEST field not a sum", func(d string) {
+			os.WriteFile(filepath.Join(d, manifestName), []byte("kernel  bzImage\n"+sumOf(nil)+"  empty\n"), 0o644)
+		}, []string{"bzImage"}, "MANIFEST: malformed line for bzImage"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, _ := Open(t.TempDir())
+			key := "kernel-" + strings.Repeat("ab", 32)
+			commitTestOutput(t, st, key, map[string]string{"bzImage": "kernel", "empty": ""})
+			c.damage(st.OutputDir(key))
+			err := st.CheckOutputFiles(key, c.files)
+			if (c.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.wantErr)) {
+				t.Errorf("CheckOutputFiles(%v) = %v, want %q", c.files, err, c.wantErr)
+			}
+		})
+	}
+	st, _ := Open(t.TempDir())
+	key := "kernel-" + strings.Repeat("ab", 32)
+	commitTestOutput(t, st, key, map[string]string{"bzImage": "kernel"})
+	os.WriteFile(filepath.Join(st.OutputDir(key), manifestName), []byte("kernel  bzImage\n"), 0o644)
+	if sum, err := st.OutputSum(key, "bzImage"); err == nil || !strings.Contains(err.Error(), "bzImage is not in its MANIFEST") {
+		t.Errorf("OutputSum of a malformed line = %q, %v", sum, err)
+	}
+}

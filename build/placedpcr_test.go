@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/peerboot/peerboot/image"
@@ -188,5 +189,39 @@ func TestEitherKnown(t *testing.T) {
 	}
 	if eitherKnown(nil, nil) != nil {
 		t.Error("eitherKnown(nil, nil) answers")
+	}
+}
+
+// placedKnown answers for a section only where the record places it (the
+// same offset and VirtualSize in the header measure reads) with a digest
+// that is a sha256; any other record answers nothing, and measure hashes.
+func TestPlacedKnownAnswersOnlyItsPlace(t *testing.T) {
+	digest := sha256.Sum256([]byte("loaded"))
+	rec := sectionPlace{At: 4096, Size: 100, VirtualSize: 8192, Loaded: hex.EncodeToString(digest[:])}
+	header := measure.PESection{PointerToRaw: 4096, VirtualSize: 8192}
+	for _, c := range []struct {
+		name   string
+		edit   func(*sectionPlace)
+		asks   string
+		answer bool
+	}{
+		{"as recorded", func(*sectionPlace) {}, ".linux", true},
+		{"another section", func(*sectionPlace) {}, ".initrd", false},
+		{"no digest", func(s *sectionPlace) { s.Loaded = "" }, ".linux", false},
+		{"at another offset", func(s *sectionPlace) { s.At += 512 }, ".linux", false},
+		{"another VirtualSize", func(s *sectionPlace) { s.VirtualSize += 4096 }, ".linux", false},
+		{"a digest not hex", func(s *sectionPlace) { s.Loaded = strings.Repeat("z", 64) }, ".linux", false},
+		{"a digest too short", func(s *sectionPlace) { s.Loaded = s.Loaded[:62] }, ".linux", false},
+	} {
+		sp := rec
+		c.edit(&sp)
+		k := placedKnown(&placement{Sections: map[string]sectionPlace{".linux": sp}})
+		sum, ok := k(c.asks, header, nil)
+		if ok != c.answer || (ok && sum != digest) {
+			t.Errorf("%s: %x, %v; want an answer: %v", c.name, sum, ok, c.answer)
+		}
+	}
+	if placedKnown(nil) != nil || placedKnown(&placement{}) != nil {
+		t.Error("a missing record, or one without sections, answers")
 	}
 }

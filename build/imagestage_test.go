@@ -145,3 +145,30 @@ func TestImageStageWritesWhatTheRecipeAsks(t *testing.T) {
 		})
 	}
 }
+
+// The files the config layer writes from the recipe: os-release naming the
+// recipe, its digest's first 12 hex digits and the driver; the recipe's env
+// as shell exports, sorted, a value quoted unless it is plain (so a shell
+// reads back exactly the value); driver.params as modprobe options, sorted,
+// the module's dashes as underscores.
+func TestGeneratedFiles(t *testing.T) {
+	r := &recipe.Resolved{Recipe: recipe.Recipe{Name: "gpu",
+		Driver: recipe.Driver{Version: "550.54.15", Params: map[string]map[string]string{
+			"nvidia-drm": {"modeset": "1", "fbdev": "1"}, "nvidia": {"NVreg_EnableGpuFirmware": "0"}}},
+		Env: map[string]string{"NCCL_P2P_LEVEL": "NVL", "QUOTED": "a b'c", "EMPTY": "", "PATHS": "/a:/b,c=d.e_f-g"}},
+		Digest: "sha256:0123456789abcdef" + strings.Repeat("0", 48)}
+	files := generatedFiles(r)
+	for name, want := range map[string]string{
+		"etc/os-release": "NAME=\"peerboot\"\nID=peerboot\nPRETTY_NAME=\"peerboot gpu (nvidia-open 550.54.15)\"\nIMAGE_ID=gpu\nIMAGE_VERSION=0123456789ab\nVERSION_ID=550.54.15\n",
+		"etc/profile.d/peerboot-env.sh": "# From the recipe's [env]: NCCL and friends for every shell and the self-test.\n" +
+			"export EMPTY=''\nexport NCCL_P2P_LEVEL=NVL\nexport PATHS=/a:/b,c=d.e_f-g\nexport QUOTED='a b'\\''c'\n",
+		"etc/modprobe.d/peerboot.conf": "# From the recipe's [driver.params].\noptions nvidia NVreg_EnableGpuFirmware=0\noptions nvidia_drm fbdev=1 modeset=1\n",
+	} {
+		if got := string(files[name]); got != want {
+			t.Errorf("%s:\n%s\nwant:\n%s", name, got, want)
+		}
+	}
+	if len(files) != 4 {
+		t.Errorf("%d files, want os-release, the env, modprobe.d and the recipe", len(files))
+	}
+}

@@ -172,3 +172,26 @@ func TestGeneratedFiles(t *testing.T) {
 		t.Errorf("%d files, want os-release, the env, modprobe.d and the recipe", len(files))
 	}
 }
+
+// mapFile maps an empty file as nil (mmap refuses a length of 0): an
+// initrd or kernel file of no bytes is read as empty, not an error.
+func TestMapFileEmpty(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "empty")
+	os.WriteFile(path, nil, 0o644)
+	b, unmap, err := mapFile(path)
+	if err != nil || b != nil {
+		t.Fatalf("mapFile of an empty file: %d bytes, %v", len(b), err)
+	}
+	unmap()
+}
+
+// A stub hint holding no stub, with the sum of nothing as its first line, is
+// no stub: efiStub unpacks the package instead of giving an empty stub.
+func TestEmptyStubHintIsNone(t *testing.T) {
+	hint := filepath.Join(t.TempDir(), "hint")
+	empty := sha256.Sum256(nil)
+	os.WriteFile(hint, []byte(hex.EncodeToString(empty[:])+"\n"), 0o644)
+	if b, ok := readStubHint(hint); ok {
+		t.Fatalf("an empty hint read as a stub of %d bytes", len(b))
+	}
+}

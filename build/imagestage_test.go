@@ -56,17 +56,27 @@ func TestImageStageWritesWhatTheRecipeAsks(t *testing.T) {
 	if err := st.Put(context.Background(), bytes.NewReader(deb), in.SHA256); err != nil {
 		t.Fatal(err)
 	}
-	for _, formats := range [][]output.Kind{
-		{output.KindUKI, output.KindDisk, output.KindISO, output.KindPXE},
-		{output.KindDisk},
+	// Deps outside the store (no MANIFEST: no sums to give) are hashed
+	// instead, to the same files; the record then names no sections.
+	plain := t.TempDir()
+	os.CopyFS(filepath.Join(plain, "kernel"), os.DirFS(kdir))
+	os.CopyFS(filepath.Join(plain, "initramfs"), os.DirFS(idir))
+	for _, c := range []struct {
+		formats []output.Kind
+		deps    map[StageName]string
+	}{
+		{[]output.Kind{output.KindUKI, output.KindDisk, output.KindISO, output.KindPXE}, map[StageName]string{StageKernel: kdir, StageInitramfs: idir}},
+		{[]output.Kind{output.KindDisk}, map[StageName]string{StageKernel: kdir, StageInitramfs: idir}},
+		{[]output.Kind{output.KindUKI, output.KindDisk}, map[StageName]string{StageKernel: filepath.Join(plain, "kernel"), StageInitramfs: filepath.Join(plain, "initramfs")}},
 	} {
-		t.Run(fmt.Sprint(formats), func(t *testing.T) {
+		formats, inStore := c.formats, c.deps[StageKernel] == kdir
+		t.Run(fmt.Sprint(formats, inStore), func(t *testing.T) {
 			r := &recipe.Resolved{Recipe: recipe.Recipe{Name: "t", Kernel: recipe.Kernel{Cmdline: "console=ttyS0"},
 				Outputs: recipe.Outputs{Formats: formats, DiskSize: 128 << 20}}, Digest: "sha256:" + strings.Repeat("d", 64)}
 			out := filepath.Join(t.TempDir(), "out")
 			os.MkdirAll(out, 0o755)
 			var log bytes.Buffer
-			sr := &stageRun{Name: StageImage, Recipe: r, Inputs: []lock.Input{in}, Deps: map[StageName]string{StageKernel: kdir, StageInitramfs: idir},
+			sr := &stageRun{Name: StageImage, Recipe: r, Inputs: []lock.Input{in}, Deps: c.deps,
 				Epoch: 1700000000, Store: st, Scratch: t.TempDir(), Out: out, Log: &log}
 			if err := imageStage().Run(context.Background(), sr); err != nil {
 				t.Fatal(err)
@@ -139,8 +149,11 @@ func TestImageStageWritesWhatTheRecipeAsks(t *testing.T) {
 			if at, ok := p.Placed[isoFile]; ok != want(output.KindISO) || (ok && !bytes.Equal(files[isoFile][at:at+int64(uki.Len())], uki.Bytes())) {
 				t.Errorf("the record places the ISO's UKI at %d (%v): not the UKI's bytes, or no ISO", at, ok)
 			}
-			if p.Sections[".linux"].SHA256 != sha256Hex(kernelImg) || p.Sections[".initrd"].SHA256 != sha256Hex(initrd) {
+			if inStore && (p.Sections[".linux"].SHA256 != sha256Hex(kernelImg) || p.Sections[".initrd"].SHA256 != sha256Hex(initrd)) {
 				t.Errorf("sections %+v: want the store's sums of the kernel and the initrd", p.Sections)
+			}
+			if !inStore && len(p.Sections) != 0 {
+				t.Errorf("sections %+v recorded without the store's sums", p.Sections)
 			}
 		})
 	}

@@ -100,6 +100,10 @@ func TestDiskCarriesTheUKI(t *testing.T) {
 			os.WriteFile(p, bytes.Replace(rec, fmt.Append(nil, len(uki)), fmt.Append(nil, len(grown)), 1), 0o644)
 		}, false, grown},
 		{"garbage record", func(p string) { os.WriteFile(p, []byte("{"), 0o644) }, false, nil},
+		// A recipe without the uki format writes the UKI to scratch: the
+		// previous output has no UKI to clone, so nothing says what changed
+		// in it, and the disk and ISO carry none of it.
+		{"no UKI in the previous output", func(p string) { os.Remove(filepath.Join(filepath.Dir(p), ukiFile)) }, false, nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			base := filepath.Join(mnt, "base-"+c.name)

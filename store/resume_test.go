@@ -379,3 +379,30 @@ func TestCommitMidstatesUpToBaseEnd(t *testing.T) {
 		t.Errorf("commit log %q, want %q", log.String(), want)
 	}
 }
+
+// A Base whose output is damaged (cut short, and its first chunk rewritten
+// since its commit) is not resumed from: its MIDSTATES are of the bytes it
+// held at commit, so a new file equal to what it holds now would take a
+// state of other bytes. The commit hashes in full and records the file's
+// own sha256.
+func TestCommitIgnoresADamagedBase(t *testing.T) {
+	rng := rand.New(rand.NewSource(9))
+	b := make([]byte, 3*midChunk+10)
+	rng.Read(b)
+	st, _ := Open(t.TempDir())
+	k1, k2 := "image-"+strings.Repeat("7", 64), "image-"+strings.Repeat("8", 64)
+	commitFile(t, st, k1, b, CommitOptions{})
+	other := make([]byte, midChunk)
+	rng.Read(other)
+	damaged := append(bytes.Clone(other), b[midChunk:midChunk+midChunk/2]...)
+	if err := os.WriteFile(filepath.Join(st.OutputDir(k1), "disk.img"), damaged, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if st.HasOutput(k1) {
+		t.Fatal("the damaged base still checks")
+	}
+	edited := append(bytes.Clone(other), b[midChunk:]...)
+	if got, want := commitFile(t, st, k2, edited, CommitOptions{Base: k1}), sumOf(edited); got != want {
+		t.Errorf("MANIFEST records %s, the file's sha256 is %s", got, want)
+	}
+}

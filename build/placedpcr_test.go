@@ -225,3 +225,44 @@ func TestPlacedKnownAnswersOnlyItsPlace(t *testing.T) {
 		t.Error("a missing record, or one without sections, answers")
 	}
 }
+
+// measureSections keeps a section's record only where the written UKI's
+// header puts that section (its offset, a VirtualSize that holds the bytes)
+// and with a store sum to say what they are; any other record is dropped,
+// left for measure to hash, never given a loaded digest.
+func TestMeasureSectionsDropsWhatTheUKIDoesNotPlace(t *testing.T) {
+	kernel := append(tinyStub(t), []byte("kernel code")...)
+	initrd := []byte("an initrd, whole")
+	sum := func(b []byte) string { s := sha256.Sum256(b); return hex.EncodeToString(s[:]) }
+	u := image.UKI{Stub: tinyStub(t), Kernel: kernel, Initrd: initrd, Cmdline: "console=ttyS0", OSRelease: "ID=t\n"}
+	ow := &outWriter{log: io.Discard, kernelSum: sum(kernel), initrdSum: sum(initrd)}
+	path := filepath.Join(t.TempDir(), ukiFile)
+	if err := writeMeasuredUKI(path, u, nil, nil, ow); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	placed := ow.sections[".initrd"]
+	if placed.Loaded != sum(initrd) {
+		t.Fatalf(".initrd record %+v", placed)
+	}
+	for _, c := range []struct {
+		name string
+		edit func(*sectionPlace)
+		kept bool
+	}{
+		{"as placed", func(*sectionPlace) {}, true},
+		{"at another offset", func(s *sectionPlace) { s.At += 512 }, false},
+		{"more bytes than the section holds", func(s *sectionPlace) { s.Size = placed.VirtualSize + 1 }, false},
+		{"no store sum", func(s *sectionPlace) { s.SHA256 = "" }, false},
+	} {
+		sp := sectionPlace{At: placed.At, Size: placed.Size, SHA256: placed.SHA256}
+		c.edit(&sp)
+		o := &outWriter{sections: map[string]sectionPlace{".initrd": sp}}
+		if err := o.measureSections(b, u); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := o.sections[".initrd"]; ok != c.kept || (ok && got.Loaded != sum(initrd)) {
+			t.Errorf("%s: record %+v (kept %v), want kept %v with the initrd's sum", c.name, got, ok, c.kept)
+		}
+	}
+}

@@ -457,6 +457,9 @@ func TestCheckOutputFilesRecords(t *testing.T) {
 		{"a size not a number", func(d string) { os.WriteFile(filepath.Join(d, sizesName), []byte("0  empty\nsix  bzImage\n"), 0o644) }, []string{"bzImage"}, "SIZES: malformed line for bzImage"},
 		{"a negative size", func(d string) { os.WriteFile(filepath.Join(d, sizesName), []byte("-6  bzImage\n0  empty\n"), 0o644) }, []string{"bzImage"}, "SIZES: malformed line for bzImage"},
 		{"a listed file SIZES lacks", func(d string) { os.WriteFile(filepath.Join(d, sizesName), []byte("0  empty\n"), 0o644) }, []string{"bzImage"}, "bzImage: listed in MANIFEST but not in SIZES"},
+		{"a MANIFEST line without its sum", func(d string) {
+			os.WriteFile(filepath.Join(d, manifestName), []byte("  bzImage\n"+sumOf(nil)+"  empty\n"), 0o644)
+		}, []string{"bzImage"}, "MANIFEST: malformed line for bzImage"},
 		{"a MANIFEST field not a sum", func(d string) {
 			os.WriteFile(filepath.Join(d, manifestName), []byte("kernel  bzImage\n"+sumOf(nil)+"  empty\n"), 0o644)
 		}, []string{"bzImage"}, "MANIFEST: malformed line for bzImage"},

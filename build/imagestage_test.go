@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/kernel"
 	"github.com/peerboot/peerboot/lock"
+	"github.com/peerboot/peerboot/measure"
 	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/recipe"
 	"github.com/peerboot/peerboot/store"
@@ -206,5 +208,51 @@ func TestEmptyStubHintIsNone(t *testing.T) {
 	os.WriteFile(hint, []byte(hex.EncodeToString(empty[:])+"\n"), 0o644)
 	if b, ok := readStubHint(hint); ok {
 		t.Fatalf("an empty hint read as a stub of %d bytes", len(b))
+	}
+}
+
+// With sign.pcr_key the image stage signs the UKI's PCR 11 policies: the
+// UKI it writes checks as signed, and the disk holds that UKI.
+func TestImageStageSignsPCR11(t *testing.T) {
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := func(key string, name string, b []byte) string {
+		t.Helper()
+		dir, _ := st.NewScratch("t")
+		os.WriteFile(filepath.Join(dir, name), b, 0o444)
+		if err := st.CommitOutput(key, dir); err != nil {
+			t.Fatal(err)
+		}
+		return st.OutputDir(key)
+	}
+	kdir := commit("kernel-"+strings.Repeat("1", 64), kernel.ImageFile, append(tinyStub(t), []byte("kernel code")...))
+	idir := commit("initramfs-"+strings.Repeat("2", 64), initrdFile, bytes.Repeat([]byte("an initrd\n"), 5000))
+	deb := debtest.Build("systemd-boot-efi", []debtest.Entry{{Name: "./" + stubPath, Body: string(tinyStub(t))}})
+	sum := sha256.Sum256(deb)
+	in := lock.Input{Name: "systemd-boot-efi", Role: lock.RoleEFIStub, SHA256: hex.EncodeToString(sum[:])}
+	if err := st.Put(context.Background(), bytes.NewReader(deb), in.SHA256); err != nil {
+		t.Fatal(err)
+	}
+	r := &recipe.Resolved{Recipe: recipe.Recipe{Name: "t", Kernel: recipe.Kernel{Cmdline: "console=ttyS0"},
+		Outputs: recipe.Outputs{Formats: []output.Kind{output.KindUKI, output.KindDisk}, DiskSize: 128 << 20}}, Digest: "sha256:" + strings.Repeat("d", 64)}
+	out := filepath.Join(t.TempDir(), "out")
+	os.MkdirAll(out, 0o755)
+	sr := &stageRun{Name: StageImage, Recipe: r, Inputs: []lock.Input{in}, Deps: map[StageName]string{StageKernel: kdir, StageInitramfs: idir},
+		Data: []Datum{{Name: pcrKeyDatum, Bytes: []byte(testRSAKey(t))}}, Epoch: 1700000000, Store: st, Scratch: t.TempDir(), Out: out, Log: io.Discard}
+	if err := imageStage().Run(context.Background(), sr); err != nil {
+		t.Fatal(err)
+	}
+	uki, err := os.ReadFile(filepath.Join(out, ukiFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := measure.Check(uki); err != nil || !res.Signed {
+		t.Fatalf("the UKI's PCR 11 policies: %+v, %v; want signed", res, err)
+	}
+	disk, _ := os.ReadFile(filepath.Join(out, diskFile))
+	if p := readPlacement(out); p == nil || !bytes.Equal(disk[p.Placed[diskFile]:p.Placed[diskFile]+int64(len(uki))], uki) {
+		t.Fatal("the disk does not hold the signed UKI where the record says")
 	}
 }

@@ -266,3 +266,20 @@ func TestMeasureSectionsDropsWhatTheUKIDoesNotPlace(t *testing.T) {
 		}
 	}
 }
+
+// readPlacement trusts no record without the UKI's size: a record of size 0
+// or less (none the image stage writes) is none.
+func TestReadPlacementNeedsTheUKISize(t *testing.T) {
+	for rec, want := range map[string]bool{
+		`{"uki_size":4096,"placed":{"disk.img":1048576}}`: true,
+		`{"uki_size":0,"placed":{"disk.img":1048576}}`:    false,
+		`{"uki_size":-1,"placed":{"disk.img":1048576}}`:   false,
+		`{"uki_size":4096,`:                               false,
+	} {
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, placementFile), []byte(rec), 0o644)
+		if got := readPlacement(dir) != nil; got != want {
+			t.Errorf("%s: trusted %v, want %v", rec, got, want)
+		}
+	}
+}

@@ -406,3 +406,24 @@ func TestCommitIgnoresADamagedBase(t *testing.T) {
 		t.Errorf("MANIFEST records %s, the file's sha256 is %s", got, want)
 	}
 }
+
+// The commit maps a file of a chunk or more to hash it, and unmaps it: a
+// long-lived process (serve's builds) must not keep every output it
+// committed mapped.
+func TestCommitUnmapsWhatItHashed(t *testing.T) {
+	st, _ := Open(t.TempDir())
+	b := make([]byte, 2*midChunk+10)
+	rand.New(rand.NewSource(10)).Read(b)
+	k1, k2 := "image-"+strings.Repeat("a", 64), "image-"+strings.Repeat("b", 64)
+	commitFile(t, st, k1, b, CommitOptions{})
+	commitFile(t, st, k2, b, CommitOptions{Base: k1})
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(maps), "\n") {
+		if strings.Contains(line, st.Root) {
+			t.Errorf("a store file is still mapped after its commit: %s", line)
+		}
+	}
+}

@@ -38,10 +38,10 @@ type File struct {
 	dirty   []span // what may differ from base in f (never shrinks)
 	buf     []byte
 
-	written, punched int64
-	baseSize         int64
-	zeroed           []span // what Close made zeros where the caller wrote nothing
-	wrote            []span // what differed from the clone's bytes and was written
+	written  int64
+	baseSize int64
+	zeroed   []span // what Close made zeros where the caller wrote nothing
+	wrote    []span // what differed from the clone's bytes and was written
 }
 
 type span struct{ from, to int64 }
@@ -342,7 +342,6 @@ func (w *File) finish() error {
 func (w *File) zero(from, to int64) error {
 	err := unix.Fallocate(int(w.f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, from, to-from)
 	if err == nil {
-		w.punched += to - from
 		return nil
 	}
 	if !errors.Is(err, unix.EOPNOTSUPP) {

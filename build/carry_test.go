@@ -405,3 +405,64 @@ func TestSizeText(t *testing.T) {
 		}
 	}
 }
+
+// A UKI rebuilt from a previous output that has no record (or one that says
+// nothing of sections), with a kernel and an initrd of the same length, is
+// the fresh UKI: the section writer tells the two apart by the slices, not
+// their lengths, and without a record carries nothing.
+func TestUKISectionsWithoutRecordOrByLength(t *testing.T) {
+	mnt := xfstest.Mount(t, 1<<30)
+	rng := rand.New(rand.NewSource(4))
+	// Half a MiB each: the .initrd's padding to whole MiB is then a write of
+	// the initrd's length too.
+	kernel, initrd := make([]byte, 512<<10), make([]byte, 512<<10)
+	rng.Read(kernel)
+	rng.Read(initrd)
+	write := func(dir, base string, initrd []byte) string {
+		t.Helper()
+		os.MkdirAll(dir, 0o755)
+		var log bytes.Buffer
+		ow := &outWriter{base: base, log: &log, kernelSum: sha256Hex(kernel), initrdSum: sha256Hex(initrd),
+			initrdSegs: []segment{{Layer: "config", SHA256: sha256Hex(initrd), Size: int64(len(initrd))}}}
+		u := image.UKI{Stub: tinyStub(t), Kernel: kernel, Initrd: initrd, Cmdline: "console=ttyS0", OSRelease: "ID=t\n"}
+		if err := writeMeasuredUKI(filepath.Join(dir, ukiFile), u, nil, nil, ow); err != nil {
+			t.Fatal(err)
+		}
+		if err := ow.writePlacement(filepath.Join(dir, placementFile), 1); err != nil {
+			t.Fatal(err)
+		}
+		var fresh bytes.Buffer
+		if err := image.WriteUKI(&fresh, u); err != nil {
+			t.Fatal(err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, ukiFile)); !bytes.Equal(b, fresh.Bytes()) {
+			t.Fatal("the UKI differs from a fresh write")
+		}
+		p := readPlacement(dir)
+		if p == nil || p.Sections[".linux"].SHA256 != sha256Hex(kernel) || p.Sections[".initrd"].SHA256 != sha256Hex(initrd) ||
+			p.Sections[".linux"].At == p.Sections[".initrd"].At {
+			t.Fatalf("sections recorded %+v", p)
+		}
+		return log.String()
+	}
+	first := filepath.Join(mnt, "first")
+	write(first, "", initrd)
+	edited := bytes.Clone(initrd)
+	copy(edited[100:], "an edit")
+	if log := write(filepath.Join(mnt, "second"), first, edited); !strings.Contains(log, "carried unread") {
+		t.Errorf("the kernel was not carried:\n%s", log)
+	}
+	noRecord := filepath.Join(mnt, "norecord")
+	os.CopyFS(noRecord, os.DirFS(first))
+	os.Remove(filepath.Join(noRecord, placementFile))
+	if log := write(filepath.Join(mnt, "third"), noRecord, edited); strings.Contains(log, "carried") {
+		t.Errorf("carried without a record:\n%s", log)
+	}
+	for _, rec := range []string{`{"uki_size":0,"placed":{},"sections":{}}`, `{"uki_size":-1}`, `[`} {
+		dir := filepath.Join(t.TempDir())
+		os.WriteFile(filepath.Join(dir, placementFile), []byte(rec), 0o644)
+		if p := readPlacement(dir); p != nil {
+			t.Errorf("record %s read as %+v", rec, p)
+		}
+	}
+}

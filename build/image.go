@@ -245,12 +245,14 @@ func imageStage() *stage {
 			if !want(output.KindUKI) {
 				ukiPath = filepath.Join(sr.Scratch, ukiFile)
 			}
+			// The sums the store recorded for the kernel and the initrd: the
+			// record's identities, PCR 11's .initrd digest, boot.ipxe's sums.
+			kernelSum, initrdSum := sr.depSum(StageKernel, kernel.ImageFile), sr.depSum(StageInitramfs, initrdFile)
 			var known measure.Known // the .initrd's digest, from the store
-			if sum, err := hex.DecodeString(sr.depSum(StageInitramfs, initrdFile)); err == nil && len(sum) == sha256.Size {
+			if sum, err := hex.DecodeString(initrdSum); err == nil && len(sum) == sha256.Size {
 				known = knownInitrd(initrd, [32]byte(sum))
 			}
-			ow := &outWriter{base: sr.Base, log: sr.Log, initrdSegs: readSegments(sr.Dep(StageInitramfs)),
-				kernelSum: sr.depSum(StageKernel, kernel.ImageFile), initrdSum: sr.depSum(StageInitramfs, initrdFile)}
+			ow := &outWriter{base: sr.Base, log: sr.Log, initrdSegs: readSegments(sr.Dep(StageInitramfs)), kernelSum: kernelSum, initrdSum: initrdSum}
 			if err := writeMeasuredUKI(ukiPath, u, key, known, ow); err != nil {
 				return err
 			}
@@ -277,8 +279,7 @@ func imageStage() *stage {
 			if want(output.KindPXE) {
 				// boot.ipxe names the sums the store recorded: no second hash.
 				px := image.PXE{Kernel: kernelImg, Initrd: initrd, Cmdline: r.Kernel.Cmdline, BurnIn: r.Selftest.Soak.Menu.Std()}
-				px.KernelSHA256 = sr.depSum(StageKernel, kernel.ImageFile)
-				px.InitrdSHA256 = sr.depSum(StageInitramfs, initrdFile)
+				px.KernelSHA256, px.InitrdSHA256 = kernelSum, initrdSum
 				if err := image.LinkPXE(filepath.Join(sr.Out, pxeDir), px, kernelPath, initrdPath); err != nil {
 					return fmt.Errorf("PXE bundle: %w", err)
 				}
@@ -467,6 +468,17 @@ type outWriter struct {
 	sectionsCarried      int64
 	placed               map[string]int64 // where each file holds the UKI (carried.at)
 	carried              []*carried
+
+	prev     *placement // base's record, read once (previous)
+	prevRead bool
+}
+
+// previous is base's placement record, read on first use; nil for none.
+func (o *outWriter) previous() *placement {
+	if !o.prevRead {
+		o.prev, o.prevRead = readPlacement(o.base), true
+	}
+	return o.prev
 }
 
 // write creates path (rel in the output) and has fill write it.
@@ -555,7 +567,7 @@ func (o *outWriter) measureSections(uki []byte, u image.UKI) error {
 		return fmt.Errorf("UKI: %w", err)
 	}
 	var prev map[string]sectionPlace
-	if p := readPlacement(o.base); p != nil {
+	if p := o.previous(); p != nil {
 		prev = p.Sections
 	}
 	for name, sp := range o.sections {
@@ -653,7 +665,7 @@ func (o *outWriter) carry(f *clonewrite.File, rel string, uki []byte) image.Targ
 		o.placed = map[string]int64{}
 	}
 	o.carried = append(o.carried, c)
-	if p := readPlacement(o.base); p != nil && o.ukiChanged != nil && f.Cloned() && p.UKISize == int64(len(uki)) {
+	if p := o.previous(); p != nil && o.ukiChanged != nil && f.Cloned() && p.UKISize == int64(len(uki)) {
 		if at, ok := p.Placed[rel]; ok {
 			c.baseAt, c.changed = at, o.ukiChanged
 		}
@@ -684,7 +696,7 @@ func (o *outWriter) sectionWriter(f *clonewrite.File, u image.UKI) *sectionWrite
 	w := &sectionWriter{f: f, u: u, o: o}
 	if o != nil {
 		o.sections, o.sectionsCarried = map[string]sectionPlace{}, 0
-		if p := readPlacement(o.base); p != nil && f.Cloned() {
+		if p := o.previous(); p != nil && f.Cloned() {
 			w.prev = p.Sections
 		}
 	}

@@ -12,7 +12,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -137,9 +136,6 @@ func (s *Store) linkedFiles(links []Link, cands map[inode]int64) map[inode]linke
 		}
 		var mids *midstates
 		for _, e := range m {
-			if l.Files != nil && !slices.Contains(l.Files, e.path) {
-				continue
-			}
 			if n, ok := recorded[e.path]; ok && !sizes[n] {
 				continue
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/peerboot/peerboot/exitcode"
+	"github.com/peerboot/peerboot/internal/fsutil"
+	"github.com/peerboot/peerboot/store"
 )
 
 // hostNeed is one host tool and the Debian package that provides it.
@@ -116,6 +119,59 @@ type doctorJSON struct {
 	Missing []string   `json:"missing"` // packages to install for the uses checked
 	Install string     `json:"install"` // the apt-get line for them; "" when none
 	For     []use      `json:"for"`     // the uses checked (--for, --all)
+	Store   storeJSON  `json:"store"`
+}
+
+// storeJSON says where the store lives and whether its filesystem clones
+// files: informational, it never fails doctor.
+type storeJSON struct {
+	Path       string `json:"path"`
+	Filesystem string `json:"filesystem"` // of Path, or of its nearest existing parent
+	Clones     bool   `json:"clones"`
+	Why        string `json:"why,omitempty"` // why not, when it does not
+}
+
+// storeCheck probes root (the store, or where it will be made).
+func storeCheck(root string) storeJSON {
+	j := storeJSON{Path: root}
+	dir := root
+	for { // the nearest existing directory: the store may not be made yet
+		if info, err := os.Stat(dir); err == nil && info.IsDir() {
+			break
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	fs, err := fsutil.FSType(dir)
+	if err != nil {
+		j.Why = err.Error()
+		return j
+	}
+	j.Filesystem = fs
+	if err := fsutil.CanClone(dir); err != nil {
+		j.Why = err.Error()
+		return j
+	}
+	j.Clones = true
+	return j
+}
+
+// storeLines words the store check for the terminal.
+func storeLines(j storeJSON) string {
+	fs := j.Filesystem
+	if fs == "" {
+		fs = "unknown filesystem"
+	}
+	if j.Clones {
+		return fmt.Sprintf("store    %s (%s, clones files: a rebuild writes only what changed)\n", j.Path, fs)
+	}
+	return fmt.Sprintf("store    %s (%s, no clones: %s)\n"+
+		"         an image rebuild writes its files whole (the default recipe's ~330 MiB); on XFS\n"+
+		"         (mkfs.xfs -m reflink=1) or btrfs it clones the previous build and writes only\n"+
+		"         what changed: point PEERBOOT_CACHE there (docs/figures.md, the inner loop)\n", j.Path, fs, j.Why)
 }
 
 // useList words the uses checked for messages: "build", "build and run".
@@ -144,7 +200,7 @@ type needJSON struct {
 	Present bool   `json:"present"`
 }
 
-func doctorCmd() *cobra.Command {
+func doctorCmd(g *globals) *cobra.Command {
 	var packages, all, asJSON bool
 	var forUses []string
 	cmd := &cobra.Command{
@@ -183,7 +239,11 @@ by default: what ` + "`make image`" + ` installs; --all: what ` + "`make test`" 
 				fmt.Fprintln(out, strings.Join(list, " "))
 				return nil
 			}
-			j := doctorJSON{Needs: []needJSON{}, Missing: []string{}, For: uses}
+			root := g.cache
+			if root == "" {
+				root = store.DefaultRoot()
+			}
+			j := doctorJSON{Needs: []needJSON{}, Missing: []string{}, For: uses, Store: storeCheck(root)}
 			for _, n := range hostNeeds {
 				ok := n.present()
 				j.Needs = append(j.Needs, needJSON{What: n.what, Package: n.pkg, For: n.stage, Use: string(n.use), Present: ok})
@@ -217,6 +277,7 @@ by default: what ` + "`make image`" + ` installs; --all: what ` + "`make test`" 
 				}
 				fmt.Fprintf(out, "%-8s %-26s %-22s (%s: %s)\n", state, n.What, n.Package, n.Use, n.For)
 			}
+			fmt.Fprint(out, storeLines(j.Store))
 			if j.OK {
 				fmt.Fprintf(out, "\nall host tools %s needs are present\n", useList(uses))
 				return nil

@@ -1,16 +1,22 @@
 package main
 
 import (
+	"encoding/json"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/peerboot/peerboot/internal/xfstest"
 )
 
 // essential are the commands tests run that every Debian bookworm box has
@@ -168,5 +174,46 @@ func TestDoctorBuildPackagesOnly(t *testing.T) {
 		if !slices.Contains(build, pkg) {
 			t.Errorf("doctor --packages lacks %s, which building needs", pkg)
 		}
+	}
+}
+
+// doctor says whether the store's filesystem clones (the inner loop writes
+// only what changed there) and never makes the store to find out.
+func TestDoctorStoreClones(t *testing.T) {
+	xfs := xfstest.Mount(t, 300<<20)
+	store := filepath.Join(xfs, "not", "yet")
+	out, _, _ := run(t, "--cache", store, "doctor", "--json")
+	var j doctorJSON
+	if err := json.Unmarshal([]byte(out), &j); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, out)
+	}
+	if want := (storeJSON{Path: store, Filesystem: "xfs", Clones: true}); j.Store != want {
+		t.Errorf("doctor --json store = %+v, want %+v", j.Store, want)
+	}
+	if _, err := os.Stat(filepath.Join(xfs, "not")); !os.IsNotExist(err) {
+		t.Errorf("doctor made the store's directories (%v)", err)
+	}
+	text, _, _ := run(t, "--cache", store, "doctor")
+	if !strings.Contains(text, "store    "+store+" (xfs, clones files") {
+		t.Errorf("doctor does not say the store clones:\n%s", text)
+	}
+
+	tmpfs := filepath.Join(t.TempDir(), "tmpfs")
+	if err := os.Mkdir(tmpfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", tmpfs, "tmpfs", 0, "size=1m"); err != nil {
+		t.Skipf("cannot mount a tmpfs: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(tmpfs, 0) })
+	text, _, code := run(t, "--cache", tmpfs, "doctor", "--for", "build")
+	if !strings.Contains(text, "store    "+tmpfs+" (tmpfs, no clones: FICLONE: ") || !strings.Contains(text, "mkfs.xfs -m reflink=1") {
+		t.Errorf("doctor on a tmpfs store does not say it writes whole files, or what clones:\n%s", text)
+	}
+	if code != 0 && !strings.Contains(text, "MISSING") {
+		t.Errorf("a store that cannot clone failed doctor (exit %d)", code)
+	}
+	if left, _ := filepath.Glob(filepath.Join(tmpfs, ".clone-probe-*")); len(left) > 0 {
+		t.Errorf("doctor left its probe files: %v", left)
 	}
 }

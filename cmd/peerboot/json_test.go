@@ -119,7 +119,7 @@ func TestJSONOutputs(t *testing.T) {
 		checkJSONGolden(t, "plan", out, repl...)
 	})
 	t.Run("doctor", func(t *testing.T) {
-		out, _, code := run(t, "doctor", "--json")
+		out, _, code := run(t, "--cache", filepath.Join(t.TempDir(), "store"), "doctor", "--json")
 		var j doctorJSON
 		if err := json.Unmarshal([]byte(out), &j); err != nil || (code == 0) != j.OK || len(j.Needs) != len(hostNeeds) {
 			t.Fatalf("doctor --json: exit %d, %v\n%s", code, err, out)
@@ -132,6 +132,8 @@ func TestJSONOutputs(t *testing.T) {
 		for _, n := range m["needs"].([]any) {
 			n.(map[string]any)["present"] = true
 		}
+		// So is the store's filesystem: TestDoctorStoreClones checks both answers.
+		m["store"] = map[string]any{"path": "STORE", "filesystem": "FS", "clones": false, "why": "WHY"}
 		norm, _ := json.MarshalIndent(m, "", "  ")
 		checkJSONGolden(t, "doctor", string(norm)+"\n")
 	})

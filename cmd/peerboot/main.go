@@ -82,7 +82,7 @@ func rootCmd() *cobra.Command {
 	}
 	root.Flags().BoolVar(&showVersion, "version", false, "print the version (the same as the version command)")
 	root.PersistentFlags().StringVar(&g.cache, "cache", "", "store directory (default $PEERBOOT_CACHE or ~/.cache/peerboot)")
-	root.AddCommand(versionCmd(), lockCmd(g), buildCmd(g), runCmd(g), fetchCmd(g), planCmd(g), storeCmd(g), doctorCmd(), recipeCmd(), exitCodesCmd(), keysCmd(), signCmd(), verifyCmd(), flashCmd(), reportsCmd(), publishCmd(), pullCmd(), reportCmd(), serveCmd(), rolloutCmd(), docsCmd())
+	root.AddCommand(versionCmd(), lockCmd(g), buildCmd(g), runCmd(g), fetchCmd(g), planCmd(g), storeCmd(g), doctorCmd(g), recipeCmd(), exitCodesCmd(), keysCmd(), signCmd(), verifyCmd(), flashCmd(), reportsCmd(), publishCmd(), pullCmd(), reportCmd(), serveCmd(), rolloutCmd(), docsCmd())
 	// --apt-dir only where a recipe's repositories are read: a flag on every
 	// command suggests every command reads apt's configuration.
 	for _, path := range [][]string{{"lock"}, {"plan"}, {"fetch"}, {"build"}, {"store", "import"}, {"store", "push"}} {

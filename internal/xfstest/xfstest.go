@@ -5,14 +5,12 @@ package xfstest
 
 import (
 	"bytes"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/internal/testguard"
 )
 
@@ -61,32 +59,8 @@ func Mount(tb testing.TB, size int64) string {
 			tb.Errorf("umount -l %s: %v: %s", mnt, err, out)
 		}
 	})
-	if err := probe(mnt); err != nil {
+	if err := fsutil.CanClone(mnt); err != nil {
 		tb.Fatalf("XFS made with reflink=1 cannot clone: %v", err)
 	}
 	return mnt
-}
-
-// probe clones a file on the mount.
-func probe(dir string) error {
-	p := filepath.Join(dir, ".probe")
-	if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
-		return err
-	}
-	defer os.Remove(p)
-	defer os.Remove(p + ".clone")
-	src, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	dst, err := os.Create(p + ".clone")
-	if err != nil {
-		return err
-	}
-	defer dst.Close()
-	if err := unix.IoctlFileClone(int(dst.Fd()), int(src.Fd())); err != nil {
-		return errors.Join(errors.New("FICLONE"), err)
-	}
-	return nil
 }

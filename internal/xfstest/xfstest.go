@@ -5,9 +5,12 @@ package xfstest
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/peerboot/peerboot/internal/fsutil"
@@ -28,8 +31,14 @@ func Mount(tb testing.TB, size int64) string {
 	if os.Geteuid() != 0 {
 		tb.Skip("not root: cannot mount an XFS loop file")
 	}
+	sweep(tb)
 	tmp := tb.TempDir()
 	img, mnt := filepath.Join(tmp, "xfs.img"), filepath.Join(tmp, "mnt")
+	// Who owns the mount: a test binary killed before its cleanup (a timed-out
+	// mutant) leaves it mounted, and the next Mount sweeps it (sweep).
+	if err := os.WriteFile(filepath.Join(tmp, ownerFile), []byte(processID(os.Getpid())), 0o644); err != nil {
+		tb.Fatal(err)
+	}
 	f, err := os.Create(img)
 	if err != nil {
 		tb.Fatal(err)
@@ -63,4 +72,55 @@ func Mount(tb testing.TB, size int64) string {
 		tb.Fatalf("XFS made with reflink=1 cannot clone: %v", err)
 	}
 	return mnt
+}
+
+// ownerFile, beside xfs.img, names the process that mounted it.
+const ownerFile = "owner"
+
+// processID is pid and its start time (/proc/PID/stat's 22nd field), so a
+// reused pid is not taken for the owner; "" if the process is gone.
+func processID(pid int) string {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return ""
+	}
+	// The command name (field 2) may hold spaces: the fields after it follow its ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return ""
+	}
+	return strconv.Itoa(pid) + " " + f[19] // field 22, counting from the state (field 3)
+}
+
+// sweep unmounts and removes what Mount made for processes that are gone.
+func sweep(tb testing.TB) {
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 || filepath.Base(f[4]) != "mnt" {
+			continue
+		}
+		tmp := filepath.Dir(f[4])
+		owner, err := os.ReadFile(filepath.Join(tmp, ownerFile))
+		if err != nil {
+			continue // not one of ours
+		}
+		var pid int
+		if _, err := fmt.Sscan(string(owner), &pid); err != nil || processID(pid) == string(owner) {
+			continue // alive
+		}
+		if out, err := exec.Command("umount", "-l", f[4]).CombinedOutput(); err != nil {
+			tb.Logf("xfstest: umount -l %s, left by gone process %d: %v: %s", f[4], pid, err, out)
+			continue
+		}
+		os.RemoveAll(tmp)
+		tb.Logf("xfstest: unmounted and removed %s, left by gone process %d", tmp, pid)
+	}
 }

@@ -261,6 +261,12 @@ func imageStage() *stage {
 				return err
 			}
 			defer unmapU()
+			// Where the disk and the ISO cannot clone, the kernel copies the UKI
+			// into them from this file (copy_file_range), not through the map.
+			if ow.ukiFile, err = os.Open(ukiPath); err != nil {
+				return err
+			}
+			defer ow.ukiFile.Close()
 			if want(output.KindDisk) {
 				d, err := image.StandardDisk(r.Digest, int64(r.Outputs.DiskSize), sr.Epoch, uki)
 				if err != nil {
@@ -468,6 +474,7 @@ type outWriter struct {
 	sectionsCarried      int64
 	placed               map[string]int64 // where each file holds the UKI (carried.at)
 	carried              []*carried
+	ukiFile              *os.File // the UKI the disk and ISO hold, for carried.src
 
 	prev     *placement // base's record, read once (previous)
 	prevRead bool
@@ -661,6 +668,7 @@ func (o *outWriter) carry(f *clonewrite.File, rel string, uki []byte) image.Targ
 	if o == nil {
 		return c
 	}
+	c.src = o.ukiFile
 	if o.placed == nil {
 		o.placed = map[string]int64{}
 	}
@@ -795,6 +803,7 @@ type carried struct {
 	changed []clonewrite.Span // where the UKI may differ from base's; used only with baseAt
 	baseAt  int64             // where base's file held base's UKI; -1: not known
 	at      int64             // where this one got it; -1: not written whole
+	src     *os.File          // the UKI's file, copied from when f is not a clone; nil: written
 
 	carriedBytes int64 // the UKI's bytes taken from the clone unread
 }
@@ -804,6 +813,12 @@ func (c *carried) WriteAt(p []byte, off int64) (int, error) {
 		return c.File.WriteAt(p, off)
 	}
 	c.at = off
+	if !c.File.Cloned() && c.src != nil {
+		if err := c.File.CopyFrom(c.src, off); err != nil {
+			return 0, err
+		}
+		return len(p), nil
+	}
 	if c.baseAt != off {
 		return c.File.WriteAt(p, off)
 	}

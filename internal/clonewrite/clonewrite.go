@@ -235,7 +235,9 @@ func (w *File) CopyFrom(src *os.File, off int64) error {
 				break // EXDEV and the like: the plain copy below, from where it stopped
 			}
 			if n == 0 {
-				w.size = max(w.size, at)
+				if at > off { // as pwrite: copying nothing does not grow the file
+					w.size = max(w.size, at)
+				}
 				return nil
 			}
 		}

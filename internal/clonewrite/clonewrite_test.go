@@ -491,7 +491,14 @@ func TestCopyFrom(t *testing.T) {
 	if err := w.CopyFrom(f, 0); err != nil || w.Size() != 0 {
 		t.Fatalf("CopyFrom of an empty file: %v, size %d", err, w.Size())
 	}
+	// Past the end, as an empty pwrite: the file does not grow.
+	if err := w.CopyFrom(f, 4096); err != nil || w.Size() != 0 {
+		t.Fatalf("CopyFrom of an empty file at 4096: %v, size %d, want 0", err, w.Size())
+	}
 	w.Close()
+	if info, err := os.Stat(filepath.Join(dir, "from-empty")); err != nil || info.Size() != 0 {
+		t.Fatalf("the file after an empty copy at 4096: %v, %v", info.Size(), err)
+	}
 }
 
 // Assume refuses a range that is no range (a negative start, an end before

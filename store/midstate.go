@@ -333,23 +333,37 @@ func (s *sparseFile) hash(h hash.Hash, off, n int64, buf *[]byte) error {
 		}
 		return err
 	}
-	fd := int(s.f.Fd())
 	var zeros []byte
-	for pos, end := off, off+n; pos < end; {
-		data, err := unix.Seek(fd, pos, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			data = end
-		} else if err != nil {
-			h.Write(s.m[pos:end]) // no SEEK_DATA: all of it, as data
+	return s.runs(off, off+n, func(from, to int64, data bool) error {
+		if data {
+			h.Write(s.m[from:to])
 			return nil
 		}
-		if data > pos { // a hole up to data
+		if zeros == nil {
+			zeros = make([]byte, 64<<10)
+		}
+		for left := to - from; left > 0; left -= int64(len(zeros)) {
+			h.Write(zeros[:min(left, int64(len(zeros)))])
+		}
+		return nil
+	})
+}
+
+// runs calls fn for each run of data or hole in [off, end), in order; where
+// the filesystem cannot tell (no SEEK_DATA), the rest is one run of data.
+func (s *sparseFile) runs(off, end int64, fn func(from, to int64, data bool) error) error {
+	fd := int(s.f.Fd())
+	for pos := off; pos < end; {
+		data, err := unix.Seek(fd, pos, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			data = end // only a hole from pos on
+		} else if err != nil {
+			return fn(pos, end, true)
+		}
+		if data > pos {
 			stop := min(data, end)
-			if zeros == nil {
-				zeros = make([]byte, 64<<10)
-			}
-			for left := stop - pos; left > 0; left -= int64(len(zeros)) {
-				h.Write(zeros[:min(left, int64(len(zeros)))])
+			if err := fn(pos, stop, false); err != nil {
+				return err
 			}
 			pos = stop
 			continue
@@ -359,7 +373,9 @@ func (s *sparseFile) hash(h hash.Hash, off, n int64, buf *[]byte) error {
 			return err
 		}
 		stop := min(hole, end)
-		h.Write(s.m[pos:stop])
+		if err := fn(pos, stop, true); err != nil {
+			return err
+		}
 		pos = stop
 	}
 	return nil
@@ -386,37 +402,16 @@ func (s *sparseFile) unmap() {
 }
 
 func (s *sparseFile) readAt(buf []byte, off int64) error {
-	end := off + int64(len(buf))
-	fd := int(s.f.Fd())
-	for pos := off; pos < end; {
-		data, err := unix.Seek(fd, pos, unix.SEEK_DATA)
-		if errors.Is(err, unix.ENXIO) {
-			data = end // only a hole from pos on
-		} else if err != nil {
-			// No SEEK_DATA here: read it all.
-			_, err := s.f.ReadAt(buf[pos-off:], pos)
-			if err == io.EOF {
-				err = nil
-			}
+	return s.runs(off, off+int64(len(buf)), func(from, to int64, data bool) error {
+		if !data {
+			clear(buf[from-off : to-off])
+			return nil
+		}
+		if _, err := s.f.ReadAt(buf[from-off:to-off], from); err != nil && err != io.EOF {
 			return err
 		}
-		if data > pos {
-			stop := min(data, end)
-			clear(buf[pos-off : stop-off])
-			pos = stop
-			continue
-		}
-		hole, err := unix.Seek(fd, pos, unix.SEEK_HOLE)
-		if err != nil {
-			return err
-		}
-		stop := min(hole, end)
-		if _, err := s.f.ReadAt(buf[pos-off:stop-off], pos); err != nil && err != io.EOF {
-			return err
-		}
-		pos = stop
-	}
-	return nil
+		return nil
+	})
 }
 
 // logHashed writes CommitOptions.Log's line for output key's files (rel

@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/rebuild-bench.sh ROUNDS times (default 5) with the store on XFS,
+# scripts/rebuild-bench.sh with ROUNDS (default 5) and the store on XFS,
 # whose reflinks let the image stage start each file as a clone of the
 # previous build's and write only the blocks that changed (ext4 cannot: there
 # the stage writes whole files). In one command: a sparse loop file under
@@ -38,17 +38,4 @@ for k in $(PEERBOOT_CACHE="$src" "$top/bin/peerboot" plan --json "$top/recipes/d
 	[ ! -e "$src/out/$k" ] || cp -a "$src/out/$k" "$store/out/" # a missing one is built there
 done
 echo "# XFS store at $store: $(du -sh "$store" | cut -f1)"
-for i in $(seq "$rounds"); do
-	echo "# round $i of $rounds"
-	PEERBOOT_CACHE="$store" TMPDIR="$mnt" "$top/scripts/rebuild-bench.sh"
-done | tee "$dir/rounds.txt"
-# The overlay edit's ratios, their median and how many met the goal (<= 1.2).
-awk -v want="$rounds" '/^overlay edit:/ { r[++n] = $NF; if ($NF <= 1.2) ok++ }
-END {
-	if (n != want) { printf "only %d of %d rounds finished\n", n, want; exit 1 }
-	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (r[j] < r[i]) { t = r[i]; r[i] = r[j]; r[j] = t }
-	m = (n % 2) ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2
-	printf "overlay edit over %d rounds: ratios %s", n, r[1]
-	for (i = 2; i <= n; i++) printf " %s", r[i]
-	printf " (sorted), median %.2f, %d of %d at or under 1.2\n", m, ok, n
-}' "$dir/rounds.txt"
+PEERBOOT_CACHE="$store" TMPDIR="$mnt" ROUNDS="$rounds" "$top/scripts/rebuild-bench.sh"

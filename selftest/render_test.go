@@ -100,3 +100,127 @@ func TestRenderExamplesWidths(t *testing.T) {
 		})
 	}
 }
+
+// oddReport is a 2-GPU report with something unusual in every section the console
+// view prints: CUDA lists GPU1 as ordinal 0 (the ordinals are mapped through the
+// bus ids), a module failed with an errno the view names and one it does not, a
+// dependency, NVML failed to load, an NCCL older than 2.9 that failed before any
+// size, an IOMMU of unknown mode, a pair whose P2P NVML refused and CUDA denied, a
+// copy method the view does not know, peer memory and above-BAR1 probes in each
+// state, BAR1 that grew and shrank, a finding of an unknown severity and a stall.
+func oddReport() *Report {
+	r := New()
+	r.Verdict = Fail
+	r.Recipe = RecipeRef{Name: "odd", Digest: "sha256:0123"}
+	r.StartedAt = "2026-12-06T10:00:00Z"
+	r.Kernel = Kernel{Release: "6.12.9", Cmdline: ""}
+	r.Modules = []Module{
+		{Name: "nvidia", Result: ModError, Errno: 8, Error: "exec format error"},
+		{Name: "nvidia-peermem", Result: ModError, Errno: 999},
+		{Name: "ecc", RequiredBy: "nvidia", Result: ModError, Errno: 2},
+		{Name: "nvidia-uvm", Version: "550.1", Result: "loaded"},
+		{Name: "nvidia-drm", Result: ModError},
+	}
+	vram := int64(24 << 30)
+	no := false
+	r.GPUs = []GPU{
+		{BDF: "0000:01:00.0", Vendor: "0x10de", Device: "0x2684", NUMANode: 1, BAR1Bytes: 256 << 20, VRAMBytes: &vram,
+			Link:     Link{CurrentSpeed: "8.0 GT/s PCIe", MaxSpeed: "16.0 GT/s PCIe", CurrentWidth: 16, MaxWidth: 16},
+			Upstream: []Bridge{{BDF: "0000:00:01.0", Link: Link{CurrentSpeed: "16.0 GT/s PCIe", CurrentWidth: 16}, ACS: &ACS{EgressControl: true}}},
+			P2PMode:  P2PModeNone, P2PModeLine: "peerboot-p2p: bar1-mode=none why=bar1-too-small gpu=0000:01:00.0"},
+		{BDF: "0000:02:00.0", Vendor: "0x10de", Device: "0x2684", NUMANode: -1,
+			Link: Link{CurrentSpeed: "", MaxSpeed: "16.0 GT/s PCIe", CurrentWidth: 4},
+			NVML: &NVMLGPU{Name: "NVIDIA RTX 6000 Ada", BAR1Total: 64 << 30, FBTotal: 48 << 30}, P2PMode: P2PModeDynamic},
+	}
+	r.CUDA = CUDA{Library: "libcuda.so.1", Loaded: true, CuInit: &Status{Name: "CUDA_SUCCESS"}, DriverVersion: 12020,
+		Devices: []CUDADevice{{Ordinal: 0, BDF: "0000:02:00.0", Name: "ignored: NVML names it"}, {Ordinal: 1, BDF: "0000:01:00.0", Name: "CUDA's name", MemBytes: 1}}}
+	r.NVML = NVML{Library: "libnvidia-ml.so.1", Error: "libnvidia-ml.so.1: cannot open shared object file"}
+	r.Pairs = []Pair{{A: 0, B: 1, NVMLTopology: "SYS", P2PRead: "CNS", CanAccessPeer: &no}}
+	r.IOMMU = IOMMU{Active: true, Cmdline: []string{"intel_iommu=on", "iommu=pt"}}
+	r.Copies = []Copy{
+		// Ordinal 0 is GPU1, ordinal 1 GPU0.
+		{Src: 0, Dst: 0, Method: MethodCE, Direction: DirLocal, GBps: 801.25},
+		{Src: 1, Dst: 1, Method: MethodCE, Direction: DirLocal, Error: "cuMemcpyAsync: CUDA_ERROR_UNKNOWN (999)"},
+		{Src: 1, Dst: 0, Method: MethodCE, Direction: DirWrite, GBps: 11.96},
+		{Src: 0, Dst: 1, Method: MethodCE, Direction: DirBidir, GBps: 20.04},
+		{Src: 1, Dst: 0, Method: "dma", Direction: DirWrite, GBps: 3.05},
+		// An ordinal beyond the GPUs sysfs listed still gets its row.
+		{Src: 2, Dst: 0, Method: MethodCE, Direction: DirWrite, GBps: 1},
+	}
+	r.PeerMem = []PeerMem{
+		{Kind: MemManaged, Owner: 0, Peer: 1, Bytes: 64 << 20, Verified: true},
+		{Kind: MemVMM, Owner: 0, Peer: 1, Bytes: 2 << 20, Step: StepSetup, Refused: "cuMemSetAccess: CUDA_ERROR_NOT_SUPPORTED (801)"},
+		{Kind: MemIPC, Owner: 1, Peer: 0, Bytes: 2 << 20, Step: StepPeerCopy, Error: "cuMemcpyAsync: CUDA_ERROR_LAUNCH_FAILED (719)"},
+		{Kind: MemCUDAIPC, Owner: 1, Peer: 0, Bytes: 3 << 20, Step: StepPeerWrite, Mismatch: &Mismatch{Offset: 0x40, Words: 2}},
+		{Kind: MemManaged, Owner: 1, Peer: 1, Bytes: 4096},
+	}
+	r.HighMem = []HighMem{
+		{GPU: 0, Peer: -1, BAR1Bytes: 256 << 20, VRAMBytes: 48 << 30, BallastMiB: 100, Error: "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (2)", Guarantee: "virtual placement only"},
+		{GPU: 1, Peer: 0, BAR1Bytes: 256 << 20, VRAMBytes: 24 << 30, BufferVA: "0x7f00", Mismatch: &Mismatch{Offset: 0x100, Words: 1}},
+		{GPU: 1, Peer: 0},
+	}
+	before, after, grew := int64(5<<20), int64(3<<20), int64(2<<30+1<<29)
+	r.BAR1 = []BAR1Usage{{GPU: 0, Total: 256 << 20, UsedBefore: before, UsedAfter: &after}, {GPU: 1, Total: 64 << 30, UsedBefore: before, UsedAfter: &grew}, {GPU: 2, Total: 1000, UsedBefore: 512}}
+	r.NCCL = &NCCL{Library: "libnccl.so.2", Version: 2708, Ranks: 2, Error: "ncclCommInitAll: unhandled system error (2)", Env: map[string]string{"NCCL_P2P_LEVEL": "SYS", "NCCL_DEBUG": "INFO"}}
+	r.KernelEvents = []KEvent{{Kind: KEventIOMMU, Line: "DMAR: [DMA Read NO_PASID] Request device [01:00.0] fault addr 0x1000"}}
+	r.Findings = []Finding{
+		{ID: "z.info", Status: SevInfo, Message: "informational", Evidence: "not shown for info", Hint: "shown for info"},
+		{ID: "y.odd", Status: "note", Message: "a severity the view does not know", Evidence: "shown"},
+		{ID: "x.warn", Status: SevWarn, Message: "a warning"},
+		{ID: "copy.error", Status: SevFail, Message: "failed", Subject: "GPU0->GPU1 ce write"},
+		{ID: "w.fail", Status: SevFail, Message: "no subject"},
+	}
+	r.Durations = []Duration{{Phase: PhaseModules, MS: 999}, {Phase: PhaseCUDA, MS: 1000}, {Phase: PhaseNCCL, MS: 61250}}
+	r.Stall = &Stall{Phase: PhaseNCCL, AfterMS: 120000, Cause: "ncclCommInitAll did not return"}
+	r.DeadlineExceeded = PhaseNCCL
+	return r
+}
+
+// The console view of the odd report and its variants, held by goldens: every
+// section's words for each state, the ordinals mapped to GPU indexes, the severity
+// order of the findings.
+func TestRenderOddReports(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		width int
+		edit  func(r *Report)
+	}{
+		{"odd", 80, func(r *Report) {}},
+		{"odd-wide", 200, func(r *Report) {}},
+		{"bare", 80, func(r *Report) { *r = *New(); r.Verdict = "" }},
+		// Only local copies: no matrix to draw, the copies listed instead.
+		{"local-copies-only", 80, func(r *Report) {
+			r.Copies = r.Copies[:2]
+			r.Stall = nil
+			r.Durations = nil
+		}},
+		// A stall without the details, and no durations: the phase alone.
+		{"deadline-only", 80, func(r *Report) {
+			r.Stall, r.Durations = nil, nil
+			r.NCCL.Error, r.NCCL.Version, r.NCCL.Library = "", 0, ""
+			r.NCCL.Sizes = []NCCLSize{{Bytes: 1 << 20, TimeUS: 55.55, AlgBW: 18.875, BusBW: 18.875, Wrong: 3}}
+			r.NCCL.Transports = []Transport{{From: 0, To: 1, Via: "SHM/direct/direct"}, {From: 1, To: 0, Via: "P2P/direct pointer", P2P: true}, {From: 1, To: 1, Via: "self"}, {From: 0, To: 1, Via: "SHM/direct/direct"}}
+			r.NCCL.BusBWAtMax = 18.875
+			r.NCCL.LogFile = "/run/nccl.log"
+			r.NCCL.Env = nil
+			r.IOMMU = IOMMU{Mode: "translated", Units: []string{"dmar0", "dmar1"}}
+			r.CUDA.PTX = &Status{Name: "CUDA_ERROR_INVALID_PTX", Code: 218}
+			r.Tool = "p2pcheck 1.2"
+			r.StartedAt = ""
+		}},
+		// A stall with no cause given.
+		{"stall-no-cause", 80, func(r *Report) {
+			r.Stall.Cause = ""
+			r.Durations = nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := oddReport()
+			tc.edit(r)
+			golden(t, "render-"+tc.name, RenderWidth(r, tc.width))
+			if tc.name == "odd" || tc.name == "bare" {
+				golden(t, "summary-"+tc.name, Summary(r))
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package selftest
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -199,4 +200,161 @@ func FuzzDecodeSoakProgress(f *testing.F) {
 			t.Fatalf("a decoded progress does not decode again: %v\n%s", err, again)
 		}
 	})
+}
+
+// Each check of a progress document at its bound: the value just inside is taken,
+// the one just outside refused with the key, the value and the range named (one
+// problem, so the whole message is known).
+func TestSoakProgressBounds(t *testing.T) {
+	temp := func(c int) *int { return &c }
+	pairs := func(n int) []SoakPairNow {
+		out := make([]SoakPairNow, n)
+		for i := range out {
+			out[i] = SoakPairNow{Src: i / MaxGPUs, Dst: i % MaxGPUs}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name string
+		edit func(p *SoakProgress)
+		want string // "": accepted
+	}{
+		{"every state", func(p *SoakProgress) { p.State = SoakSkipped }, ""},
+		{"state finished", func(p *SoakProgress) { p.State = SoakFinished }, ""},
+		{"schema 0", func(p *SoakProgress) { p.Schema = 0 }, "schema: 0, want 1"},
+		{"message at the limit", func(p *SoakProgress) { p.Message = strings.Repeat("x", soakMaxText) }, ""},
+		{"message past the limit", func(p *SoakProgress) { p.Message = strings.Repeat("x", soakMaxText+1) }, "message: want UTF-8 text of at most 1024 bytes, got 1025 bytes"},
+		{"first fault not UTF-8", func(p *SoakProgress) { p.FirstFault = "round 3: \xff" }, "first_fault: want UTF-8 text of at most 1024 bytes, got 10 bytes"},
+		{"requested at 192 h", func(p *SoakProgress) { p.RequestedMS = maxSoakMS }, ""},
+		{"requested past 192 h", func(p *SoakProgress) { p.RequestedMS = maxSoakMS + 1 }, "requested_ms: 691200001, want 0..691200000 (192 h)"},
+		{"elapsed 0", func(p *SoakProgress) { p.ElapsedMS = 0 }, ""},
+		{"rounds at the bound", func(p *SoakProgress) { p.Rounds = 1 << 30 }, ""},
+		{"rounds past the bound", func(p *SoakProgress) { p.Rounds = 1<<30 + 1 }, "rounds: 1073741825, want 0..1073741824"},
+		{"rounds negative", func(p *SoakProgress) { p.Rounds = -1 }, "rounds: -1, want 0..1073741824\n  faulty_rounds: 0, want 0..-1 (the rounds run)"},
+		{"fails negative", func(p *SoakProgress) { p.Fails = -1 }, "fails: -1, want 0..1073741824"},
+		{"warns past the bound", func(p *SoakProgress) { p.Warns = 1<<30 + 1 }, "warns: 1073741825, want 0..1073741824"},
+		{"every round faulty", func(p *SoakProgress) { p.FaultyRounds = p.Rounds }, ""},
+		{"faulty negative", func(p *SoakProgress) { p.FaultyRounds = -1 }, "faulty_rounds: -1, want 0..12 (the rounds run)"},
+		{"pairs at the bound", func(p *SoakProgress) { p.Pairs = pairs(soakMaxPairs) }, ""},
+		{"pairs past the bound", func(p *SoakProgress) { p.Pairs = pairs(soakMaxPairs + 1) }, "pairs: 4033 entries, want at most 4032"},
+		{"pair src negative", func(p *SoakProgress) { p.Pairs[0].Src = -1 }, "pairs[0].src: -1, want 0..63"},
+		{"pair start rate", func(p *SoakProgress) { p.Pairs[0].StartGBps = 1e5 }, "pairs[0].start_gbps: 100000 GB/s, want 0..10000"},
+		{"pair bytes negative", func(p *SoakProgress) { p.Pairs[0].Bytes = -1 }, "pairs[0].bytes: -1, want 0 or more"},
+		{"pair bytes 0", func(p *SoakProgress) { p.Pairs[0].Bytes = 0 }, ""},
+		{"gpus at the bound", func(p *SoakProgress) { p.GPUs = make([]SoakGPU, MaxGPUs) }, ""},
+		{"gpus past the bound", func(p *SoakProgress) { p.GPUs = make([]SoakGPU, MaxGPUs+1) }, "gpus: 65 entries, want at most 64"},
+		{"gpu index", func(p *SoakProgress) { p.GPUs[0].GPU = MaxGPUs }, "gpus[0].gpu: 64, want 0..63"},
+		{"temperature at the bounds", func(p *SoakProgress) {
+			p.GPUs = []SoakGPU{{GPU: 0, TemperatureC: temp(-50)}, {GPU: 1, TemperatureC: temp(200)}, {GPU: 2}}
+		}, ""},
+		{"temperature below", func(p *SoakProgress) { p.GPUs[0].TemperatureC = temp(-51) }, "gpus[0].temperature_c: -51, want -50..200"},
+		{"temperature above", func(p *SoakProgress) { p.GPUs[0].TemperatureC = temp(201) }, "gpus[0].temperature_c: 201, want -50..200"},
+		{"plot stride 0", func(p *SoakProgress) { p.Plot.Stride = 0 }, ""},
+		{"plot stride at the bound", func(p *SoakProgress) { p.Plot.Stride = 1 << 30 }, ""},
+		{"plot stride negative", func(p *SoakProgress) { p.Plot.Stride = -1 }, "plot.stride: -1, want 0..1073741824"},
+		{"plot stride past the bound", func(p *SoakProgress) { p.Plot.Stride = 1<<30 + 1 }, "plot.stride: 1073741825, want 0..1073741824"},
+		{"plot pairs past the bound", func(p *SoakProgress) {
+			p.Plot = SoakPlot{Pairs: make([]PairKey, soakMaxPairs+1)}
+		}, "plot.pairs: 4033 entries, want at most 4032"},
+		{"plot gpus past the bound", func(p *SoakProgress) { p.Plot = SoakPlot{GPUs: make([]int, MaxGPUs+1)} }, "plot.gpus: 65 entries, want at most 64"},
+		{"plot gpus at the bound", func(p *SoakProgress) { p.Plot = SoakPlot{GPUs: make([]int, MaxGPUs)} }, ""},
+		{"plot pairs at the bound", func(p *SoakProgress) { p.Plot = SoakPlot{Pairs: make([]PairKey, soakMaxPairs)} }, ""},
+		{"plot points at the bound", func(p *SoakProgress) {
+			p.Plot = SoakPlot{}
+			for i := 1; i <= SoakMaxPoints; i++ {
+				p.Plot.Points = append(p.Plot.Points, SoakPoint{Round: i})
+			}
+		}, ""},
+		{"plot pair dst", func(p *SoakProgress) { p.Plot.Pairs[1].Dst = -1 }, "plot.pairs[1].dst: -1, want 0..63"},
+		{"plot pair src", func(p *SoakProgress) { p.Plot.Pairs[1].Src = 64 }, "plot.pairs[1].src: 64, want 0..63"},
+		{"plot gpu", func(p *SoakProgress) { p.Plot.GPUs[1] = 64 }, "plot.gpus[1]: 64, want 0..63"},
+		{"point round 0", func(p *SoakProgress) { p.Plot.Points[0].Round = 0 }, "plot.points[0].round: 0, want more than the point before's 0"},
+		{"point round repeated", func(p *SoakProgress) { p.Plot.Points[1].Round = p.Plot.Points[0].Round }, "plot.points[1].round: 1, want more than the point before's 1"},
+		{"point at the same time", func(p *SoakProgress) { p.Plot.Points[1].AtMS = p.Plot.Points[0].AtMS }, ""},
+		{"first point at 0", func(p *SoakProgress) { p.Plot.Points[0].AtMS = 0 }, ""},
+		{"point earlier", func(p *SoakProgress) { p.Plot.Points[2].AtMS = 1999 }, "plot.points[2].at_ms: 1999, want 2000..691200000"},
+		{"point negative", func(p *SoakProgress) { p.Plot.Points[0].AtMS = -1 }, "plot.points[0].at_ms: -1, want 0..691200000"},
+		{"point past 192 h", func(p *SoakProgress) { p.Plot.Points[len(p.Plot.Points)-1].AtMS = maxSoakMS + 1 }, "plot.points[11].at_ms: 691200001, want 20000..691200000"},
+		{"point bytes", func(p *SoakProgress) { p.Plot.Points[0].Bytes = -1 }, "plot.points[0].bytes: -1, want 0 or more"},
+		{"point without bandwidth", func(p *SoakProgress) { p.Plot.Points[0].GBps = nil; p.Plot.Points[0].TempC = nil }, ""},
+		{"point rate", func(p *SoakProgress) { p.Plot.Points[0].GBps[1] = -0.5 }, "plot.points[0].gbps[1]: -0.5 GB/s, want 0..10000"},
+		{"point temperature", func(p *SoakProgress) { p.Plot.Points[0].TempC[1] = 201 }, "plot.points[0].temp_c[1]: 201, want -50..200"},
+		{"point temperature low", func(p *SoakProgress) { p.Plot.Points[0].TempC[0] = -51 }, "plot.points[0].temp_c[0]: -51, want -50..200"},
+		{"point temperatures at the bounds", func(p *SoakProgress) { p.Plot.Points[0].TempC = []int{-50, 200} }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := goodProgress()
+			tc.edit(p)
+			err := validateSoakProgress(p)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("refused: %v", err)
+			case tc.want == "":
+			case err == nil:
+				t.Errorf("accepted, want %q", tc.want)
+			case strings.Contains(tc.want, "\n"):
+				if err.Error() != "invalid soak progress:\n  "+tc.want {
+					t.Errorf("error %q, want %q", err, tc.want)
+				}
+			case err.Error() != "invalid soak progress: "+tc.want:
+				t.Errorf("error %q, want %q", err, "invalid soak progress: "+tc.want)
+			}
+		})
+	}
+}
+
+// What a progress document decodes to always has its lists (JSON [] rather than
+// null for serve's page), and what is too big to send is refused when encoding.
+func TestSoakProgressLists(t *testing.T) {
+	p, err := DecodeSoakProgress([]byte(`{"schema":1,"state":"skipped","message":"no GPUs"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Pairs == nil || p.GPUs == nil || p.Plot.Pairs == nil || p.Plot.GPUs == nil || p.Plot.Points == nil {
+		t.Errorf("a nil list after decoding: %+v", p)
+	}
+	b, err := EncodeSoakProgress(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"schema":1,"state":"skipped","message":"no GPUs","requested_ms":0,"elapsed_ms":0,"rounds":0,"faulty_rounds":0,"fails":0,"warns":0,"pairs":[],"gpus":[],"plot":{"stride":0,"pairs":[],"gpus":[],"points":[]}}`; string(b) != want {
+		t.Errorf("encoded\n%s\nwant\n%s", b, want)
+	}
+	// Exactly at the limit is sent; a byte more is not.
+	p.Message = ""
+	base, _ := EncodeSoakProgress(p)
+	p.Message = strings.Repeat("x", MaxSoakProgressBytes-len(base)-len(`,"message":""`))
+	if b, err := EncodeSoakProgress(p); err != nil || len(b) != MaxSoakProgressBytes {
+		t.Errorf("a document of exactly %d bytes: %d bytes, %v", MaxSoakProgressBytes, len(b), err)
+	}
+	p.Message += "x"
+	if _, err := EncodeSoakProgress(p); err == nil || err.Error() != "encoding soak progress: 262145 bytes, the limit is 262144" {
+		t.Errorf("a document a byte too big: %v", err)
+	}
+	if _, err := DecodeSoakProgress(make([]byte, MaxSoakProgressBytes+1)); err == nil || !strings.Contains(err.Error(), "262145 bytes, the limit is 262144") {
+		t.Errorf("decoding a byte too many: %v", err)
+	}
+	// Trailing white space is not a second document.
+	good, _ := EncodeSoakProgress(goodProgress())
+	if _, err := DecodeSoakProgress(append(good, " \n\t"...)); err != nil {
+		t.Errorf("a document with a trailing newline: %v", err)
+	}
+}
+
+// evenly picks n of a list spread over it, the first and last included.
+func TestEvenly(t *testing.T) {
+	list := []int{10, 11, 12, 13, 14, 15, 16}
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{
+		{-1, "[]"}, {0, "[]"}, {1, "[10]"}, {2, "[10 16]"}, {3, "[10 13 16]"}, {4, "[10 12 14 16]"}, {6, "[10 11 12 13 14 16]"}, {7, "[10 11 12 13 14 15 16]"}, {9, "[10 11 12 13 14 15 16]"},
+	} {
+		if got := fmt.Sprint(evenly(list, tc.n)); got != tc.want {
+			t.Errorf("evenly(7 items, %d) = %s, want %s", tc.n, got, tc.want)
+		}
+	}
+	if got := evenly(nil, 3); got != nil {
+		t.Errorf("evenly(nil, 3) = %v", got)
+	}
 }

@@ -224,3 +224,39 @@ func TestRenderOddReports(t *testing.T) {
 		})
 	}
 }
+
+// A link in one cell: speed without " PCIe" and with "GT/s" joined, the width when
+// known; now and at most in one cell when they agree, both where they differ.
+func TestLinkText(t *testing.T) {
+	for _, tc := range []struct {
+		speed string
+		width int
+		want  string
+	}{
+		{"16.0 GT/s PCIe", 16, "16.0GT/s x16"},
+		{" 8.0 GT/s PCIe ", 1, "8.0GT/s x1"},
+		{"2.5 GT/s", 0, "2.5GT/s"},
+		{"", 4, "? x4"},
+		{"", 0, "?"},
+		{"Unknown", -1, "Unknown"},
+	} {
+		if got := linkText(tc.speed, tc.width); got != tc.want {
+			t.Errorf("linkText(%q, %d) = %q, want %q", tc.speed, tc.width, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		l    Link
+		want string
+	}{
+		{Link{CurrentSpeed: "16.0 GT/s PCIe", MaxSpeed: "16.0 GT/s PCIe", CurrentWidth: 16, MaxWidth: 16}, "16.0GT/s x16"},
+		{Link{CurrentSpeed: "2.5 GT/s PCIe", MaxSpeed: "16.0 GT/s PCIe", CurrentWidth: 16, MaxWidth: 16}, "2.5/16.0GT/s x16"},
+		{Link{CurrentSpeed: "16.0 GT/s PCIe", MaxSpeed: "16.0 GT/s PCIe", CurrentWidth: 8, MaxWidth: 16}, "16.0GT/s x8/16"},
+		{Link{CurrentSpeed: "16.0 GT/s", MaxSpeed: "", CurrentWidth: 8}, "16.0/?GT/s x8"},
+		{Link{CurrentWidth: 0, MaxWidth: 16}, "?GT/s"},
+		{Link{CurrentSpeed: "8.0 GT/s PCIe", MaxSpeed: "8.0 GT/s PCIe", CurrentWidth: 4, MaxWidth: 4}, "8.0GT/s x4"},
+	} {
+		if got := linkNowMax(tc.l); got != tc.want {
+			t.Errorf("linkNowMax(%+v) = %q, want %q", tc.l, got, tc.want)
+		}
+	}
+}

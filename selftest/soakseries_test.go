@@ -108,3 +108,30 @@ func TestAddRoundSpread(t *testing.T) {
 		})
 	}
 }
+
+// The series' clock and labels: T+h:mm:ss from the soak's start, hours past a day
+// kept whole; a label clipped to its column by runes, not bytes.
+func TestSoakClockAndClip(t *testing.T) {
+	for _, tc := range []struct {
+		ms   int64
+		want string
+	}{
+		{0, "T+0:00:00"}, {999, "T+0:00:00"}, {1000, "T+0:00:01"}, {59999, "T+0:00:59"}, {60000, "T+0:01:00"},
+		{3599000, "T+0:59:59"}, {3600000, "T+1:00:00"}, {8*3600000 + 61000, "T+8:01:01"}, {30 * 3600000, "T+30:00:00"},
+	} {
+		if got := soakClock(tc.ms); got != tc.want {
+			t.Errorf("soakClock(%d) = %q, want %q", tc.ms, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		s    string
+		n    int
+		want string
+	}{
+		{"GPU0 °C", 7, "GPU0 °C"}, {"GPU0 °C", 6, "GPU0 °"}, {"GPU0 °C", 8, "GPU0 °C"}, {"", 3, ""}, {"abc", 0, ""},
+	} {
+		if got := clip(tc.s, tc.n); got != tc.want {
+			t.Errorf("clip(%q, %d) = %q, want %q", tc.s, tc.n, got, tc.want)
+		}
+	}
+}

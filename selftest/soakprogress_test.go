@@ -1,6 +1,7 @@
 package selftest
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -356,5 +357,62 @@ func TestEvenly(t *testing.T) {
 	}
 	if got := evenly(nil, 3); got != nil {
 		t.Errorf("evenly(nil, 3) = %v", got)
+	}
+}
+
+// The plot serve draws, exactly, for a small soak squeezed into 6 points: the first
+// and last rounds, half the room for rounds at the largest size (their bandwidth,
+// to the hundredth, 0 for a copy that failed), rounds spread over the rest, the
+// faulty rounds while room is left, and the stride each point stands for.
+func TestNewSoakPlotExact(t *testing.T) {
+	var series []SoakRound
+	for r := 1; r <= 10; r++ {
+		bytes := int64(1 << 20)
+		if r%2 == 0 {
+			bytes = 1 << 19
+		}
+		series = append(series, plotRound(r, bytes, 20.456+float64(r), 40+r, 60+r))
+	}
+	series[4].Copies[1].Error, series[4].Copies[1].Verified = "cuMemcpyAsync: CUDA_ERROR_ILLEGAL_ADDRESS (700)", false // round 5
+	series[5].Events = []KEvent{{Kind: KEventXid, Code: 79}}                                                           // round 6
+	series[8].GPUs = nil                                                                                               // round 9: no NVML sample
+	series[9].GPUs[1].TemperatureC = nil                                                                               // round 10: GPU1 not read
+	p := NewSoakPlot(series, 1, 6)
+	b, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"stride":2,"pairs":[{"src":0,"dst":1},{"src":1,"dst":0}],"gpus":[0,1],"points":[` +
+		`{"round":1,"at_ms":0,"bytes":1048576,"gbps":[21.46,22.46],"temp_c":[41,61]},` +
+		`{"round":4,"at_ms":6000,"bytes":524288,"temp_c":[44,64]},` +
+		`{"round":5,"at_ms":8000,"bytes":1048576,"gbps":[0,26.46],"temp_c":[45,65],"fault":true},` +
+		`{"round":6,"at_ms":10000,"bytes":524288,"temp_c":[46,66],"fault":true},` +
+		`{"round":9,"at_ms":16000,"bytes":1048576,"gbps":[29.46,30.46]},` +
+		`{"round":10,"at_ms":18000,"bytes":524288,"temp_c":[50,0]}]}`
+	if string(b) != want {
+		t.Errorf("plot\n%s\nwant\n%s", b, want)
+	}
+	// A plot of no room, or of nothing, has no points but its lists.
+	for _, max := range []int{0, 1} {
+		if q := NewSoakPlot(series, 0, max); len(q.Points) != 0 || q.Stride != 1 || q.Pairs == nil {
+			t.Errorf("NewSoakPlot(max %d) = %+v, want no points, stride 1", max, q)
+		}
+	}
+	// Room for two: the first and the last.
+	if q := NewSoakPlot(series, 3, 2); len(q.Points) != 2 || q.Points[0].Round != 1 || q.Points[1].Round != 10 || q.Stride != 5 {
+		t.Errorf("NewSoakPlot(max 2) = %+v, want rounds 1 and 10 at stride 5", q)
+	}
+	// A soak of more GPUs: pairs in source then destination order.
+	var wide []SoakRound
+	for r := 1; r <= 2; r++ {
+		x := SoakRound{Round: r, AtMS: int64(r) * 1000, Bytes: 1 << 20}
+		for _, k := range []PairKey{{2, 0}, {0, 3}, {1, 2}, {0, 2}, {3, 1}} {
+			x.Copies = append(x.Copies, SoakCopy{Src: k.Src, Dst: k.Dst, Method: MethodCE, Direction: DirWrite, GBps: float64(10*k.Src + k.Dst), Verified: true})
+		}
+		wide = append(wide, x)
+	}
+	q := NewSoakPlot(wide, 1, SoakMaxPoints)
+	if got := fmt.Sprint(q.Pairs, q.Points[1].GBps, q.Points[1].TempC == nil); got != "[0->2 0->3 1->2 2->0 3->1] [2 3 12 20 31] true" {
+		t.Errorf("pairs, GB/s, no temperatures: %s", got)
 	}
 }

@@ -260,3 +260,56 @@ func TestLinkText(t *testing.T) {
 		}
 	}
 }
+
+// blockWidth is the widest line of the section that starts with title in a rendered
+// report, its table lines only (those of upstream paths and legends left out).
+func blockWidth(t *testing.T, out, title string) int {
+	t.Helper()
+	i := strings.Index(out, "\n"+title)
+	if i < 0 {
+		t.Fatalf("no %q in:\n%s", title, out)
+	}
+	block, _, _ := strings.Cut(out[i+1:], "\n\n")
+	w := 0
+	for _, line := range strings.Split(block, "\n")[1:] {
+		if strings.HasPrefix(line, "      upstream:") || strings.HasPrefix(line, "  legend:") || strings.HasPrefix(line, "          ") {
+			continue
+		}
+		w = max(w, utf8.RuneCountInString(line))
+	}
+	return w
+}
+
+// The console view picks the widest layout that fits, to the column: the GPU table
+// keeps its upstream column, then its two link columns, while they fit; a copy
+// matrix keeps each pair's class in its cells while it fits; and from the classic
+// 80 columns up no line is wider than asked (below, section titles, which do not
+// wrap, may be).
+func TestRenderWidestLayoutThatFits(t *testing.T) {
+	r := example(t, "fail")
+	wide := RenderWidth(r, 400)
+	withUpstream := blockWidth(t, wide, "GPUs")
+	twoLinks := blockWidth(t, RenderWidth(r, withUpstream-1), "GPUs")
+	narrow := blockWidth(t, RenderWidth(r, twoLinks-1), "GPUs")
+	withClass := blockWidth(t, wide, "Copies ce read")
+	if !(narrow < twoLinks && twoLinks < withUpstream) || withClass <= minWidth || withClass > withUpstream {
+		t.Fatalf("layout widths %d, %d, %d; matrix %d", narrow, twoLinks, withUpstream, withClass)
+	}
+	for width := minWidth; width <= withUpstream+1; width++ {
+		out := RenderWidth(r, width)
+		for i, line := range strings.Split(out, "\n") {
+			if w := utf8.RuneCountInString(line); w > width && width >= DefaultWidth {
+				t.Fatalf("width %d: line %d is %d columns: %q", width, i+1, w, line)
+			}
+		}
+		if got, want := strings.Contains(out, "  UPSTREAM\n"), width >= withUpstream; got != want {
+			t.Errorf("width %d: upstream column %v, want %v (it needs %d)", width, got, want, withUpstream)
+		}
+		if got, want := strings.Contains(out, "LINK NOW/MAX"), width < twoLinks; got != want {
+			t.Errorf("width %d: one link column %v, want %v (two need %d)", width, got, want, twoLinks)
+		}
+		if got, want := strings.Contains(out, "128.4 NODE!"), width >= withClass; got != want {
+			t.Errorf("width %d: pair classes in the cells %v, want %v (they need %d)", width, got, want, withClass)
+		}
+	}
+}

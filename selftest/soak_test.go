@@ -128,7 +128,7 @@ func soakOf(n, xid int) *Soak {
 		if k >= 5 {
 			rate = 12.2
 		}
-		t0, t1, p0, p1 := 40, 40+3*k, 250500, 300000+k*1000
+		t0, t1, p0, p1 := 40, min(40+3*k, 91), 250500, 300000+min(k, 50)*1000
 		clock := 2500
 		x := SoakRound{Round: k, AtMS: int64(k-1) * 30000, Bytes: size, Seed: uint32(k),
 			Copies: []SoakCopy{
@@ -179,6 +179,18 @@ func TestRenderSoak(t *testing.T) {
 		{"soak-8", 80, func() *Soak { s := soakOf(8, 0); s.Pairs = pairs; return s }},
 		{"soak-8-wide", 160, func() *Soak { s := soakOf(8, 0); s.Pairs = pairs; return s }},
 		{"soak-xid", 80, func() *Soak { s := soakOf(12, 7); s.Pairs = pairs[2:3]; return s }},
+		// A long soak: the series downsampled, its columns as many as the width
+		// leaves, each the lowest bandwidth and the highest temperature of its
+		// rounds; a label too long for its column clipped.
+		{"soak-long", 80, func() *Soak {
+			s := soakOf(400, 0)
+			for i := range s.Series {
+				s.Series[i].Copies = append(s.Series[i].Copies, SoakCopy{Src: 12, Dst: 13, Method: "copy-kernel", Direction: DirBidir, GBps: 40, Verified: true})
+			}
+			s.Series[100].Copies[2].GBps = 2
+			return s
+		}},
+		{"soak-long-wide", 120, func() *Soak { return soakOf(400, 0) }},
 		// A soak stopped before its first round: the line, no tables.
 		{"soak-empty", 80, func() *Soak { return &Soak{RequestedMS: 3600000, Stopped: "interrupted"} }},
 		// Rounds without NVML samples: no GPU table, no sensor lines.

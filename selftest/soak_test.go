@@ -212,3 +212,19 @@ func TestRenderSoak(t *testing.T) {
 		})
 	}
 }
+
+// However long the soak, the series' last entry is the latest round, including
+// the rounds that pass the bound while off the new stride (round 512 of a series
+// at stride 2 halves it to stride 4).
+func TestAddRoundKeepsTheLatest(t *testing.T) {
+	s := &Soak{}
+	for n := 1; n <= 2100; n++ {
+		s.AddRound(SoakRound{Round: n})
+		if last := s.Series[len(s.Series)-1].Round; last != n {
+			t.Fatalf("after round %d (stride %d) the series ends at round %d", n, s.Stride, last)
+		}
+		if s.Series[0].Round != 1 {
+			t.Fatalf("after round %d the series starts at round %d", n, s.Series[0].Round)
+		}
+	}
+}

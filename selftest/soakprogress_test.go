@@ -276,6 +276,7 @@ func TestSoakProgressBounds(t *testing.T) {
 		{"point earlier", func(p *SoakProgress) { p.Plot.Points[2].AtMS = 1999 }, "plot.points[2].at_ms: 1999, want 2000..691200000"},
 		{"point negative", func(p *SoakProgress) { p.Plot.Points[0].AtMS = -1 }, "plot.points[0].at_ms: -1, want 0..691200000"},
 		{"point past 192 h", func(p *SoakProgress) { p.Plot.Points[len(p.Plot.Points)-1].AtMS = maxSoakMS + 1 }, "plot.points[11].at_ms: 691200001, want 20000..691200000"},
+		{"last point at 192 h", func(p *SoakProgress) { p.Plot.Points[len(p.Plot.Points)-1].AtMS = maxSoakMS }, ""},
 		{"point bytes", func(p *SoakProgress) { p.Plot.Points[0].Bytes = -1 }, "plot.points[0].bytes: -1, want 0 or more"},
 		{"point without bandwidth", func(p *SoakProgress) { p.Plot.Points[0].GBps = nil; p.Plot.Points[0].TempC = nil }, ""},
 		{"point rate", func(p *SoakProgress) { p.Plot.Points[0].GBps[1] = -0.5 }, "plot.points[0].gbps[1]: -0.5 GB/s, want 0..10000"},
@@ -335,8 +336,13 @@ func TestSoakProgressLists(t *testing.T) {
 	if _, err := DecodeSoakProgress(make([]byte, MaxSoakProgressBytes+1)); err == nil || !strings.Contains(err.Error(), "262145 bytes, the limit is 262144") {
 		t.Errorf("decoding a byte too many: %v", err)
 	}
-	// Trailing white space is not a second document.
+	// A document of exactly the limit is read (white space after it counts).
 	good, _ := EncodeSoakProgress(goodProgress())
+	padded := append(append([]byte{}, good...), strings.Repeat(" ", MaxSoakProgressBytes-len(good))...)
+	if _, err := DecodeSoakProgress(padded); err != nil {
+		t.Errorf("a document of exactly %d bytes: %v", MaxSoakProgressBytes, err)
+	}
+	// Trailing white space is not a second document.
 	if _, err := DecodeSoakProgress(append(good, " \n\t"...)); err != nil {
 		t.Errorf("a document with a trailing newline: %v", err)
 	}
@@ -391,6 +397,14 @@ func TestNewSoakPlotExact(t *testing.T) {
 		`{"round":10,"at_ms":18000,"bytes":524288,"temp_c":[50,0]}]}`
 	if string(b) != want {
 		t.Errorf("plot\n%s\nwant\n%s", b, want)
+	}
+	// Every round faulty: the faulty ones fill the room left, and no more.
+	bad := append([]SoakRound{}, series...)
+	for i := range bad {
+		bad[i].Error = "injected"
+	}
+	if q := NewSoakPlot(bad, 1, 6); len(q.Points) != 6 {
+		t.Errorf("every round faulty: %d points, want 6", len(q.Points))
 	}
 	// A plot of no room, or of nothing, has no points but its lists.
 	for _, max := range []int{0, 1} {

@@ -135,3 +135,35 @@ func TestSoakClockAndClip(t *testing.T) {
 		}
 	}
 }
+
+// Figures of zero are no figures: a copy timed at 0 GB/s without an error and an
+// all-reduce of 0 GB/s are gaps in their lines, not the lowest level; a GPU that
+// read 0 °C in every round draws an empty line (its highest is 0) with its figures.
+func TestRenderSoakSeriesZeros(t *testing.T) {
+	zero, warm := 0, 50
+	var s Soak
+	for n := 1; n <= 3; n++ {
+		x := SoakRound{Round: n, AtMS: int64(n-1) * 1000, Bytes: 1 << 20,
+			Copies:    []SoakCopy{{Src: 0, Dst: 1, Method: MethodCE, Direction: DirWrite, GBps: 20, Verified: true}},
+			AllReduce: &SoakAllReduce{BusBWAtMax: 10, Sizes: 4},
+			GPUs:      []SoakGPU{{GPU: 0, TemperatureC: &zero}, {GPU: 1, TemperatureC: &warm}}}
+		if n == 2 {
+			x.Copies[0].GBps = 0
+			x.AllReduce.BusBWAtMax = 0
+		}
+		s.Series = append(s.Series, x)
+	}
+	var b strings.Builder
+	renderSoakSeries(&b, &Report{Soak: &s}, 80)
+	got := b.String()
+	for _, want := range []string{
+		"  GPU0->GPU1 ce write  █      █  20.0→20.0 GB/s, min 20.0\n",
+		"  all-reduce busbw     █      █  10.0→10.0 GB/s, min 10.0\n",
+		"  GPU0 °C                        0→0 °C, max 0\n",
+		"  GPU1 °C              █   █  █  50→50 °C, max 50\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("lacks %q:\n%s", want, got)
+		}
+	}
+}

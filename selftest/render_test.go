@@ -146,6 +146,14 @@ func oddReport() *Report {
 		{Src: 1, Dst: 0, Method: "dma", Direction: DirWrite, GBps: 3.05},
 		// An ordinal beyond the GPUs sysfs listed still gets its row.
 		{Src: 2, Dst: 0, Method: MethodCE, Direction: DirWrite, GBps: 1},
+		{Src: 0, Dst: 3, Method: MethodCE, Direction: DirWrite, GBps: 2},
+		// A copy of one GPU with a named direction is that matrix's diagonal.
+		{Src: 1, Dst: 1, Method: "dma", Direction: DirWrite, GBps: 700},
+		// A "local" copy between two GPUs opens no matrix of its own.
+		{Src: 0, Dst: 1, Method: MethodCE, Direction: DirLocal, GBps: 5},
+		// A direction the view does not know, of a method it knows: a matrix after
+		// the known ones.
+		{Src: 1, Dst: 0, Method: MethodSM, Direction: "pull", GBps: 7.5},
 	}
 	r.PeerMem = []PeerMem{
 		{Kind: MemManaged, Owner: 0, Peer: 1, Bytes: 64 << 20, Verified: true},
@@ -168,6 +176,7 @@ func oddReport() *Report {
 		{ID: "y.odd", Status: "note", Message: "a severity the view does not know", Evidence: "shown"},
 		{ID: "x.warn", Status: SevWarn, Message: "a warning"},
 		{ID: "copy.error", Status: SevFail, Message: "failed", Subject: "GPU0->GPU1 ce write"},
+		{ID: "copy.slow", Status: SevWarn, Message: "a warning marks no cell", Subject: "GPU1->GPU0 ce bidir"},
 		{ID: "w.fail", Status: SevFail, Message: "no subject"},
 	}
 	r.Durations = []Duration{{Phase: PhaseModules, MS: 999}, {Phase: PhaseCUDA, MS: 1000}, {Phase: PhaseNCCL, MS: 61250}}
@@ -208,6 +217,9 @@ func TestRenderOddReports(t *testing.T) {
 			r.Tool = "p2pcheck 1.2"
 			r.StartedAt = ""
 		}},
+		// No pairs listed: no topology matrix. NVML refusing P2P writes only.
+		{"no-pairs", 80, func(r *Report) { r.Pairs = nil }},
+		{"p2p-write", 80, func(r *Report) { r.Pairs[0].P2PRead, r.Pairs[0].P2PWrite = "OK", "GNS" }},
 		// A stall with no cause given.
 		{"stall-no-cause", 80, func(r *Report) {
 			r.Stall.Cause = ""
@@ -310,6 +322,21 @@ func TestRenderWidestLayoutThatFits(t *testing.T) {
 		}
 		if got, want := strings.Contains(out, "128.4 NODE!"), width >= withClass; got != want {
 			t.Errorf("width %d: pair classes in the cells %v, want %v (they need %d)", width, got, want, withClass)
+		}
+	}
+}
+
+// Render takes any report, validated or not: a copy between ordinals Validate would
+// refuse (negative) is left out of the matrices, not a panic.
+func TestRenderNegativeOrdinals(t *testing.T) {
+	for _, c := range []Copy{
+		{Src: -1, Dst: 0, Method: MethodCE, Direction: DirWrite, GBps: 9.5},
+		{Src: 0, Dst: -1, Method: MethodCE, Direction: DirWrite, GBps: 9.5},
+	} {
+		r := oddReport()
+		r.Copies = append(r.Copies, c)
+		if got, want := RenderWidth(r, 80), RenderWidth(oddReport(), 80); got != want {
+			t.Errorf("a copy %d->%d changed the view:\n%s", c.Src, c.Dst, got)
 		}
 	}
 }

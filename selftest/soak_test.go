@@ -193,6 +193,13 @@ func TestRenderSoak(t *testing.T) {
 		{"soak-long-wide", 120, func() *Soak { return soakOf(400, 0) }},
 		// A soak stopped before its first round: the line, no tables.
 		{"soak-empty", 80, func() *Soak { return &Soak{RequestedMS: 3600000, Stopped: "interrupted"} }},
+		// The last round without an NVML sample (the first has one): no first
+		// and last to set side by side, so no GPU table; the sensor lines end in a gap.
+		{"soak-last-no-nvml", 80, func() *Soak {
+			s := soakOf(4, 0)
+			s.Series[3].GPUs = nil
+			return s
+		}},
 		// Rounds without NVML samples: no GPU table, no sensor lines.
 		{"soak-no-nvml", 80, func() *Soak {
 			s := soakOf(3, 0)

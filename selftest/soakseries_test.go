@@ -167,3 +167,35 @@ func TestRenderSoakSeriesZeros(t *testing.T) {
 		}
 	}
 }
+
+// A pair's line is its copy-engine write, whatever else the rounds copied between
+// the two or with a third GPU, and in whatever order; the time axis runs from the
+// first kept round, which need not start at T+0 (a series whose first round was
+// dropped, or a soak that started late).
+func TestRenderSoakSeriesPicksTheCEWrite(t *testing.T) {
+	var s Soak
+	for n, gbps := range []float64{20, 10, 20} {
+		c := func(src, dst int, method, dir string, g float64) SoakCopy {
+			return SoakCopy{Src: src, Dst: dst, Method: method, Direction: dir, GBps: g, Verified: true}
+		}
+		s.Series = append(s.Series, SoakRound{Round: n + 5, AtMS: 60000 + int64(n)*1000, Bytes: 1 << 20, Copies: []SoakCopy{
+			c(0, 2, MethodCE, DirWrite, 5+float64(n)), c(2, 1, MethodCE, DirWrite, 7-float64(n)),
+			c(0, 1, MethodCE, DirWrite, gbps), c(0, 1, MethodCE, DirRead, 40-float64(n)), c(0, 1, MethodSM, DirWrite, 30+float64(n)),
+		}})
+	}
+	var b strings.Builder
+	renderSoakSeries(&b, &Report{Soak: &s}, 80)
+	got := b.String()
+	for _, want := range []string{
+		"rounds 5 to 7, T+0:01:00 to T+0:01:02 (3 of them kept in the\n",
+		"  GPU0->GPU2 ce write  ▆   ▇  █  5.0→7.0 GB/s, min 5.0\n",
+		"  GPU2->GPU1 ce write  █   ▇  ▆  7.0→5.0 GB/s, min 5.0\n",
+		"  GPU0->GPU1 ce write  █   ▄  █  20.0→20.0 GB/s, min 10.0\n",
+		"  faults               .   .  .\n",
+		"                       T+0:01:00 T+0:01:02\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("lacks %q:\n%s", want, got)
+		}
+	}
+}

@@ -125,3 +125,59 @@ func TestWriteKoFixture(t *testing.T) {
 		}
 	}
 }
+
+// A recorded KoFile is the report's (what the init loaded), kept even where
+// the .ko was found elsewhere; a module with no .ko anywhere gets no version.
+func TestFillKoVersionsKeepsRecordedFile(t *testing.T) {
+	mod := t.TempDir()
+	writeKo(t, mod, "nvidia", "580.95.05")
+	ms := []Module{
+		{Name: "nvidia", File: "kernel/drivers/video/nvidia.ko", Result: ModLoaded},
+		{Name: "nvidia-drm", Result: ModSkipped},
+	}
+	FillKoVersions(ms, mod)
+	if ms[0].KoVersion != "580.95.05" || ms[0].File != "kernel/drivers/video/nvidia.ko" {
+		t.Errorf("nvidia: version %q, file %q; want 580.95.05 from the .ko found and the recorded file", ms[0].KoVersion, ms[0].File)
+	}
+	if ms[1].KoVersion != "" || ms[1].File != "" {
+		t.Errorf("nvidia-drm has no .ko: %+v", ms[1])
+	}
+}
+
+// LibraryFile's search: LD_LIBRARY_PATH's directories first (an empty element
+// is no directory), a dangling symlink or a directory of the library's name is
+// passed over for the next directory, and in /proc/self/maps only the
+// library's own stem counts (not the first .so mapped, not an anonymous line).
+func TestLibraryFileSearch(t *testing.T) {
+	root := t.TempDir()
+	sys := filepath.Join(root, "usr", "lib", "x86_64-linux-gnu")
+	opt := filepath.Join(root, "opt", "nv")
+	for _, d := range []string{sys, opt} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(sys, "libnvidia-ml.so.580.95.05"), []byte("FAKE"), 0o644)
+	os.Symlink("libnvidia-ml.so.580.95.05", filepath.Join(sys, "libnvidia-ml.so.1"))
+	os.Symlink("gone.so", filepath.Join(opt, "libnvidia-ml.so.1")) // dangling, in LD_LIBRARY_PATH
+	os.Mkdir(filepath.Join(opt, "libcuda.so.1"), 0o755)             // a directory, not a library
+	os.WriteFile(filepath.Join(root, "libcuda.so.1"), []byte("FAKE"), 0o644)
+	t.Setenv("LD_LIBRARY_PATH", "/opt/nv::")
+	if got, want := LibraryFile(root, "libnvidia-ml.so.1"), filepath.Join(sys, "libnvidia-ml.so.580.95.05"); got != want {
+		t.Errorf("past a dangling symlink: %q, want %q", got, want)
+	}
+	if got := LibraryFile(root, "libcuda.so.1"); got != "" {
+		t.Errorf("libcuda.so.1 is a directory in LD_LIBRARY_PATH and only at the root otherwise: %q, want none", got)
+	}
+
+	maps := filepath.Join(root, "proc", "self", "maps")
+	os.MkdirAll(filepath.Dir(maps), 0o755)
+	os.WriteFile(maps, []byte(
+		"7e00-7e10 rw-p 00000000 00:00 0\n"+ // anonymous: five fields
+			"7e10-7e20 r-xp 00000000 08:01 7 /usr/lib/x86_64-linux-gnu/libc.so.6\n"+
+			"7e20-7e30 rw-p 00000000 00:00 0 [heap]\n"+
+			"7f00-7f10 r-xp 00000000 08:01 1234 /opt/nv/libcuda.so.580.159.04\n"), 0o644)
+	if got := LibraryFile(root, "libcuda.so.1"); got != "/opt/nv/libcuda.so.580.159.04" {
+		t.Errorf("mapped libcuda: %q", got)
+	}
+}

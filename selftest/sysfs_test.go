@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -17,6 +18,17 @@ func TestParseResource(t *testing.T) {
 		{"0x1000 0x1fff 0x0\n0x0 0x0 0x0\n", []int64{0x1000, 0}},
 		{"junk\n0x10 0x0f 0\nzz yy 0\n", []int64{0, 0}},
 		{"0x0 0xffffffffffffffff 0x0", []int64{0}},
+		// Two fields are enough (flags are not read); one is no resource.
+		{"0x100 0x1ff\n0x100\n", []int64{0x100}},
+		// Either bound unreadable is an unassigned resource, never a size.
+		{"0x100 zz 0\nzz 0x1ff 0\n", []int64{0, 0}},
+		// An end past 64 bits (ParseUint gives the maximum and an error) is no size,
+		// even from a start near the top where the difference would look sane.
+		{"0xf000000000000000 0x1ffffffffffffffff 0\n", []int64{0}},
+		// A one-byte resource (end == start) is assigned; one starting at 0 is too.
+		{"0x100 0x100 0\n0x0 0xfff 0\n", []int64{1, 0x1000}},
+		// The largest size kept is 1<<62; one byte more is nonsense.
+		{"0x0 0x3fffffffffffffff 0\n0x0 0x4000000000000000 0\n", []int64{1 << 62, 0}},
 	}
 	for _, tt := range tests {
 		if got := ParseResource(tt.in); !reflect.DeepEqual(got, tt.want) {
@@ -84,6 +96,9 @@ func TestBAR1Size(t *testing.T) {
 		// H100/H200: BAR0 64-bit, so line 1 is its upper half and BAR1 is line 2.
 		{"64-bit BAR0", line(0x80000000000, 64<<20, 0x14220c) + line(0, 0, 0) + line(0x40000000000, 256<<30, 0x14220c) + line(0, 0, 0), 256 << 30},
 		{"only BAR0", line(0xfa000000, 16<<20, 0x40200), 0},
+		// Lines 1-5 are the BARs after BAR0; line 6 is the expansion ROM, never BAR1.
+		{"ROM only", line(0xfa000000, 16<<20, 0x40200) + strings.Repeat(line(0, 0, 0), 5) + line(0xfb000000, 512<<10, 0x46200), 0},
+		{"BAR1 at line 5", line(0xfa000000, 16<<20, 0x40200) + strings.Repeat(line(0, 0, 0), 4) + line(0x38000000000, 32<<30, 0x14220c), 32 << 30},
 		{"empty", "", 0},
 	} {
 		if got := BAR1Size(tt.res); got != tt.want {

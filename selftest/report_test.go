@@ -3,6 +3,8 @@ package selftest
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -162,4 +164,114 @@ func sampleReport() *Report {
 		Finding{ID: "driver.nvidia", Status: SevInfo, Subject: "nvidia", Message: "nvidia.ko found no GPU (ENODEV)", Evidence: "no such device (errno 19)"})
 	r.Settle()
 	return r
+}
+
+// Settle: any fail finding fails the boot; warn and info do not.
+func TestSettle(t *testing.T) {
+	for _, tc := range []struct {
+		sevs []string
+		want string
+	}{
+		{nil, Pass},
+		{[]string{SevInfo, SevWarn}, Pass},
+		{[]string{SevInfo, SevFail, SevWarn}, Fail},
+		{[]string{SevWarn, SevWarn, SevFail}, Fail},
+	} {
+		r := New()
+		if r.Verdict != Fail {
+			t.Fatalf("New's verdict %q: a report nobody settled must not pass", r.Verdict)
+		}
+		for i, s := range tc.sevs {
+			r.Add(s, fmt.Sprintf("check%d", i), "message", "hint")
+		}
+		r.Settle()
+		if r.Verdict != tc.want {
+			t.Errorf("Settle over %q: %q, want %q", tc.sevs, r.Verdict, tc.want)
+		}
+	}
+	r := New()
+	r.Add(SevWarn, "p2p.slow", "slow", "check the link")
+	if want := []Finding{{ID: "p2p.slow", Status: SevWarn, Message: "slow", Hint: "check the link"}}; !reflect.DeepEqual(r.Findings, want) {
+		t.Errorf("Add: %+v, want %+v", r.Findings, want)
+	}
+}
+
+// A report missing a list, or holding null for it, decodes to an empty list, so it
+// re-encodes with the documented shape; a list with entries is kept as it is.
+func TestDecodeFillsMissingLists(t *testing.T) {
+	for _, body := range []string{
+		`{"schema": 2, "verdict": "pass"}`,
+		`{"schema": 2, "verdict": "pass", "findings": null, "modules": null, "gpus": null, "durations": null, "pairs": null,
+		  "copies": null, "high_mem": null, "latencies": null, "kernel_events": null, "bar1": null}`,
+	} {
+		r, err := Decode([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := Encode(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"findings", "modules", "gpus", "durations", "pairs", "copies", "high_mem", "latencies", "kernel_events", "bar1"} {
+			if !strings.Contains(string(b), `"`+k+`": []`) {
+				t.Errorf("%s: %q is not an empty list:\n%s", body, k, b)
+			}
+		}
+	}
+	r := fullSample()
+	r.KernelEvents = []KEvent{{Kind: KEventXid, BDF: "0000:01:00.0", Code: 79, Line: "NVRM: Xid 79"}}
+	b, err := Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, r) {
+		t.Errorf("round trip changed the report:\n got %+v\nwant %+v", got, r)
+	}
+}
+
+// Decode's refusals that are not about one value: another schema, bytes after the
+// report (trailing white space is fine), and a report Validate refuses.
+func TestDecodeRefuses(t *testing.T) {
+	good, err := Encode(gpuSample())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Decode(append(bytes.Clone(good), " \n\t\n"...)); err != nil {
+		t.Errorf("trailing white space refused: %v", err)
+	}
+	for _, tc := range []struct {
+		body, want string
+	}{
+		{`{"schema": 1, "verdict": "pass"}`, "decoding report: schema 1, want 2"},
+		{`{"verdict": "pass"}`, "decoding report: schema 0, want 2"},
+		{`{"schema": 2, "verdict": "pass"}` + "\n x", "1:33: not JSON: bytes follow the report"},
+		{`{"schema": 2, "verdict": "pass"} {}`, "1:33: not JSON: bytes follow the report"},
+		{`{"schema": 2, "verdict": "pass", "durations": [{"ms": -5}]}`, "decoding report: invalid report: durations[0].ms: -5, want 0 or more"},
+		{`{"schema": 2, "verdict": "pass", "findings": [{"status": "fail", "id": "x"}]}`, `decoding report: invalid report: verdict: "pass" with a fail finding, want "fail"`},
+	} {
+		if _, err := Decode([]byte(tc.body)); err == nil || err.Error() != tc.want {
+			t.Errorf("Decode(%s): %v\nwant %s", tc.body, err, tc.want)
+		}
+	}
+}
+
+// A value JSON cannot hold (a NaN rate) is an error from both encoders, not a
+// report that would not decode.
+func TestEncodeRefusesNaN(t *testing.T) {
+	r := gpuSample()
+	r.Copies[0].GBps = math.NaN()
+	if _, err := Encode(r); err == nil || !strings.HasPrefix(err.Error(), "encoding report: json: unsupported value: NaN") {
+		t.Errorf("Encode: %v", err)
+	}
+	if _, err := EncodeLine(r); err == nil || !strings.HasPrefix(err.Error(), "report line: json: unsupported value: NaN") {
+		t.Errorf("EncodeLine: %v", err)
+	}
+	b, err := Encode(gpuSample())
+	if err != nil || !bytes.HasSuffix(b, []byte("}\n")) {
+		t.Errorf("Encode does not end in a newline: %q, %v", b[max(len(b)-4, 0):], err)
+	}
 }

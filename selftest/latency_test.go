@@ -1,6 +1,7 @@
 package selftest
 
 import (
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -92,8 +93,10 @@ func TestRenderLatencies(t *testing.T) {
 		t.Errorf("rows %q, want %q", rows, want)
 	}
 
-	// A negative ordinal (never written by p2pcheck) is left out, not a panic.
-	r.Latencies = append(r.Latencies, Latency{Src: -1, Dst: 0, Bytes: 4, US: 9}, Latency{Src: 0, Dst: -1, Bytes: 4, US: 9})
+	// An ordinal p2pcheck never writes (negative, or so large that one more wraps
+	// around) is left out, not a panic: Render also shows reports nobody validated.
+	r.Latencies = append(r.Latencies, Latency{Src: -1, Dst: 0, Bytes: 4, US: 9}, Latency{Src: 0, Dst: -1, Bytes: 4, US: 9},
+		Latency{Src: math.MaxInt, Dst: 0, Bytes: 4, US: 9}, Latency{Src: 0, Dst: math.MaxInt, Bytes: 4, US: 9})
 	if _, got := latencyGrid(t, r); !reflect.DeepEqual(got, want) {
 		t.Errorf("rows %q, want %q", got, want)
 	}

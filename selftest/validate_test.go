@@ -147,12 +147,12 @@ func fullSample() *Report {
 	)
 	r.Latencies = []Latency{
 		{Src: 0, Dst: 0, Bytes: 4, Writes: 100, US: 2, Verified: true},
-		{Src: 0, Dst: 1, Bytes: 8, Mismatch: &Mismatch{Offset: 4, Words: 2}},
+		{Src: 0, Dst: 1, Bytes: 8, Mismatch: &Mismatch{Offset: 0, Words: 2}},
 		{Src: 1, Dst: 0},
 	}
 	r.HighMem = []HighMem{
 		{GPU: 0, Peer: 1, BAR1Bytes: 256 << 20, VRAMBytes: 24 << 30, Verified: true},
-		{GPU: 1, Peer: -1, Mismatch: &Mismatch{Offset: 1 << 40, Words: 7}},
+		{GPU: 1, Peer: -1, Mismatch: &Mismatch{Offset: 1 << 40, Words: 1}},
 	}
 	r.PeerMem = []PeerMem{
 		{Kind: MemManaged, Owner: 0, Peer: 1, Bytes: 32 << 20, Verified: true},
@@ -164,6 +164,7 @@ func fullSample() *Report {
 	r.GPUs[1].P2PMode = P2PModeNone
 	zero := int64(0)
 	r.GPUs[1].VRAMBytes = &zero
+	r.GPUs[1].BAR1Bytes = 0
 	r.GPUs[0].NVML = &NVMLGPU{BAR1Total: 256 << 20, BAR1Used: 256 << 20, FBTotal: 24 << 30}
 	r.GPUs[1].NVML = &NVMLGPU{BAR1Used: 5 << 20} // total unknown
 	full := int64(256 << 20)
@@ -261,6 +262,7 @@ func TestValidateEdges(t *testing.T) {
 		{"negative VRAM", func(r *Report) { r.GPUs[1].VRAMBytes = &neg }, "gpus[1]: negative BAR1 or VRAM size"},
 		{"NVML BAR1 used over total", func(r *Report) { r.GPUs[0].NVML.BAR1Used++ },
 			"gpus[0].nvml: bar1_used 268435457, bar1_total 268435456, fb_total 25769803776: want 0 <= used <= total"},
+		{"NVML nothing used", func(r *Report) { r.GPUs[0].NVML.BAR1Used = 0 }, ""},
 		{"NVML BAR1 total", func(r *Report) { r.GPUs[1].NVML.BAR1Total = -1 }, "gpus[1].nvml: bar1_used 5242880, bar1_total -1, fb_total 0: want 0 <= used <= total"},
 		{"NVML BAR1 used", func(r *Report) { r.GPUs[1].NVML.BAR1Used = -1 }, "gpus[1].nvml: bar1_used -1, bar1_total 0, fb_total 0: want 0 <= used <= total"},
 		{"NVML FB total", func(r *Report) { r.GPUs[1].NVML.FBTotal = -1 }, "gpus[1].nvml: bar1_used 5242880, bar1_total 0, fb_total -1: want 0 <= used <= total"},
@@ -271,8 +273,10 @@ func TestValidateEdges(t *testing.T) {
 		{"bar1 used after over total", func(r *Report) { r.BAR1[2].UsedAfter = &over }, "bar1[2].used_after: 268435457, want 0..268435456 (total)"},
 		{"bar1 used after negative", func(r *Report) { r.BAR1[3].UsedAfter = &neg }, "bar1[3].used_after: -1, want 0..0 (total)"},
 		{"bar1 used before negative", func(r *Report) { r.BAR1[3].UsedBefore = -1 }, "bar1[3].used_before: -1, want 0..0 (total)"},
+		{"bar1 nothing used", func(r *Report) { r.BAR1[2].UsedBefore = 0; r.BAR1[2].UsedAfter = new(int64) }, ""},
 		{"bar1 total", func(r *Report) { r.BAR1[3].Total = -1 }, "bar1[3].total: -1, want 0 or more"},
 
+		{"nccl 0 ranks", func(r *Report) { r.NCCL.Ranks, r.NCCL.Transports = 0, nil }, ""},
 		{"nccl 64 ranks", func(r *Report) { r.NCCL.Ranks = 64 }, ""},
 		{"nccl 65 ranks", func(r *Report) { r.NCCL.Ranks = 65 }, "nccl.ranks: 65, want 0..64"},
 		{"nccl -1 ranks", func(r *Report) { r.NCCL.Ranks, r.NCCL.Transports = -1, nil }, "nccl.ranks: -1, want 0..64"},
@@ -287,6 +291,7 @@ func TestValidateEdges(t *testing.T) {
 			"nccl.transports[0].to: 1, want 0..0 (the report has 1 ranks)"},
 
 		{"duration", func(r *Report) { r.Durations[1].MS = -1 }, "durations[1].ms: -1, want 0 or more"},
+		{"no stall", func(r *Report) { r.Stall = nil }, ""},
 		{"stall", func(r *Report) { r.Stall.AfterMS = -1 }, "stall.after_ms: -1, want 0 or more"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/peerboot/peerboot/selftest/examples"
 )
 
 // `peerboot report diff A B` exits 0 on Clean and 1 otherwise (cmd/peerboot/report.go),
@@ -456,4 +458,51 @@ func TestDiffCells(t *testing.T) {
 			t.Errorf("pctText(%g, %q, %v) = %q, want %q", tc.p, tc.only, tc.errored, got, tc.want)
 		}
 	}
+}
+
+// FuzzDiff: any two reports Decode accepts compare without a panic, the verdict
+// rule is the documented one, every copy of either side is listed once, and a
+// report compared with itself is clean, with nothing added, removed or changed.
+func FuzzDiff(f *testing.F) {
+	pass, _ := examples.Report("pass")
+	fail, _ := examples.Report("fail")
+	good, _ := Encode(gpuSample())
+	full, _ := Encode(fullSample())
+	f.Add(pass, fail)
+	f.Add(fail, pass)
+	f.Add(good, full)
+	f.Add(full, []byte(`{"schema":2,"verdict":"pass"}`))
+	f.Fuzz(func(t *testing.T, ja, jb []byte) {
+		a, err := Decode(ja)
+		if err != nil {
+			return
+		}
+		b, err := Decode(jb)
+		if err != nil {
+			return
+		}
+		d := Diff(a, b)
+		if d.Clean != (a.Verdict == b.Verdict && !d.FailAdded) {
+			t.Fatalf("Clean %v with verdicts %q, %q and FailAdded %v", d.Clean, a.Verdict, b.Verdict, d.FailAdded)
+		}
+		keys := map[copyKey]bool{}
+		for _, r := range []*Report{a, b} {
+			for _, c := range r.Copies {
+				keys[copyKey{r.GPUIndex(c.Src), r.GPUIndex(c.Dst), c.Method, c.Direction}] = true
+			}
+		}
+		if len(d.Copies) != len(keys) {
+			t.Fatalf("%d copies compared, the reports hold %d", len(d.Copies), len(keys))
+		}
+		_ = RenderDiff(d, 5)
+		self := Diff(a, a)
+		if !self.Clean || len(self.Added)+len(self.Removed)+len(self.Versions) > 0 {
+			t.Fatalf("a report against itself: %+v", self)
+		}
+		for _, c := range self.Copies {
+			if c.Only != "" || c.A != c.B || c.Percent != 0 {
+				t.Fatalf("a copy against itself: %+v", c)
+			}
+		}
+	})
 }

@@ -354,7 +354,8 @@ the verdict changed (pass -> fail)
 	if got := RenderDiff(Diff(a, b), 5); got != want {
 		t.Errorf("RenderDiff:\n%s\nwant:\n%s", got, want)
 	}
-	// A report against itself: only the verdict and the conclusion.
+	// A report against itself: every copy and latency counted as unchanged, the NCCL
+	// sizes at +0.0 %, no versions or findings.
 	if got, want := RenderDiff(Diff(a, a), 5), "verdict: pass (unchanged)\n\ncopies, GB/s (5 compared; 5 changed by less than 5%)\n\n"+
 		"latency, µs (3 compared; 3 changed by less than 5%)\n\nNCCL all-reduce busbw, GB/s\n  1MiB   10.00  -> 10.00  +0.0%\n  64MiB  20.00  -> 20.00  +0.0%\n\n"+
 		"same verdict, no fail finding added\n"; got != want {

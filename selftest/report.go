@@ -234,6 +234,11 @@ func Decode(b []byte) (*Report, error) {
 	d := json.NewDecoder(bytes.NewReader(b))
 	r := &Report{}
 	if err := d.Decode(r); err != nil {
+		// A report of another schema may have changed the very field that failed to
+		// decode: name its schema, not a key this schema types differently.
+		if s, ok := schemaOf(b); ok && s != Schema {
+			return nil, schemaError(s)
+		}
 		return nil, jsonError(b, err)
 	}
 	if tail := bytes.TrimSpace(b[d.InputOffset():]); len(tail) > 0 {
@@ -242,7 +247,7 @@ func Decode(b []byte) (*Report, error) {
 		return nil, &PosError{line, col, fmt.Errorf("%w: bytes follow the report", ErrNotJSON)}
 	}
 	if r.Schema != Schema {
-		return nil, fmt.Errorf("decoding report: schema %d, want %d", r.Schema, Schema)
+		return nil, schemaError(r.Schema)
 	}
 	// A null or missing list reads as empty, so re-encoding keeps the documented shape.
 	if r.Findings == nil {
@@ -279,4 +284,20 @@ func Decode(b []byte) (*Report, error) {
 		return nil, fmt.Errorf("decoding report: %w", err)
 	}
 	return r, nil
+}
+
+// schemaOf reads the schema number of a JSON object whose other keys may not decode
+// as this schema's; ok is false when there is no whole number under "schema".
+func schemaOf(b []byte) (int, bool) {
+	var head struct {
+		Schema *int `json:"schema"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil || head.Schema == nil {
+		return 0, false
+	}
+	return *head.Schema, true
+}
+
+func schemaError(s int) error {
+	return fmt.Errorf("decoding report: schema %d, want %d", s, Schema)
 }

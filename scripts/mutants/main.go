@@ -72,7 +72,8 @@ var Packages = []Package{
 	{Path: "sign"},
 	{Path: "sign/keyref"},
 	{Path: "sign/modsign"},
-	{Path: "selftest"},
+	// gpufake is the FAKE GPU libraries (CUDA, NVML, NCCL) the measurements' tests run on.
+	{Path: "selftest", Fixtures: []string{"gpufake"}},
 	{Path: "selftest/verdict"},
 	// pcietest writes fake sysfs trees and config spaces for the tests.
 	{Path: "selftest/pcie", Fixtures: []string{"pcietest"}},

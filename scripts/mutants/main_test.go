@@ -175,7 +175,7 @@ func TestUnits(t *testing.T) {
 			t.Errorf("two units named %s", p.Unit())
 		}
 		units[p.Unit()] = true
-		for path, fixture := range map[string]string{"selftest/pcie": "^pcietest/", "nvrun": "^nvruntest/"} {
+		for path, fixture := range map[string]string{"selftest/pcie": "^pcietest/", "nvrun": "^nvruntest/", "selftest": "^gpufake/"} {
 			if p.Path == path {
 				if ex, err := exclusions(p); err != nil || !slices.Contains(ex, fixture) {
 					t.Errorf("%s's exclusions %q (%v) leave its fixture package %s in", path, ex, err, fixture)

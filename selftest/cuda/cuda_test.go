@@ -90,8 +90,11 @@ func TestMedianAndGBps(t *testing.T) {
 	}
 }
 
+// Size names a byte count in the largest unit that divides it: each unit from
+// exactly one of it, and 0 in bytes (0 divides by every unit).
 func TestSize(t *testing.T) {
-	for n, want := range map[int64]string{8: "8 B", 4096: "4 KiB", 256 << 20: "256 MiB", 1 << 30: "1 GiB", 3 << 29: "1536 MiB"} {
+	for n, want := range map[int64]string{8: "8 B", 4096: "4 KiB", 256 << 20: "256 MiB", 1 << 30: "1 GiB", 3 << 29: "1536 MiB",
+		0: "0 B", 1023: "1023 B", 1 << 10: "1 KiB", 1<<10 + 1: "1025 B", 1 << 20: "1 MiB", 3 << 19: "1536 KiB", 1<<20 + 1<<10: "1025 KiB"} {
 		if got := Size(n); got != want {
 			t.Errorf("Size(%d) = %q, want %q", n, got, want)
 		}

@@ -45,8 +45,9 @@ type Package struct {
 	Name  string // in MUTANTS, the baseline and the workflow; "": Path
 	Path  string
 	Files []string // "": every file
-	// Fixtures are subdirectories of Path that hold test helpers, not checks
-	// users rely on: left out of the unit (a mutant there tests the tests).
+	// Fixtures are subdirectories of Path that hold test helpers (or a tool
+	// run by hand), not checks users rely on: left out of the unit (a mutant
+	// there tests the tests).
 	Fixtures []string
 }
 
@@ -78,7 +79,9 @@ var Packages = []Package{
 	// pcietest writes fake sysfs trees and config spaces for the tests.
 	{Path: "selftest/pcie", Fixtures: []string{"pcietest"}},
 	{Path: "selftest/kmsg"},
-	{Path: "selftest/cuda"},
+	// cudaprobe is a development driver run by hand on a GPU host (no tests, no
+	// check a user relies on: the boot image runs p2pcheck).
+	{Path: "selftest/cuda", Fixtures: []string{"internal/cudaprobe"}},
 	{Path: "selftest/nccl"},
 	{Path: "selftest/nvml"},
 	{Path: "selftest/dl"},
@@ -557,11 +560,18 @@ func run(p Package, dir, goflags string, workers, coef int, reuse bool, gr tool,
 	}
 	out := filepath.Join(dir, p.file()+".json")
 	if reuse {
+		var ms []Mutant
+		var took time.Duration
 		if _, err := os.Stat(out); err != nil {
 			// An interrupted run wrote no JSON; its log has a line per mutant done.
-			return readLog(p, strings.TrimSuffix(out, ".json")+".log")
+			ms, took, err = readLog(p, strings.TrimSuffix(out, ".json")+".log")
+			if err != nil {
+				return nil, 0, err
+			}
+		} else if ms, took, err = readReport(p, out, 0); err != nil {
+			return nil, 0, err
 		}
-		return readReport(p, out, 0)
+		return inUnit(ms, ex), took, nil
 	}
 	args := []string{"unleash", "--workers", strconv.Itoa(workers), "--timeout-coefficient", strconv.Itoa(coef),
 		"--invert-logical", "-o", out}
@@ -584,6 +594,23 @@ func run(p Package, dir, goflags string, workers, coef int, reuse bool, gr tool,
 		return nil, 0, fmt.Errorf("gremlins on %s: %w (its output: %s)", p.Unit(), err, dir)
 	}
 	return readReport(p, out, time.Since(start))
+}
+
+// inUnit leaves out the mutants of files the unit leaves out now (ex, as
+// gremlins' -E takes them): a report made before a fixture or a unit of its
+// own was declared is tallied as the unit is.
+func inUnit(ms []Mutant, ex []string) []Mutant {
+	var res []*regexp.Regexp
+	for _, e := range ex {
+		res = append(res, regexp.MustCompile(e))
+	}
+	out := ms[:0]
+	for _, m := range ms {
+		if !slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(m.File) }) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 var logLine = regexp.MustCompile(`^\s*(KILLED|LIVED|NOT COVERED|TIMED OUT|NOT VIABLE|SKIPPED) ([A-Z_]+) at (.+):(\d+):(\d+)$`)

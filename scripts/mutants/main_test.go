@@ -175,7 +175,7 @@ func TestUnits(t *testing.T) {
 			t.Errorf("two units named %s", p.Unit())
 		}
 		units[p.Unit()] = true
-		for path, fixture := range map[string]string{"selftest/pcie": "^pcietest/", "nvrun": "^nvruntest/", "selftest": "^gpufake/"} {
+		for path, fixture := range map[string]string{"selftest/pcie": "^pcietest/", "nvrun": "^nvruntest/", "selftest": "^gpufake/", "selftest/cuda": "^internal/cudaprobe/"} {
 			if p.Path == path {
 				if ex, err := exclusions(p); err != nil || !slices.Contains(ex, fixture) {
 					t.Errorf("%s's exclusions %q (%v) leave its fixture package %s in", path, ex, err, fixture)
@@ -383,4 +383,40 @@ func processesNamed(t *testing.T, name string) []string {
 		}
 	}
 	return pids
+}
+
+// A report made before a fixture was declared (-reuse of an older run) is
+// tallied as the unit is now: the fixture's mutants and those of a unit of its
+// own are left out, the unit's own files kept.
+func TestReuseLeavesOutWhatTheUnitLeavesOut(t *testing.T) {
+	t.Chdir(filepath.Join("..", ".."))
+	for _, c := range []struct {
+		unit       string
+		keep, drop []string
+	}{
+		{"selftest/cuda", []string{"driver.go", "peermem.go"}, []string{"internal/cudaprobe/main.go"}},
+		{"selftest", []string{"render.go", "examples/examples.go"}, []string{"gpufake/cuda.go", "verdict/verdict.go", "cuda/driver.go"}},
+	} {
+		var p Package
+		for _, q := range Packages {
+			if q.Unit() == c.unit {
+				p = q
+			}
+		}
+		ex, err := exclusions(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ms []Mutant
+		for _, f := range append(slices.Clone(c.keep), c.drop...) {
+			ms = append(ms, Mutant{Pkg: p.Path, File: f, Type: "CONDITIONALS_NEGATION", Status: "LIVED", Line: 1, Col: 1})
+		}
+		var got []string
+		for _, m := range inUnit(ms, ex) {
+			got = append(got, m.File)
+		}
+		if !slices.Equal(got, c.keep) {
+			t.Errorf("%s: kept %q, want %q", c.unit, got, c.keep)
+		}
+	}
 }

@@ -160,7 +160,7 @@ func TestLibraryFileSearch(t *testing.T) {
 	os.WriteFile(filepath.Join(sys, "libnvidia-ml.so.580.95.05"), []byte("FAKE"), 0o644)
 	os.Symlink("libnvidia-ml.so.580.95.05", filepath.Join(sys, "libnvidia-ml.so.1"))
 	os.Symlink("gone.so", filepath.Join(opt, "libnvidia-ml.so.1")) // dangling, in LD_LIBRARY_PATH
-	os.Mkdir(filepath.Join(opt, "libcuda.so.1"), 0o755)             // a directory, not a library
+	os.Mkdir(filepath.Join(opt, "libcuda.so.1"), 0o755)            // a directory, not a library
 	os.WriteFile(filepath.Join(root, "libcuda.so.1"), []byte("FAKE"), 0o644)
 	t.Setenv("LD_LIBRARY_PATH", "/opt/nv::")
 	if got, want := LibraryFile(root, "libnvidia-ml.so.1"), filepath.Join(sys, "libnvidia-ml.so.580.95.05"); got != want {

@@ -217,3 +217,12 @@ func TestACSBits(t *testing.T) {
 		}
 	}
 }
+
+// A driver-reported VRAM of 0 is no figure: CUDA's total answers instead.
+func TestGPUVRAMZeroFromDriver(t *testing.T) {
+	zero := int64(0)
+	r := &Report{GPUs: []GPU{{BDF: "0000:01:00.0", VRAMBytes: &zero, CUDA: &CUDADevice{MemBytes: 24 << 30}}}}
+	if got, src := r.GPUVRAM(0); got != 24<<30 || src != "CUDA" {
+		t.Errorf("GPUVRAM = %d from %q, want %d from CUDA", got, src, int64(24<<30))
+	}
+}

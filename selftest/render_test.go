@@ -340,3 +340,16 @@ func TestRenderNegativeOrdinals(t *testing.T) {
 		}
 	}
 }
+
+// A copy from an ordinal past every GPU and destination listed still gets its
+// row and column: the matrix is as large as the largest ordinal either way.
+func TestRenderCopyFromPastTheGPUs(t *testing.T) {
+	r := &Report{
+		GPUs:   []GPU{{BDF: "0000:01:00.0"}, {BDF: "0000:02:00.0"}},
+		Copies: []Copy{{Src: 3, Dst: 0, Method: MethodCE, Direction: DirWrite, GBps: 12.3}},
+	}
+	out := RenderWidth(r, 100)
+	if !strings.Contains(out, "Copies ce write, GB/s") || !strings.Contains(out, "\n  GPU3  12.3 ?  -     -     -\n") {
+		t.Errorf("the copy 3->0 is not in a 4-GPU matrix:\n%s", out)
+	}
+}

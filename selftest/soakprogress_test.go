@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -428,5 +429,32 @@ func TestNewSoakPlotExact(t *testing.T) {
 	q := NewSoakPlot(wide, 1, SoakMaxPoints)
 	if got := fmt.Sprint(q.Pairs, q.Points[1].GBps, q.Points[1].TempC == nil); got != "[0->2 0->3 1->2 2->0 3->1] [2 3 12 20 31] true" {
 		t.Errorf("pairs, GB/s, no temperatures: %s", got)
+	}
+}
+
+// The plot's pairs are in source, then destination order whatever order the
+// soak's copies (and the map that collects them) come in: 8 GPUs, every pair,
+// several times over (each NewSoakPlot collects them in a new map order).
+func TestNewSoakPlotPairOrderEightGPUs(t *testing.T) {
+	var want []PairKey
+	x := SoakRound{Round: 1, AtMS: 1000, Bytes: 1 << 20}
+	for s := 7; s >= 0; s-- {
+		for d := 7; d >= 0; d-- {
+			if s != d {
+				x.Copies = append(x.Copies, SoakCopy{Src: s, Dst: d, Method: MethodCE, Direction: DirWrite, GBps: 20, Verified: true})
+			}
+		}
+	}
+	for s := 0; s < 8; s++ {
+		for d := 0; d < 8; d++ {
+			if s != d {
+				want = append(want, PairKey{s, d})
+			}
+		}
+	}
+	for range 20 {
+		if got := NewSoakPlot([]SoakRound{x}, 1, SoakMaxPoints).Pairs; !slices.Equal(got, want) {
+			t.Fatalf("pairs %v, want %v", got, want)
+		}
 	}
 }

@@ -15,6 +15,21 @@ func TestWriteMatrixBlocks(t *testing.T) {
 		{"1.5", "-", "22.0"},
 		{"2.5", "8", "-"},
 	}
+	oneColumnEach := "" +
+		"        GPU0\n" +
+		"  GPU0  -\n" +
+		"  GPU1  1.5\n" +
+		"  GPU2  2.5\n" +
+		"\n" +
+		"        GPU1\n" +
+		"  GPU0  123456\n" +
+		"  GPU1  -\n" +
+		"  GPU2  8\n" +
+		"\n" +
+		"        GPU2\n" +
+		"  GPU0  7.5\n" +
+		"  GPU1  22.0\n" +
+		"  GPU2  -\n"
 	// Columns 4 ("GPU0"), 6 and 4 wide after the 6-wide labels: the first two
 	// fill exactly 20.
 	for _, tt := range []struct {
@@ -31,42 +46,14 @@ func TestWriteMatrixBlocks(t *testing.T) {
 			"  GPU0  7.5\n" +
 			"  GPU1  22.0\n" +
 			"  GPU2  -\n"},
-		{19, "" +
-			"        GPU0\n" +
-			"  GPU0  -\n" +
-			"  GPU1  1.5\n" +
-			"  GPU2  2.5\n" +
-			"\n" +
-			"        GPU1\n" +
-			"  GPU0  123456\n" +
-			"  GPU1  -\n" +
-			"  GPU2  8\n" +
-			"\n" +
-			"        GPU2\n" +
-			"  GPU0  7.5\n" +
-			"  GPU1  22.0\n" +
-			"  GPU2  -\n"},
+		{19, oneColumnEach},
 		{26, "" +
 			"        GPU0  GPU1    GPU2\n" +
 			"  GPU0  -     123456  7.5\n" +
 			"  GPU1  1.5   -       22.0\n" +
 			"  GPU2  2.5   8       -\n"},
 		// Narrower than one column: still one column a block, never none.
-		{5, "" +
-			"        GPU0\n" +
-			"  GPU0  -\n" +
-			"  GPU1  1.5\n" +
-			"  GPU2  2.5\n" +
-			"\n" +
-			"        GPU1\n" +
-			"  GPU0  123456\n" +
-			"  GPU1  -\n" +
-			"  GPU2  8\n" +
-			"\n" +
-			"        GPU2\n" +
-			"  GPU0  7.5\n" +
-			"  GPU1  22.0\n" +
-			"  GPU2  -\n"},
+		{5, oneColumnEach},
 	} {
 		var b strings.Builder
 		writeMatrix(&b, tt.width, cells)

@@ -10,8 +10,9 @@ import (
 	"testing"
 )
 
-func TestEncodeDecodeRoundTrip(t *testing.T) {
-	r := sampleReport()
+// roundTrip encodes r, decodes it and wants r back; it returns the decoded report.
+func roundTrip(t *testing.T, r *Report) *Report {
+	t.Helper()
 	b, err := Encode(r)
 	if err != nil {
 		t.Fatal(err)
@@ -23,6 +24,16 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	if !reflect.DeepEqual(got, r) {
 		t.Errorf("round trip changed the report:\n got %+v\nwant %+v", got, r)
 	}
+	return got
+}
+
+func TestEncodeDecodeRoundTrip(t *testing.T) {
+	r := sampleReport()
+	b, err := Encode(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := roundTrip(t, r)
 	b2, _ := Encode(got)
 	if !bytes.Equal(b, b2) {
 		t.Error("re-encoding is not byte-identical")
@@ -220,17 +231,7 @@ func TestDecodeFillsMissingLists(t *testing.T) {
 	}
 	r := fullSample()
 	r.KernelEvents = []KEvent{{Kind: KEventXid, BDF: "0000:01:00.0", Code: 79, Line: "NVRM: Xid 79"}}
-	b, err := Encode(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := Decode(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, r) {
-		t.Errorf("round trip changed the report:\n got %+v\nwant %+v", got, r)
-	}
+	roundTrip(t, r)
 }
 
 // Decode's refusals that are not about one value: another schema, bytes after the

@@ -146,7 +146,7 @@ func Validate(r *Report) error {
 	}
 	for i, b := range r.BAR1 {
 		k := fmt.Sprintf("bar1[%d]", i)
-		v.index(k+".gpu", b.GPU, max(n, 1), " GPUs")
+		v.indexOf(k+".gpu", b.GPU, max(n, 1), n, " GPUs")
 		for _, u := range []struct {
 			what string
 			used *int64
@@ -175,8 +175,8 @@ func Validate(r *Report) error {
 		}
 		v.rate("nccl.busbw_at_max", nc.BusBWAtMax)
 		for i, t := range nc.Transports {
-			v.index(fmt.Sprintf("nccl.transports[%d].from", i), t.From, max(nc.Ranks, 1), " ranks")
-			v.index(fmt.Sprintf("nccl.transports[%d].to", i), t.To, max(nc.Ranks, 1), " ranks")
+			v.indexOf(fmt.Sprintf("nccl.transports[%d].from", i), t.From, max(nc.Ranks, 1), nc.Ranks, " ranks")
+			v.indexOf(fmt.Sprintf("nccl.transports[%d].to", i), t.To, max(nc.Ranks, 1), nc.Ranks, " ranks")
 		}
 	}
 	for i, d := range r.Durations {
@@ -230,11 +230,17 @@ func (v *validator) ordinal(key string, x, n int) {
 }
 
 func (v *validator) index(key string, x, n int, what string) {
-	if x < 0 || x >= n {
+	v.indexOf(key, x, n, n, what)
+}
+
+// indexOf is index where ordinal 0 is taken even from a list the report left
+// empty (limit max(have, 1)): the message says how many the report has.
+func (v *validator) indexOf(key string, x, limit, have int, what string) {
+	if x < 0 || x >= limit {
 		if what != "" {
-			v.add(key, "%d, want 0..%d (the report has %d%s)", x, n-1, n, what)
+			v.add(key, "%d, want 0..%d (the report has %d%s)", x, limit-1, have, what)
 		} else {
-			v.add(key, "%d, want 0..%d", x, n-1)
+			v.add(key, "%d, want 0..%d", x, limit-1)
 		}
 	}
 }

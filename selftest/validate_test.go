@@ -268,7 +268,7 @@ func TestValidateEdges(t *testing.T) {
 		{"NVML FB total", func(r *Report) { r.GPUs[1].NVML.FBTotal = -1 }, "gpus[1].nvml: bar1_used 5242880, bar1_total 0, fb_total -1: want 0 <= used <= total"},
 
 		{"bar1 gpu", func(r *Report) { r.BAR1[2].GPU = 2 }, "bar1[2].gpu: 2, want 0..1 (the report has 2 GPUs)"},
-		{"bar1 gpu, no GPUs", func(r *Report) { noGPUs(r); r.BAR1 = []BAR1Usage{{GPU: 1}} }, "bar1[0].gpu: 1, want 0..0 (the report has 1 GPUs)"},
+		{"bar1 gpu, no GPUs", func(r *Report) { noGPUs(r); r.BAR1 = []BAR1Usage{{GPU: 1}} }, "bar1[0].gpu: 1, want 0..0 (the report has 0 GPUs)"},
 		{"bar1 used before over total", func(r *Report) { r.BAR1[2].UsedBefore++ }, "bar1[2].used_before: 268435457, want 0..268435456 (total)"},
 		{"bar1 used after over total", func(r *Report) { r.BAR1[2].UsedAfter = &over }, "bar1[2].used_after: 268435457, want 0..268435456 (total)"},
 		{"bar1 used after negative", func(r *Report) { r.BAR1[3].UsedAfter = &neg }, "bar1[3].used_after: -1, want 0..0 (total)"},
@@ -288,7 +288,7 @@ func TestValidateEdges(t *testing.T) {
 		{"nccl transport from", func(r *Report) { r.NCCL.Transports[1].From = 2 }, "nccl.transports[1].from: 2, want 0..1 (the report has 2 ranks)"},
 		{"nccl transport to", func(r *Report) { r.NCCL.Transports[0].To = -1 }, "nccl.transports[0].to: -1, want 0..1 (the report has 2 ranks)"},
 		{"nccl transport, no ranks", func(r *Report) { r.NCCL.Ranks = 0; r.NCCL.Transports = []Transport{{From: 0, To: 1}} },
-			"nccl.transports[0].to: 1, want 0..0 (the report has 1 ranks)"},
+			"nccl.transports[0].to: 1, want 0..0 (the report has 0 ranks)"},
 
 		{"duration", func(r *Report) { r.Durations[1].MS = -1 }, "durations[1].ms: -1, want 0 or more"},
 		{"no stall", func(r *Report) { r.Stall = nil }, ""},

@@ -2,6 +2,7 @@ package selftest
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -92,27 +93,15 @@ func TestAddRoundEdges(t *testing.T) {
 	s.AddRound(SoakRound{Round: SoakMaxSeries + 4})
 	got := rounds(s)
 	want := []int{SoakMaxSeries - 1, SoakMaxSeries + 1, SoakMaxSeries + 2, SoakMaxSeries + 3, SoakMaxSeries + 4}
-	if tail := got[len(got)-len(want):]; !equalInts(tail, want) {
+	if tail := got[len(got)-len(want):]; !slices.Equal(tail, want) {
 		t.Errorf("the series ends %v, want %v (the faulty round kept, round %d gone once %d came? no: it is on the stride)", tail, want, SoakMaxSeries+3, SoakMaxSeries+4)
 	}
 	s.AddRound(SoakRound{Round: SoakMaxSeries + 5})
 	got = rounds(s)
 	want = []int{SoakMaxSeries + 1, SoakMaxSeries + 2, SoakMaxSeries + 3, SoakMaxSeries + 5}
-	if tail := got[len(got)-len(want):]; !equalInts(tail, want) {
+	if tail := got[len(got)-len(want):]; !slices.Equal(tail, want) {
 		t.Errorf("the series ends %v, want %v: round %d was kept only for being the latest", tail, want, SoakMaxSeries+4)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // soakOf is a 2-GPU soak of n rounds 30 s apart: copies at two sizes, GPU0->GPU1

@@ -138,8 +138,10 @@ func soakCases() []faultCase {
 					}
 					return last
 				}
+				// Columns are of equal time: on a loaded machine rounds come unevenly and
+				// some columns hold none (a blank), so the step is looked for without them.
 				if slow, level := line("  GPU0->GPU1 ce write  "), line("  GPU1->GPU0 ce write  "); !strings.Contains(out, "  Over time: rounds 1 to 24") ||
-					!strings.Contains(slow, "█▄") || strings.Contains(level, "▄") || level == "" {
+					!strings.Contains(strings.ReplaceAll(slow, " ", ""), "█▄") || strings.Contains(level, "▄") || level == "" {
 					t.Errorf("FAKE: report show's series does not show GPU0->GPU1 halving:\n%s\n%s\n%s", slow, level, out)
 				}
 			},

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/internal/xfstest"
 )
 
@@ -203,7 +204,7 @@ func TestDoctorStoreClones(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := unix.Mount("tmpfs", tmpfs, "tmpfs", 0, "size=1m"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err)
+		testguard.Skipf(t, "cannot mount a tmpfs: %v", err)
 	}
 	t.Cleanup(func() { unix.Unmount(tmpfs, 0) })
 	text, _, code := run(t, "--cache", tmpfs, "doctor", "--for", "build")

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/peerboot/peerboot/internal/fsutil"
+	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/internal/xfstest"
 )
 
@@ -27,7 +28,7 @@ func TestCanClone(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := unix.Mount("tmpfs", tmpfs, "tmpfs", 0, "size=1m"); err != nil {
-		t.Skipf("cannot mount a tmpfs: %v", err) // not root; the XFS half ran (or skipped) above
+		testguard.Skipf(t, "cannot mount a tmpfs: %v", err) // not root; the XFS half ran (or skipped) above
 	}
 	t.Cleanup(func() { unix.Unmount(tmpfs, 0) })
 	err := fsutil.CanClone(tmpfs)

@@ -85,7 +85,11 @@ func ParsePrivateKeyPEM(b []byte) (crypto.Signer, error) {
 			var der []byte
 			der, err = decryptPKCS8(blk.Bytes, []byte(pass))
 			if err == nil {
-				key, err = x509.ParsePKCS8PrivateKey(der)
+				// Good padding from a wrong passphrase happens about once in 256
+				// tries; what then fails to parse is still that passphrase.
+				if key, err = x509.ParsePKCS8PrivateKey(der); err != nil {
+					err = fmt.Errorf("wrong passphrase in %s (the decrypted bytes are not a PKCS#8 key: %w)", PassphraseEnv, err)
+				}
 			}
 		default:
 			continue

@@ -19,6 +19,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/pem"
+	"fmt"
 	"hash"
 	"math/big"
 	"os"
@@ -310,6 +311,27 @@ func TestEncryptedKey(t *testing.T) {
 	if _, err := ParsePrivateKeyPEM(enc); err == nil || !strings.Contains(err.Error(), PassphraseEnv+" is not set") {
 		t.Errorf("no passphrase: %v", err)
 	}
+}
+
+// A wrong passphrase that happens to decrypt to good padding (about one
+// in 256) is still named as the wrong passphrase, not as broken ASN.1: CI
+// met it once with a random key.
+func TestWrongPassphraseWithGoodPadding(t *testing.T) {
+	der := pkcs8(t, testKey(t))
+	enc := aes256.encrypt(t, pad(der, aes256.bs), "pw")
+	for i := 0; i < 4096; i++ {
+		pass := fmt.Sprintf("wrong%d", i)
+		if _, err := decryptPKCS8(enc, []byte(pass)); err != nil {
+			continue
+		}
+		t.Setenv(PassphraseEnv, pass)
+		_, err := ParsePrivateKeyPEM(pemOf("ENCRYPTED PRIVATE KEY", enc))
+		if err == nil || !strings.Contains(err.Error(), "wrong passphrase in "+PassphraseEnv) {
+			t.Fatalf("%q decrypts to good padding: %v", pass, err)
+		}
+		return
+	}
+	t.Fatal("no passphrase of 4096 decrypted to good padding")
 }
 
 // decryptPKCS8 refuses what it cannot decrypt, each for its reason, and

@@ -41,6 +41,10 @@ for round in $(seq "$rounds"); do
 
 	echo "# bench $(date +%s)" >>overlay/etc/hosts
 	make -s >/dev/null
+	# Each side starts from a quiet file system: writeback still owed by the
+	# previous round or the store copy (XFS bench) lands in whichever side
+	# runs next and swung the ratio from 0.5 to 2.4 (2026-12-06).
+	sync
 	t_overlay=$(timed)
 	built=$(awk '$2 == "built" {printf "%s%s", sep, $1; sep=","}' "$work/build.log")
 	config=$("$pb" plan --json "$recipe" | jq -r '.stages[] | select(.name == "config") | .key')
@@ -62,6 +66,7 @@ for old, new in (("disk.old", "out/default/disk.img"), ("efi.old", "out/default/
         i += 1
     print(f"{new}: {n} of {i} MiB changed", file=sys.stderr)
 PY
+	sync
 	t0=$(now)
 	(cd "$tree" && find . | LC_ALL=C sort | cpio -o -H newc --quiet | zstd -T0 -3 -q >"$work/ref.cpio.zst")
 	sh "$work/dd.sh"

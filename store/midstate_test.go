@@ -356,3 +356,56 @@ func TestCommitRehashesALinkChangedSinceItsCommit(t *testing.T) {
 		t.Errorf("MANIFEST sum %s (%v), want the file's own sha256 %s", sum, err, sumOf([]byte("initrd, grown since")))
 	}
 }
+
+// A midstate follows each whole chunk that a byte follows, none after the
+// last: resume never starts at the end, and MIDSTATES is part of the output
+// (the same for the same bytes).
+func TestMidstateCount(t *testing.T) {
+	for _, c := range []struct {
+		size int64
+		want int
+	}{{0, 0}, {1, 0}, {midChunk - 1, 0}, {midChunk, 0}, {midChunk + 1, 1}, {2 * midChunk, 1}, {2*midChunk + 1, 2}} {
+		p := filepath.Join(t.TempDir(), "f")
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, c.size); err != nil {
+			t.Fatal(err)
+		}
+		h, err := hashFile(p, "f", "", nil, nil)
+		if err != nil || len(h.mids) != c.want {
+			t.Errorf("%d bytes: %d midstates (%v), want %d", c.size, len(h.mids), err, c.want)
+		}
+	}
+}
+
+// sharedMap.same over extent lists as FIEMAP gives them: equal only where both
+// files map the same physical blocks at the same offsets, or both have a hole.
+func TestSharedMapSame(t *testing.T) {
+	const k = 4096
+	ext := func(off, phys, n int64, flags uint32) extent { return extent{off: off, phys: phys, n: n, flags: flags} }
+	for _, c := range []struct {
+		name   string
+		a, b   []extent
+		off, n int64
+		want   bool
+	}{
+		{"the same blocks", []extent{ext(0, 100*k, 4*k, 0)}, []extent{ext(0, 100*k, 4*k, 0)}, 0, 4 * k, true},
+		{"the same blocks, split differently", []extent{ext(0, 100*k, 2*k, 0), ext(2*k, 102*k, 2*k, 0)}, []extent{ext(0, 100*k, 4*k, 0)}, 0, 4 * k, true},
+		{"other blocks", []extent{ext(0, 100*k, 4*k, 0)}, []extent{ext(0, 200*k, 4*k, 0)}, 0, 4 * k, false},
+		{"a hole in both", nil, nil, 0, 4 * k, true},
+		{"a hole in one, blocks at their own offset in the other", nil, []extent{ext(0, 0, 4*k, 0)}, 0, 4 * k, false},
+		{"blocks in one, a hole in the other", []extent{ext(k, k, k, 0)}, nil, 0, 4 * k, false},
+		{"equal up to a hole in one", []extent{ext(0, 100*k, 2*k, 0)}, []extent{ext(0, 100*k, 4*k, 0)}, 0, 4 * k, false},
+		{"outside the range that differs", []extent{ext(0, 100*k, 2*k, 0), ext(2*k, 300*k, 2*k, 0)}, []extent{ext(0, 100*k, 4*k, 0)}, 0, 2 * k, true},
+		{"delayed allocation", []extent{ext(0, 100*k, 4*k, 0x4)}, []extent{ext(0, 100*k, 4*k, 0x4)}, 0, 4 * k, false},
+		{"unwritten in one", []extent{ext(0, 100*k, 4*k, fiemapExtentUnwritten)}, []extent{ext(0, 100*k, 4*k, 0)}, 0, 4 * k, false},
+	} {
+		if got := (&sharedMap{c.a, c.b}).same(c.off, c.n); got != c.want {
+			t.Errorf("%s: same = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if (*sharedMap)(nil).same(0, k) {
+		t.Error("a file system that cannot map said same")
+	}
+}

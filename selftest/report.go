@@ -241,9 +241,11 @@ func Decode(b []byte) (*Report, error) {
 		}
 		return nil, jsonError(b, err)
 	}
-	if tail := bytes.TrimSpace(b[d.InputOffset():]); len(tail) > 0 {
-		// What follows the value would be stored and served back.
-		line, col := lineCol(b, d.InputOffset())
+	rest := b[d.InputOffset():]
+	if tail := bytes.TrimLeft(rest, " \t\r\n"); len(tail) > 0 {
+		// What follows the value would be stored and served back; the
+		// position is of its first byte.
+		line, col := lineCol(b, d.InputOffset()+int64(len(rest)-len(tail)))
 		return nil, &PosError{line, col, fmt.Errorf("%w: bytes follow the report", ErrNotJSON)}
 	}
 	if r.Schema != Schema {

@@ -249,8 +249,8 @@ func TestDecodeRefuses(t *testing.T) {
 	}{
 		{`{"schema": 1, "verdict": "pass"}`, "decoding report: schema 1, want 2"},
 		{`{"verdict": "pass"}`, "decoding report: schema 0, want 2"},
-		{`{"schema": 2, "verdict": "pass"}` + "\n x", "1:33: not JSON: bytes follow the report"},
-		{`{"schema": 2, "verdict": "pass"} {}`, "1:33: not JSON: bytes follow the report"},
+		{`{"schema": 2, "verdict": "pass"}` + "\n x", "2:2: not JSON: bytes follow the report"},
+		{`{"schema": 2, "verdict": "pass"} {}`, "1:34: not JSON: bytes follow the report"},
 		{`{"schema": 2, "verdict": "pass", "durations": [{"ms": -5}]}`, "decoding report: invalid report: durations[0].ms: -5, want 0 or more"},
 		{`{"schema": 2, "verdict": "pass", "findings": [{"status": "fail", "id": "x"}]}`, `decoding report: invalid report: verdict: "pass" with a fail finding, want "fail"`},
 		// A report of another schema is refused as such even when a field it types

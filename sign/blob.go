@@ -15,6 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/peerboot/peerboot/sign/keyref"
 )
 
 // Artifact signatures are cosign's "blob" form: an ECDSA P-256 signature (ASN.1
@@ -30,13 +32,13 @@ func checkArtifactKey(pub crypto.PublicKey) error {
 	switch k := pub.(type) {
 	case *ecdsa.PublicKey:
 		if k.Curve != elliptic.P256() {
-			return fmt.Errorf("artifact key is %s; want ECDSA P-256 or Ed25519", keyKind(pub))
+			return fmt.Errorf("artifact key is %s; want ECDSA P-256 or Ed25519", keyref.Kind(pub))
 		}
 		return nil
 	case ed25519.PublicKey:
 		return nil
 	}
-	return fmt.Errorf("artifact key is %s; want ECDSA P-256 or Ed25519", keyKind(pub))
+	return fmt.Errorf("artifact key is %s; want ECDSA P-256 or Ed25519", keyref.Kind(pub))
 }
 
 // SignBlob signs data with an artifact key and returns the raw signature.

@@ -11,9 +11,6 @@ package sign
 
 import (
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -91,17 +88,4 @@ func privateKeyPEM(k crypto.Signer) ([]byte, error) {
 		return nil, err
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
-// keyKind names a public key's algorithm for messages.
-func keyKind(pub crypto.PublicKey) string {
-	switch k := pub.(type) {
-	case *ecdsa.PublicKey:
-		return "ECDSA " + k.Curve.Params().Name
-	case ed25519.PublicKey:
-		return "Ed25519"
-	case *rsa.PublicKey:
-		return fmt.Sprintf("RSA %d", k.N.BitLen())
-	}
-	return fmt.Sprintf("%T", pub)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/output"
+	"github.com/peerboot/peerboot/sign/keyref"
 )
 
 // ArtifactPubFile (cosign.pub) is written beside the signatures for convenience;
@@ -203,7 +204,7 @@ func signArtifacts(dir string, m *output.Manifest, sums []output.Sum, art crypto
 			return err
 		}
 	}
-	fmt.Fprintf(opt.Log, "sign: %s signed (%s, %s), %s written (%d subjects)\n", output.SumsFile, keyKind(art.Public()), output.SumsSigFile, output.ProvenanceFile, len(st.Subject))
+	fmt.Fprintf(opt.Log, "sign: %s signed (%s, %s), %s written (%d subjects)\n", output.SumsFile, keyref.Kind(art.Public()), output.SumsSigFile, output.ProvenanceFile, len(st.Subject))
 	return nil
 }
 
@@ -310,7 +311,7 @@ func Verify(ctx context.Context, dir string, opt VerifyOptions) error {
 			if err := VerifyBlob(pub, sumsBytes, sig); err != nil {
 				fail(output.SumsFile, "the signature in %s does not verify (%v): %s or %s was altered, or signed with another key", output.SumsSigFile, err, output.SumsFile, output.SumsSigFile)
 			} else {
-				fmt.Fprintf(opt.Log, "verify: %s: signature OK (%s)\n", output.SumsFile, keyKind(pub))
+				fmt.Fprintf(opt.Log, "verify: %s: signature OK (%s)\n", output.SumsFile, keyref.Kind(pub))
 			}
 		}
 	}

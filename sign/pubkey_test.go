@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/peerboot/peerboot/sign/keyref"
 )
 
 // A public key is named as a reference (file:, env:) or as a plain path, all
@@ -37,7 +39,7 @@ func TestLoadPublicKey(t *testing.T) {
 	}
 	// The certificate of the test key set holds the db key.
 	db, err := LoadPublicKey(filepath.Join(testKeys, DBCertFile))
-	if err != nil || keyKind(db) != "RSA 2048" {
+	if err != nil || keyref.Kind(db) != "RSA 2048" {
 		t.Errorf("a certificate's key: %v, %v", db, err)
 	}
 	for name, c := range map[string]struct{ pem, err string }{

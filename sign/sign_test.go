@@ -23,6 +23,7 @@ import (
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/output"
+	"github.com/peerboot/peerboot/sign/keyref"
 )
 
 const (
@@ -76,7 +77,7 @@ func TestInitTestKeys(t *testing.T) {
 		_ = s
 	}
 	db, _ := LoadSigner(key(DBKeyFile))
-	if k := keyKind(db.Public()); k != "RSA 2048" {
+	if k := keyref.Kind(db.Public()); k != "RSA 2048" {
 		t.Errorf("db key is %s, want RSA 2048", k)
 	}
 	cert, err := LoadCert(key(DBCertFile))

@@ -6,6 +6,9 @@ package keyref
 
 import (
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -141,4 +144,17 @@ func Resolve(ref, dir string) string {
 		return "file:" + filepath.Join(dir, p)
 	}
 	return ref
+}
+
+// Kind names a public key's algorithm for messages ("ECDSA P-256", "RSA 2048").
+func Kind(pub crypto.PublicKey) string {
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		return "ECDSA " + k.Curve.Params().Name
+	case ed25519.PublicKey:
+		return "Ed25519"
+	case *rsa.PublicKey:
+		return fmt.Sprintf("RSA %d", k.N.BitLen())
+	}
+	return fmt.Sprintf("%T", pub)
 }

@@ -8,6 +8,7 @@ import (
 	"crypto/des"
 	"crypto/ecdh"
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/pbkdf2"
 	"crypto/rand"
@@ -391,5 +392,30 @@ func TestDecryptRefuses(t *testing.T) {
 	}
 	if _, err := decryptPKCS8([]byte{0x30, 0x03, 1}, []byte("pw")); err == nil || !strings.Contains(err.Error(), "encrypted PKCS#8") {
 		t.Errorf("bad DER: %v", err)
+	}
+}
+
+// Kind names keys the way messages and logs do, and an unknown type by its Go type.
+func TestKind(t *testing.T) {
+	_, ed, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rk, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		pub  crypto.PublicKey
+		want string
+	}{
+		{testKey(t).Public(), "ECDSA P-256"},
+		{ed.Public(), "Ed25519"},
+		{rk.Public(), "RSA 1024"},
+		{&ecdh.PublicKey{}, "*ecdh.PublicKey"},
+	} {
+		if got := Kind(c.pub); got != c.want {
+			t.Errorf("Kind = %q, want %q", got, c.want)
+		}
 	}
 }

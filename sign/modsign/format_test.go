@@ -196,7 +196,7 @@ func TestSignRefusesKeysAndCertificates(t *testing.T) {
 		cert *x509.Certificate
 		want string
 	}{
-		{"ECDSA key", ec, k[0].cert, "module signing key is *ecdsa.PublicKey; want an RSA key"},
+		{"ECDSA key", ec, k[0].cert, "module signing key is ECDSA P-256; want an RSA key"},
 		{"another RSA key's certificate", k[0].key, k[1].cert, "the module certificate (CN=modsign test key,O=peerboot test keys) does not hold the module signing key's public key"},
 		{"certificate of an ECDSA key", k[0].key, ecCert, "the module certificate (CN=ecdsa,O=peerboot test keys) does not hold the module signing key's public key"},
 		{"certificate without a serial", k[0].key, &noSerial, "certificate serial: "},
@@ -247,7 +247,7 @@ func TestVerifyNamesTheSigner(t *testing.T) {
 		t.Fatal(err)
 	}
 	impostor := certFor(t, &ec.PublicKey, k[0], k[1].cert.SerialNumber.Int64())
-	if _, err := Verify(s, []*x509.Certificate{impostor}); err == nil || err.Error() != "certificate CN=ecdsa,O=peerboot test keys: *ecdsa.PublicKey is not an RSA key" {
+	if _, err := Verify(s, []*x509.Certificate{impostor}); err == nil || err.Error() != "certificate CN=ecdsa,O=peerboot test keys: ECDSA P-256 is not an RSA key" {
 		t.Errorf("signer's certificate holds an ECDSA key: %v", err)
 	}
 	s[10] ^= 1

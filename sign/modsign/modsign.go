@@ -23,6 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+
+	"github.com/peerboot/peerboot/sign/keyref"
 )
 
 // Magic ends every signed module (include/linux/module_signature.h).
@@ -86,7 +88,7 @@ func Sign(module []byte, key crypto.Signer, cert *x509.Certificate) ([]byte, err
 func CheckPair(key crypto.Signer, cert *x509.Certificate) error {
 	pub, ok := key.Public().(*rsa.PublicKey)
 	if !ok {
-		return fmt.Errorf("module signing key is %T; want an RSA key (the kernel verifies RSA module signatures)", key.Public())
+		return fmt.Errorf("module signing key is %s; want an RSA key (the kernel verifies RSA module signatures)", keyref.Kind(key.Public()))
 	}
 	if cp, ok := cert.PublicKey.(*rsa.PublicKey); !ok || !cp.Equal(pub) {
 		return fmt.Errorf("the module certificate (%s) does not hold the module signing key's public key", cert.Subject)
@@ -147,7 +149,7 @@ func Verify(module []byte, trusted []*x509.Certificate) (*x509.Certificate, erro
 	}
 	pub, ok := cert.PublicKey.(*rsa.PublicKey)
 	if !ok {
-		return nil, fmt.Errorf("certificate %s: %T is not an RSA key", cert.Subject, cert.PublicKey)
+		return nil, fmt.Errorf("certificate %s: %s is not an RSA key", cert.Subject, keyref.Kind(cert.PublicKey))
 	}
 	digest := sha256.Sum256(body)
 	if err := rsa.VerifyPKCS1v15(pub, crypto.SHA256, digest[:], si.Signature); err != nil {

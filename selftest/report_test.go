@@ -251,6 +251,7 @@ func TestDecodeRefuses(t *testing.T) {
 		{`{"verdict": "pass"}`, "decoding report: schema 0, want 2"},
 		{`{"schema": 2, "verdict": "pass"}` + "\n x", "2:2: not JSON: bytes follow the report"},
 		{`{"schema": 2, "verdict": "pass"} {}`, "1:34: not JSON: bytes follow the report"},
+		{`{"schema": 2, "verdict": "pass"}` + "\n\u00a0", "2:1: not JSON: bytes follow the report"}, // only JSON's whitespace may follow
 		{`{"schema": 2, "verdict": "pass", "durations": [{"ms": -5}]}`, "decoding report: invalid report: durations[0].ms: -5, want 0 or more"},
 		{`{"schema": 2, "verdict": "pass", "findings": [{"status": "fail", "id": "x"}]}`, `decoding report: invalid report: verdict: "pass" with a fail finding, want "fail"`},
 		// A report of another schema is refused as such even when a field it types

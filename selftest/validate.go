@@ -146,7 +146,7 @@ func Validate(r *Report) error {
 	}
 	for i, b := range r.BAR1 {
 		k := fmt.Sprintf("bar1[%d]", i)
-		v.indexOf(k+".gpu", b.GPU, max(n, 1), n, " GPUs")
+		v.indexOrZero(k+".gpu", b.GPU, n, " GPUs")
 		for _, u := range []struct {
 			what string
 			used *int64
@@ -175,8 +175,8 @@ func Validate(r *Report) error {
 		}
 		v.rate("nccl.busbw_at_max", nc.BusBWAtMax)
 		for i, t := range nc.Transports {
-			v.indexOf(fmt.Sprintf("nccl.transports[%d].from", i), t.From, max(nc.Ranks, 1), nc.Ranks, " ranks")
-			v.indexOf(fmt.Sprintf("nccl.transports[%d].to", i), t.To, max(nc.Ranks, 1), nc.Ranks, " ranks")
+			v.indexOrZero(fmt.Sprintf("nccl.transports[%d].from", i), t.From, nc.Ranks, " ranks")
+			v.indexOrZero(fmt.Sprintf("nccl.transports[%d].to", i), t.To, nc.Ranks, " ranks")
 		}
 	}
 	for i, d := range r.Durations {
@@ -230,12 +230,16 @@ func (v *validator) ordinal(key string, x, n int) {
 }
 
 func (v *validator) index(key string, x, n int, what string) {
-	v.indexOf(key, x, n, n, what)
+	v.indexIn(key, x, n, n, what)
 }
 
-// indexOf is index where ordinal 0 is taken even from a list the report left
-// empty (limit max(have, 1)): the message says how many the report has.
-func (v *validator) indexOf(key string, x, limit, have int, what string) {
+// indexOrZero is index taking ordinal 0 even from a list the report left empty
+// (a one-GPU box need not list its GPU); the message says how many it has.
+func (v *validator) indexOrZero(key string, x, have int, what string) {
+	v.indexIn(key, x, max(have, 1), have, what)
+}
+
+func (v *validator) indexIn(key string, x, limit, have int, what string) {
 	if x < 0 || x >= limit {
 		if what != "" {
 			v.add(key, "%d, want 0..%d (the report has %d%s)", x, limit-1, have, what)

@@ -604,13 +604,9 @@ func inUnit(ms []Mutant, ex []string) []Mutant {
 	for _, e := range ex {
 		res = append(res, regexp.MustCompile(e))
 	}
-	out := ms[:0]
-	for _, m := range ms {
-		if !slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(m.File) }) {
-			out = append(out, m)
-		}
-	}
-	return out
+	return slices.DeleteFunc(ms, func(m Mutant) bool {
+		return slices.ContainsFunc(res, func(re *regexp.Regexp) bool { return re.MatchString(m.File) })
+	})
 }
 
 var logLine = regexp.MustCompile(`^\s*(KILLED|LIVED|NOT COVERED|TIMED OUT|NOT VIABLE|SKIPPED) ([A-Z_]+) at (.+):(\d+):(\d+)$`)

@@ -233,11 +233,8 @@ func certFor(t *testing.T, pub any, issuer testKey, serial int64) *x509.Certific
 func TestVerifyNamesTheSigner(t *testing.T) {
 	k := twoKeys(t)
 	m := module(2000, 23)
-	s, err := Sign(m, k[1].key, k[1].cert)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = Verify(s, []*x509.Certificate{k[0].cert})
+	s := mustSign(t, m, k[1])
+	_, err := Verify(s, []*x509.Certificate{k[0].cert})
 	if want := `signed by a key none of the trusted certificates holds (signer: issuer "CN=modsign test key,O=peerboot test keys", serial 1234568)`; err == nil || err.Error() != want {
 		t.Errorf("unknown signer: %v, want %q", err, want)
 	}
@@ -263,10 +260,7 @@ func TestVerifyNamesTheSigner(t *testing.T) {
 func TestTrailerRefused(t *testing.T) {
 	k := twoKeys(t)
 	m := module(500, 24)
-	s, err := Sign(m, k[0].key, k[0].cert)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustSign(t, m, k[0])
 	tr := len(s) - len(Magic) - 12 // the trailer's first byte
 	set := func(f []byte, i int, v byte) []byte { f = bytes.Clone(f); f[i] = v; return f }
 	withLen := func(f []byte, n uint32) []byte {

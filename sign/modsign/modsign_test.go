@@ -70,6 +70,16 @@ func twoKeys(t *testing.T) [2]testKey {
 	return keys
 }
 
+// mustSign signs m with k, failing the test if it cannot.
+func mustSign(t *testing.T, m []byte, k testKey) []byte {
+	t.Helper()
+	s, err := Sign(m, k.key, k.cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func module(n int, seed int64) []byte {
 	b := make([]byte, n)
 	mrand.New(mrand.NewSource(seed)).Read(b)
@@ -80,10 +90,7 @@ func module(n int, seed int64) []byte {
 func TestSignVerify(t *testing.T) {
 	k := twoKeys(t)
 	m := module(100_000, 1)
-	s, err := Sign(m, k[0].key, k[0].cert)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustSign(t, m, k[0])
 	if !Signed(s) || !bytes.HasPrefix(s, m) {
 		t.Fatal("signed module does not start with the module and end with the magic")
 	}
@@ -96,10 +103,7 @@ func TestSignVerify(t *testing.T) {
 	if !bytes.Equal(s, again) || !bytes.Equal(s, resigned) {
 		t.Error("signing the same module with the same key twice gave different bytes")
 	}
-	other, err := Sign(s, k[1].key, k[1].cert)
-	if err != nil {
-		t.Fatal(err)
-	}
+	other := mustSign(t, s, k[1])
 	if _, err := Verify(other, []*x509.Certificate{k[0].cert}); !errors.Is(err, ErrUnknownKey) {
 		t.Errorf("module signed by another key: %v, want ErrUnknownKey", err)
 	}
@@ -155,10 +159,7 @@ func TestOpenSSLVerifies(t *testing.T) {
 	dir := t.TempDir()
 	_, certPath := writePEM(t, dir, k[0])
 	m := module(50_000, 3)
-	s, err := Sign(m, k[0].key, k[0].cert)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustSign(t, m, k[0])
 	_, p7, err := Split(s)
 	if err != nil {
 		t.Fatal(err)
@@ -195,10 +196,7 @@ func TestSameBytesAsKernelSignFile(t *testing.T) {
 			t.Fatalf("%s: %v\n%s", signFile, err, out)
 		}
 		want, _ := os.ReadFile(ko)
-		got, err := Sign(m, k[0].key, k[0].cert)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got := mustSign(t, m, k[0])
 		if !bytes.Equal(got, want) {
 			t.Fatalf("%d-byte module: our signed module (%d bytes) differs from sign-file's (%d bytes)", size, len(got), len(want))
 		}

@@ -57,7 +57,12 @@ func (s *Server) postReport(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f := s.facts(in)
-	if sr := s.storedRetry(ctx, r, in); sr != nil {
+	sr, err := s.storedRetry(ctx, r, in)
+	if err != nil {
+		s.refused(w, r, in, err)
+		return
+	}
+	if sr != nil {
 		s.votes.Cast(ctx, sr, f.vote)
 		s.duplicate(w, in.node, sr.ID, in.rep.Verdict, in.sum)
 		return
@@ -100,8 +105,8 @@ func (s *Server) storeReport(ctx context.Context, in *incoming, att attestation.
 	id, err := s.opt.Store.AddReport(ctx, sr)
 	switch {
 	case errors.Is(err, fleetdb.ErrDuplicate) && id > 0:
-		sr.ID = id
-		return sr, true, nil
+		sr, err = s.retryOf(ctx, id, in)
+		return sr, err == nil, err
 	case errors.Is(err, fleetdb.ErrDuplicate):
 		return nil, false, fmt.Errorf("%w: report sha256 %s was already received", errReplayed, sr.SHA256[:16])
 	case errors.Is(err, fleetdb.ErrNonceSpent):
@@ -148,20 +153,38 @@ func (s *Server) duplicate(w http.ResponseWriter, node string, id int64, verdict
 // storedRetry finds an attested POST of a report this node already stored (a
 // retry whose answer was lost) before its evidence is checked: the first try
 // spent the nonce it carries, so the check would refuse the retry as a replay.
-// Another body under that nonce still is one. nil: not such a retry.
-func (s *Server) storedRetry(ctx context.Context, r *http.Request, in *incoming) *fleetdb.StoredReport {
+// Another body under that nonce still is one. nil, nil: not such a retry.
+func (s *Server) storedRetry(ctx context.Context, r *http.Request, in *incoming) (*fleetdb.StoredReport, error) {
 	if r.Header.Get(attest.Header) == "" {
-		return nil // unattested: AddReport's duplicate answers it
+		return nil, nil // unattested: AddReport's duplicate answers it
 	}
 	id, err := s.opt.Store.StoredReportID(ctx, in.node, in.sum)
 	if err != nil {
 		s.log.Error("looking up a retried report", "node", in.node, "error", err.Error())
-		return nil
+		return nil, nil
 	}
 	if id == 0 {
-		return nil
+		return nil, nil
 	}
-	return &fleetdb.StoredReport{ID: id, NodeID: in.node, Recipe: in.recipe, Build: in.buildID, Verdict: in.rep.Verdict, SHA256: in.sum, ReceivedAt: s.opt.Now()}
+	return s.retryOf(ctx, id, in)
+}
+
+// retryOf is this node's stored report id as its retry in votes: for the
+// build and recipe it was stored under, at the time it was stored. A retry
+// carries the token its first try did; the same bytes under another build's
+// token are a replay (anyone can fetch a node's token for the build it is
+// served now), refused: else a stored report, attested and never a vote (a
+// static token names no build), would vote for a build its node never booted.
+func (s *Server) retryOf(ctx context.Context, id int64, in *incoming) (*fleetdb.StoredReport, error) {
+	got, err := s.opt.Store.Report(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading the stored copy of a retried report: %w", err)
+	}
+	if got.Build != in.buildID {
+		return nil, fmt.Errorf("%w: report sha256 %s was stored under the token of build %q, this POST has the token of build %q (a retry sends the token it first sent)",
+			errReplayed, in.sum[:16], got.Build, in.buildID)
+	}
+	return &fleetdb.StoredReport{ID: id, NodeID: in.node, Recipe: got.Recipe, Build: got.Build, Verdict: got.Verdict, SHA256: got.SHA256, ReceivedAt: got.ReceivedAt}, nil
 }
 
 // facts is what the inventory and the catalogue say of a report, read once

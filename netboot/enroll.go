@@ -69,13 +69,10 @@ func (s *Server) apiAKReset(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.readAction(w, r); !ok {
 		return
 	}
-	id, err := nodeKey(r.PathValue("node"))
+	id, status, err := s.writeNode(r.Context(), r.PathValue("node"))
 	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, "ak-reset refused", err)
+		s.fail(w, r, status, "ak-reset refused", err)
 		return
-	}
-	if n, err := s.opt.Store.Node(r.Context(), id); err == nil {
-		id = n.ID
 	}
 	old, err := es.ResetAK(r.Context(), id)
 	if err != nil {

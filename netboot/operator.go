@@ -1,6 +1,7 @@
 package netboot
 
 import (
+	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -71,4 +72,44 @@ func crossSite(r *http.Request) error {
 		return fmt.Errorf("a cross-origin request (Origin: %s, this server is %s)", attestation.Clip(o), attestation.Clip(r.Host))
 	}
 	return nil
+}
+
+// errAmbiguousNode is an operator's write naming a node by a hostname or
+// serial that more than one node claims.
+var errAmbiguousNode = errors.New("more than one node answers to this name: name the node by its MAC")
+
+// writeNode is the node id an operator's write (clear, ak-reset, burn-in stop)
+// names by key: a MAC (normalized) is the node's id; else the node whose id,
+// hostname or serial key is. A hostname or serial is whatever a boot script's
+// fetcher claims (/boot.ipxe?host=&serial=), so a name that several nodes
+// claim is refused (409, errAmbiguousNode) rather than given to the one seen
+// last: else a stranger fetching a script under a node's hostname would take
+// the operator's write on that node to a made-up node of its own. A key no
+// node answers to is returned as it is: the write says it knows no such node.
+// On an error, status is the answer.
+func (s *Server) writeNode(ctx context.Context, key string) (id string, status int, err error) {
+	if id, err = nodeKey(key); err != nil {
+		return "", http.StatusBadRequest, err
+	}
+	if _, err := NormalizeMAC(id); err == nil {
+		return id, 0, nil // a MAC is the node's id, whoever claims it as a name
+	}
+	n, err := s.opt.Store.Node(ctx, id)
+	if err != nil || n.ID == id {
+		return id, 0, nil
+	}
+	nodes, err := s.opt.Store.Nodes(ctx)
+	if err != nil {
+		return "", http.StatusServiceUnavailable, err
+	}
+	var ids []string
+	for _, o := range nodes {
+		if o.MAC == id || o.Hostname == id || o.Serial == id {
+			ids = append(ids, o.ID)
+		}
+	}
+	if len(ids) > 1 {
+		return "", http.StatusConflict, fmt.Errorf("%q: %w (%s)", id, errAmbiguousNode, strings.Join(ids, ", "))
+	}
+	return n.ID, 0, nil
 }

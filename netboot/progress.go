@@ -105,13 +105,10 @@ func (s *Server) apiSoakStop(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, refused, errors.New(`a stop takes an optional {"reason": "..."}, no build`))
 		return
 	}
-	id, err := nodeKey(r.PathValue("node"))
+	id, status, err := s.writeNode(r.Context(), r.PathValue("node"))
 	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, refused, err)
+		s.fail(w, r, status, refused, err)
 		return
-	}
-	if n, err := s.opt.Store.Node(r.Context(), id); err == nil {
-		id = n.ID
 	}
 	p, recorded, err := s.opt.Store.RequestStop(r.Context(), id, s.opt.Now(), remoteIP(r), a.Reason)
 	if err != nil {

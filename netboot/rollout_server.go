@@ -255,10 +255,10 @@ func (s *Server) apiClear(w http.ResponseWriter, r *http.Request) {
 	if _, ok := s.readAction(w, r); !ok {
 		return
 	}
-	key := r.PathValue("node")
-	id := key
-	if n, err := s.opt.Store.Node(r.Context(), key); err == nil {
-		id = n.ID
+	id, status, err := s.writeNode(r.Context(), r.PathValue("node"))
+	if err != nil {
+		s.fail(w, r, status, "rollout action refused", err)
+		return
 	}
 	ev, err := rs.ClearHold(r.Context(), id, s.opt.Now())
 	s.actionResult(w, r, ev, err)

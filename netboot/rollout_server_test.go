@@ -390,3 +390,37 @@ channels = ["stable"]
 		t.Errorf("/api/rollouts, want base (no build) then default (A %s): %+v", a, all)
 	}
 }
+
+// TestOperatorWriteByClaimedHostname: a hostname is whatever a boot script's
+// fetcher claims (/boot.ipxe?host=), so a stranger who fetches a script under
+// the held node's hostname, after it, must not take the operator's write that
+// names the node by that hostname. Before the fix the node seen last won:
+// `clear gpu-canary-1` went to the stranger's made-up node (404, not held)
+// and the canary stayed held; an ak-reset or a burn-in stop by hostname went
+// the same way. A name two nodes claim is now refused (409), saying which
+// nodes; the MAC still clears.
+func TestOperatorWriteByClaimedHostname(t *testing.T) {
+	e, _, _ := failOnCanary(t)
+	if resp, script := e.get(t, "/boot.ipxe?mac="+n1+"&host=gpu-canary-1"); resp.StatusCode != 200 {
+		t.Fatalf("held node's boot: %d %s", resp.StatusCode, script)
+	}
+	const stranger = "02:00:00:00:0c:09"
+	if resp, script := e.get(t, "/boot.ipxe?mac="+stranger+"&host=gpu-canary-1"); resp.StatusCode != 200 {
+		t.Fatalf("the stranger's boot: %d %s", resp.StatusCode, script)
+	}
+	for _, path := range []string{"/api/nodes/gpu-canary-1/clear", "/api/nodes/gpu-canary-1/ak-reset", "/api/nodes/gpu-canary-1/soak/stop"} {
+		resp, body := e.post(t, path, testOperator, nil)
+		if resp.StatusCode != 409 || !strings.Contains(body, n1) || !strings.Contains(body, stranger) {
+			t.Errorf("%s, a hostname two nodes claim: %d %s, want 409 naming both", path, resp.StatusCode, body)
+		}
+	}
+	if st := e.rollout(t); len(st.HeldBack) != 1 || st.HeldBack[0].Node != n1 {
+		t.Fatalf("holds after the refused clears: %+v", st.HeldBack)
+	}
+	if resp, body := e.post(t, "/api/nodes/"+strings.ToUpper(n1)+"/clear", testOperator, nil); resp.StatusCode != 200 {
+		t.Errorf("clear by MAC: %d %s", resp.StatusCode, body)
+	}
+	if st := e.rollout(t); len(st.HeldBack) != 0 {
+		t.Errorf("the hold outlived its clear: %+v", st.HeldBack)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/output"
@@ -61,6 +62,12 @@ func SignOutput(ctx context.Context, dir string, opt Options) error {
 	if err := checkArtifactKey(art.Public()); err != nil {
 		return fmt.Errorf("%s: %w", opt.ArtifactKey, err)
 	}
+	// A directory that is not a build output is the caller's mistake, not a bug.
+	for _, name := range []string{output.ManifestFile, output.SumsFile} {
+		if _, err := os.Stat(filepath.Join(dir, name)); errors.Is(err, fs.ErrNotExist) {
+			return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: not a build output: no %s (peerboot build writes out/RECIPE)", dir, name))
+		}
+	}
 	m, err := readManifest(dir)
 	if err != nil {
 		return err
@@ -77,11 +84,14 @@ func SignOutput(ctx context.Context, dir string, opt Options) error {
 	// Sign only what is whole: every listed file must match SHA256SUMS.
 	for _, s := range sums {
 		h, err := fsutil.HashFile(filepath.Join(dir, s.Path))
+		if errors.Is(err, fs.ErrNotExist) {
+			return exitcode.Tag(exitcode.Integrity, fmt.Errorf("%s: listed in %s but missing: refusing to sign a changed output", filepath.Join(dir, s.Path), output.SumsFile))
+		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", filepath.Join(dir, s.Path), err)
 		}
 		if h != s.SHA256 {
-			return fmt.Errorf("%s: sha256 %s, but %s lists %s: refusing to sign a changed output", filepath.Join(dir, s.Path), h, output.SumsFile, s.SHA256)
+			return exitcode.Tag(exitcode.Integrity, fmt.Errorf("%s: sha256 %s, but %s lists %s: refusing to sign a changed output", filepath.Join(dir, s.Path), h, output.SumsFile, s.SHA256))
 		}
 	}
 	if opt.DBKey != "" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -30,13 +31,18 @@ provenance in a DSSE envelope signed with the same key.
 
 Key references: a path, file:PATH or env:VAR (the variable holds PEM text), as verify
 takes them. Encrypted PKCS#8 keys take their passphrase from $PEERBOOT_KEY_PASSPHRASE.
-A key that cannot be read or parsed, or an OUTDIR that is not a directory, exits 2.`,
+A key that cannot be read or parsed, --db-key without --db-cert, or an OUTDIR that is
+not a build output exits 2; an output whose files no longer match SHA256SUMS exits 6.
+Nothing is written then.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opt.Version = version
 			opt.Log = cmd.OutOrStdout()
 			if opt.ArtifactKey == "" {
 				return exitcode.Tag(exitcode.Usage, errArtifactKey)
+			}
+			if (opt.DBKey == "") != (opt.DBCert == "") {
+				return exitcode.Tag(exitcode.Usage, errors.New("give both --db-key and --db-cert, or neither"))
 			}
 			if err := outDirArg(args[0]); err != nil {
 				return err

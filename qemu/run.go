@@ -116,6 +116,9 @@ func Run(ctx context.Context, o RunOptions) (*RunResult, error) {
 	if pxeDir == "" {
 		pxeDir = filepath.Join(o.OutDir, output.PXEDir)
 	}
+	if err := o.bootFilePresent(pxeDir); err != nil {
+		return nil, err
+	}
 	work, err := os.MkdirTemp("", "peerboot-run-")
 	if err != nil {
 		return nil, err
@@ -161,6 +164,32 @@ func Run(ctx context.Context, o RunOptions) (*RunResult, error) {
 	}
 	res.Boot = boot
 	return res, o.verdict(res)
+}
+
+// bootFilePresent refuses a directory that lacks what the mode boots (not a
+// build output, or one whose recipe's outputs.formats leaves that file out): the
+// user's mistake, said before QEMU starts and before a console log is written
+// into the directory.
+func (o *RunOptions) bootFilePresent(pxeDir string) error {
+	if o.EFI != "" {
+		return nil
+	}
+	dir, name := o.OutDir, output.DiskFile
+	switch {
+	case (o.Mode == PXE || o.Mode == UEFIPXE) && o.PXEDir != "":
+		if _, err := os.Stat(filepath.Join(pxeDir, output.PXEScript)); err != nil {
+			return fail(ErrOptions, "--pxe-dir %s: no %s", pxeDir, output.PXEScript)
+		}
+		return nil
+	case o.Mode == PXE || o.Mode == UEFIPXE:
+		name = output.PXEDir + "/" + output.PXEScript
+	case o.Mode == ISO:
+		name = output.ISOFile
+	}
+	if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+		return fail(ErrOptions, "%s: no %s: not a build output (peerboot build writes out/RECIPE; outputs.formats names what it holds)", dir, name)
+	}
+	return nil
 }
 
 // reportIn decodes a console line carrying the report, or gives nil.

@@ -60,6 +60,32 @@ func TestRunRefusesBeforeBooting(t *testing.T) {
 	}
 }
 
+// A directory that lacks what the mode boots (not a build output, or one built
+// without that format) is the user's mistake: ErrOptions naming the file, before
+// QEMU is started and before a console log is left in the directory.
+func TestRunRefusesMissingBootFile(t *testing.T) {
+	for _, c := range []struct {
+		mode Mode
+		want string
+	}{
+		{UEFI, "no disk.img"},
+		{ISO, "no peerboot.iso"},
+		{PXE, "no pxe/boot.ipxe"},
+		{UEFIPXE, "no pxe/boot.ipxe"},
+	} {
+		t.Run(string(c.mode), func(t *testing.T) {
+			dir := t.TempDir()
+			_, err := Run(context.Background(), RunOptions{Mode: c.mode, OutDir: dir, Timeout: time.Second})
+			if !errors.Is(err, ErrOptions) || !strings.Contains(err.Error(), dir+": "+c.want+": not a build output") {
+				t.Errorf("got %v, want ErrOptions %q", err, dir+": "+c.want+": not a build output")
+			}
+			if left, _ := os.ReadDir(dir); len(left) != 0 {
+				t.Errorf("left in %s: %v", dir, left)
+			}
+		})
+	}
+}
+
 func TestDefaultLogFile(t *testing.T) {
 	for _, c := range []struct {
 		dir, efi, pxe string

@@ -205,6 +205,8 @@ func TestExitCodeClasses(t *testing.T) {
 		{"typo: biuld", []string{"biuld"}, 2, `\(did you mean "build"\?\)`, nil},
 		{"typo: doctr", []string{"doctr"}, 2, `\(did you mean "doctor"\?\)`, nil},
 		{"typo: recipe shwo", []string{"recipe", "shwo"}, 2, `unknown command "shwo" for "peerboot recipe" \(did you mean "show"\?\)`, nil},
+		{"typo: help biuld", []string{"help", "biuld"}, 2, `^peerboot: unknown command "biuld" for "peerboot" \(did you mean "build"\?\); run .peerboot --help.\n$`, nil},
+		{"typo: help store frob", []string{"help", "store", "frob"}, 2, `^peerboot: unknown command "frob" for "peerboot store"; run .peerboot store --help.\n$`, nil},
 		{"bad --for: doctor", []string{"doctor", "--for", "bogus"}, 2, `^peerboot: --for: want build, sign, run or test, got "bogus"`, nil},
 	}
 	// Every class of the documented table has a case (130 is the interrupt below).

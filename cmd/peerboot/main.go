@@ -98,6 +98,17 @@ func rootCmd() *cobra.Command {
 			c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
 		}
 	}
+	// help with an unknown topic (peerboot help biuld) is the same usage error as
+	// the command itself, not the root's help and exit 0.
+	root.InitDefaultHelpCmd()
+	if help, _, err := root.Find([]string{"help"}); err == nil {
+		help.Args = func(cmd *cobra.Command, args []string) error {
+			if c, rest, err := cmd.Root().Find(args); err == nil && len(rest) > 0 && c.HasSubCommands() {
+				return unknownCommand(c, rest)
+			}
+			return nil
+		}
+	}
 	usageArgs(root)
 	return root
 }

@@ -61,6 +61,15 @@ error; 6 (integrity) the read-back differs from the image; 2 bad command line.`,
 				return exitcode.Tag(exitcode.Usage, fmt.Errorf("image: %w", err))
 			} else if st.IsDir() {
 				img = filepath.Join(img, output.DiskFile)
+				if _, err := os.Stat(img); err != nil {
+					return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: no %s: not a build output (peerboot build writes out/RECIPE)", args[0], output.DiskFile))
+				}
+			}
+			// The image argument is wrong, not the device: a usage error (2), not 10.
+			if st, err := os.Stat(img); err == nil && !st.Mode().IsRegular() {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: not a disk image: not a regular file", img))
+			} else if err == nil && st.Size() == 0 {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: not a disk image: an empty file", img))
 			}
 			out := cmd.ErrOrStderr()
 			opt.Log = out

@@ -43,6 +43,8 @@ func diskWithReport(t *testing.T, verdict string) string {
 func TestFlashAndReportsExitCodes(t *testing.T) {
 	dir := t.TempDir()
 	pass, fail := diskWithReport(t, selftest.Pass), diskWithReport(t, selftest.Fail)
+	empty := filepath.Join(dir, "empty.img")
+	os.WriteFile(empty, nil, 0o644)
 	cases := []struct {
 		args []string
 		code int
@@ -50,6 +52,10 @@ func TestFlashAndReportsExitCodes(t *testing.T) {
 	}{
 		{[]string{"flash", pass, pass, "--yes"}, 10, "not a block device"},
 		{[]string{"flash", filepath.Join(dir, "absent.img"), "/dev/null"}, 2, "no such file"},
+		// IMAGE is an OUTDIR without disk.img, or an empty file: the image argument
+		// is wrong (2), not the device (10).
+		{[]string{"flash", dir, "/dev/null"}, 2, dir + ": no disk.img: not a build output"},
+		{[]string{"flash", empty, "/dev/null"}, 2, empty + ": not a disk image: an empty file"},
 		{[]string{"flash", pass}, 2, "want 2 argument(s)"},
 		{[]string{"reports", pass}, 0, "report-20250601T120000Z.json"},
 		{[]string{"reports", fail, "--brief"}, 9, "is not a pass"},

@@ -35,6 +35,10 @@ func ParseSize(s string) (Size, error) {
 		}
 		return Size(n * u.mult), nil
 	}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil && n > 0 && s == strconv.FormatInt(n, 10) {
+		// disk_size = 512 reaches here as "512", as does "512": name what is missing.
+		return 0, fmt.Errorf("want a whole number with a binary unit (B, KiB, MiB, GiB, TiB), got %s with no unit (\"%sMiB\" for mebibytes)", s, s)
+	}
 	return 0, fmt.Errorf("want a whole number with a binary unit (B, KiB, MiB, GiB, TiB), got %q", s)
 }
 

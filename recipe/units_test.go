@@ -71,6 +71,13 @@ func TestSizeRejects(t *testing.T) {
 	if _, err := toml.Decode(`S = "256MB"`, &v); err == nil || !strings.Contains(err.Error(), `"256MB"`) {
 		t.Errorf("decoding 256MB: %v", err)
 	}
+	// A bare number (disk_size = 512) reaches UnmarshalText as "512": the message
+	// names the missing unit rather than quoting it back as if a string were written.
+	for _, in := range []string{`S = 512`, `S = "512"`} {
+		if _, err := toml.Decode(in, &v); err == nil || !strings.Contains(err.Error(), `got 512 with no unit ("512MiB" for mebibytes)`) {
+			t.Errorf("decoding %s: %v", in, err)
+		}
+	}
 }
 
 func TestSizeMiB(t *testing.T) {

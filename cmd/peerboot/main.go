@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/internal/didyoumean"
@@ -90,7 +91,7 @@ func rootCmd() *cobra.Command {
 			c.Flags().StringVar(&g.aptDir, "apt-dir", "/etc/apt", "apt configuration whose sources give mirror = \"system\"")
 		}
 	}
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return exitcode.Tag(exitcode.Usage, err) })
+	root.SetFlagErrorFunc(flagError)
 	// A command group run with an unknown subcommand is a usage error, not its help.
 	for _, c := range root.Commands() {
 		if c.HasSubCommands() && c.Run == nil && c.RunE == nil {
@@ -146,6 +147,30 @@ func unknownCommand(cmd *cobra.Command, args []string) error {
 		msg += fmt.Sprintf(" (did you mean %q?)", s)
 	}
 	return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s; run `%s --help`", msg, cmd.CommandPath()))
+}
+
+// flagError makes a flag cobra could not parse a usage error; an unknown flag is
+// worded as an unknown command is: the command it was given to, the nearest flag
+// that command has, and where to look.
+func flagError(c *cobra.Command, err error) error {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "unknown flag: --"); ok {
+		var names []string
+		c.Flags().VisitAll(func(f *pflag.Flag) {
+			if !f.Hidden {
+				names = append(names, f.Name)
+			}
+		})
+		if s := didyoumean.Closest(name, names); s != "" {
+			msg += fmt.Sprintf(" (did you mean --%s?)", s)
+		}
+	} else if !strings.HasPrefix(msg, "unknown shorthand flag: ") {
+		return exitcode.Tag(exitcode.Usage, err)
+	}
+	if c != c.Root() {
+		msg = commandName(c) + ": " + msg
+	}
+	return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s; run `%s --help`", msg, c.CommandPath()))
 }
 
 // located matches a message that starts with file:line:, the form editors jump to.

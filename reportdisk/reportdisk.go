@@ -45,6 +45,11 @@ func Read(p string) ([]Found, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", p, err)
 	}
+	// Two sectors: the least a GPT (protective MBR and header) or a FAT boot
+	// sector fits in; a shorter file would only say "EOF".
+	if size < 1024 {
+		return nil, fmt.Errorf("%s: not a disk image: %d bytes, too small for a partition table or a FAT volume", p, size)
+	}
 	var fsys *fatread.FS
 	g, err := image.ReadGPT(f)
 	switch {

@@ -31,6 +31,12 @@ func TestRead(t *testing.T) {
 	if _, err := Read(junk); err == nil {
 		t.Error("a zero-filled file was read as a disk")
 	}
+	// A file shorter than a GPT header is said to be no disk, not "EOF".
+	short := filepath.Join(t.TempDir(), "short.txt")
+	os.WriteFile(short, []byte("hello\n"), 0o644)
+	if _, err := Read(short); err == nil || err.Error() != short+": not a disk image: 6 bytes, too small for a partition table or a FAT volume" {
+		t.Errorf("a 6-byte file: %v", err)
+	}
 }
 
 // FuzzRead feeds `peerboot reports` the start of a hostile stick (a

@@ -356,7 +356,7 @@ func (bs *Builds) refresh(b *Build) *Build {
 // subdirectory with a manifest.json.
 func FindOutputs(root string) ([]string, error) {
 	ents, err := os.ReadDir(root)
-	if err != nil {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("listing build outputs: %w", err)
 	}
 	var dirs []string

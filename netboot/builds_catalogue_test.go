@@ -71,3 +71,18 @@ func TestBuildsCatalogue(t *testing.T) {
 		t.Fatalf("newest after the rebuild: %s %s", nb.Dir, nb.ID)
 	}
 }
+
+// serve before any build: a missing out/ reads as an empty one, with the command
+// that fills it, not as the directory read's "no such file or directory".
+func TestFindOutputsNone(t *testing.T) {
+	root := t.TempDir()
+	want := "no build output under " + root + ": run `peerboot build RECIPE` first"
+	if _, err := FindOutputs(root); err == nil || err.Error() != want {
+		t.Errorf("empty root: %v, want %q", err, want)
+	}
+	missing := filepath.Join(root, "out")
+	want = "no build output under " + missing + ": run `peerboot build RECIPE` first"
+	if _, err := FindOutputs(missing); err == nil || err.Error() != want {
+		t.Errorf("missing root: %v, want %q", err, want)
+	}
+}

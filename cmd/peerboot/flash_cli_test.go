@@ -59,7 +59,8 @@ func TestFlashAndReportsExitCodes(t *testing.T) {
 		{[]string{"flash", pass}, 2, "want 2 argument(s)"},
 		{[]string{"reports", pass}, 0, "report-20250601T120000Z.json"},
 		{[]string{"reports", fail, "--brief"}, 9, "is not a pass"},
-		{[]string{"reports", filepath.Join(dir, "absent")}, 2, "no such file"},
+		{[]string{"reports", filepath.Join(dir, "absent")}, 2, filepath.Join(dir, "absent") + ": no such file or device"},
+		{[]string{"reports", dir}, 2, dir + ": no disk.img: not a build output"},
 		{[]string{"publish", dir, "oci://x"}, 2, "not an OCI reference"},
 		{[]string{"pull", "oci://127.0.0.1:1/a/b:c", pass}, 2, "not a peerboot output"},
 	}

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -62,10 +64,15 @@ PEERBOOT partition; 2 bad command line. --json prints the list as JSON.`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			src := args[0]
-			if st, err := os.Stat(src); err != nil {
+			if st, err := os.Stat(src); errors.Is(err, fs.ErrNotExist) {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: no such file or device", src))
+			} else if err != nil {
 				return exitcode.Tag(exitcode.Usage, err)
 			} else if st.IsDir() {
 				src = filepath.Join(src, output.DiskFile)
+				if _, err := os.Stat(src); err != nil {
+					return exitcode.Tag(exitcode.Usage, fmt.Errorf("%s: no %s: not a build output (peerboot build writes out/RECIPE)", args[0], output.DiskFile))
+				}
 			}
 			found, err := reportdisk.Read(src)
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/peerboot/peerboot/exitcode"
 	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/store"
 )
@@ -76,7 +77,8 @@ func previousKeys(st *store.Store, name string) map[StageName]string {
 func (p *Plan) Why(w io.Writer, st *store.Store) error {
 	b, err := os.ReadFile(st.PlanPath(p.Recipe.Name))
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("no earlier build of recipe %q in this store: nothing to compare with (build it first)", p.Recipe.Name)
+		// A question this store cannot answer yet, not a failure of peerboot's.
+		return exitcode.Tag(exitcode.Usage, fmt.Errorf("no earlier build of recipe %q in this store: nothing to compare with (build it first)", p.Recipe.Name))
 	}
 	if err != nil {
 		return err

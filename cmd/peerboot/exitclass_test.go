@@ -205,6 +205,8 @@ func TestExitCodeClasses(t *testing.T) {
 		{"typo: biuld", []string{"biuld"}, 2, `\(did you mean "build"\?\)`, nil},
 		{"typo: doctr", []string{"doctr"}, 2, `\(did you mean "doctor"\?\)`, nil},
 		{"typo: recipe shwo", []string{"recipe", "shwo"}, 2, `unknown command "shwo" for "peerboot recipe" \(did you mean "show"\?\)`, nil},
+		{"no earlier build: plan --why", []string{"plan", "--why", unfetched}, 2, `^peerboot: no earlier build of recipe "t" in this store: nothing to compare with \(build it first\)\n$`, nil},
+		{"no JSON form: plan --why --json", []string{"plan", "--why", "--json", unfetched}, 2, `^peerboot: plan: --why prints text only: leave out --json\n$`, nil},
 		{"typo: build --stag", []string{"build", "--stag", "kernel"}, 2, `^peerboot: build: unknown flag: --stag \(did you mean --stage\?\); run .peerboot build --help.\n$`, nil},
 		{"unknown flag: plan --frob", []string{"plan", "--frob"}, 2, `^peerboot: plan: unknown flag: --frob; run .peerboot plan --help.\n$`, nil},
 		{"unknown shorthand: plan -x", []string{"plan", "-x"}, 2, `^peerboot: plan: unknown shorthand flag: 'x' in -x; run .peerboot plan --help.\n$`, nil},

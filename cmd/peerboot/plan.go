@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -66,7 +67,8 @@ version, the keys of the stages it reads, the input and data file digests, the r
 fields it sees and the build clock) and whether the store already holds its output.
 -v lists the recipe fields each key covers with their values; --why names, for every
 key that differs from the recipe's last build in this store, the field, input or stage
-that changed it. It reads no network.
+that changed it (text only; a store without an earlier build of the recipe exits 2).
+It reads no network.
 
 A lock file that is missing or out of date with the recipe is named and plan exits 4
 (stale) after printing what it can: the stages whose inputs the lock must pin are
@@ -79,6 +81,9 @@ remote hit that build fetches (and checks) instead of building; this asks the re
 for tags only.`,
 		Args: maxArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if why && asJSON {
+				return exitcode.Tag(exitcode.Usage, errors.New("plan: --why prints text only: leave out --json"))
+			}
 			d, ins, un, st, err := g.recipeInputs(recipeArg(args), false)
 			if err != nil {
 				return err

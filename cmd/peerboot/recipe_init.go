@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/template"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -113,6 +114,11 @@ it is written; an existing file is kept unless --force. Next: ` + "`peerboot loc
 			default:
 				return usage("--cpu: want intel, amd or any, got %q", p.CPU)
 			}
+			// The model is written into TOML strings as given: a quote, a backslash or a
+			// control character would end the string early or escape out of it.
+			if p.GPUModel == "" || strings.ContainsFunc(p.GPUModel, func(r rune) bool { return r == '"' || r == '\\' || unicode.IsControl(r) }) {
+				return usage("--gpu-model: want a model name such as \"RTX 4090\", got %q", p.GPUModel)
+			}
 			if p.GPUs < 1 || p.GPUs > 16 {
 				return usage("--gpus: want 1..16, got %d", p.GPUs)
 			}
@@ -155,7 +161,7 @@ it is written; an existing file is kept unless --force. Next: ` + "`peerboot loc
 					return err
 				}
 				if _, err := validRecipe(f.Name()); err != nil {
-					invalid = fmt.Errorf("recipe init: the scaffold does not validate (the flags' values?): %w", err)
+					invalid = initFlagsInvalid(err)
 					return invalid
 				}
 				return nil
@@ -221,4 +227,30 @@ first. It reads no lock and no network. Exit 0 when all are valid, 3 when one is
 		},
 	}
 	return cmd
+}
+
+// initFlags are the recipe keys recipe init sets from a flag's value as given.
+var initFlags = map[string]string{
+	"platform.vram": "--vram", "platform.bar1": "--bar1", "platform.gpu_model": "--gpu-model",
+	"platform.sockets": "--sockets", "platform.numa_nodes": "--numa-nodes",
+}
+
+// initFlagsInvalid words a scaffold that does not validate: a flag's value the
+// recipe refuses is a usage error naming the flag (not the line of a temporary
+// file that is gone by then; the problems that follow from it are left out);
+// anything else is the template's fault.
+func initFlagsInvalid(err error) error {
+	var res recipe.Errors
+	if errors.As(err, &res) {
+		var bad []string
+		for _, e := range res {
+			if flag, ok := initFlags[e.Key]; ok {
+				bad = append(bad, flag+": "+e.Msg)
+			}
+		}
+		if len(bad) > 0 {
+			return exitcode.Tag(exitcode.Usage, fmt.Errorf("recipe init: %s", strings.Join(bad, "; ")))
+		}
+	}
+	return fmt.Errorf("recipe init: the scaffold does not validate: %w", err)
 }

@@ -95,6 +95,11 @@ func TestRecipeInitValidateShow(t *testing.T) {
 		{"init again", []string{"recipe", "init", "--platform", "lab-8gpu"}, 2, "", "recipes/lab-8gpu.toml exists (--force replaces it)"},
 		{"init, unknown driver", []string{"recipe", "init", "--platform", "x", "--driver", "550.163.01-p2q"}, 2, "", "no driver flavour 550.163.01-p2q in recipes/drivers (did you mean 550.163.01-p2p?)"},
 		{"init, no name", []string{"recipe", "init"}, 2, "", "--platform NAME is required"},
+		// A flag value the recipe refuses is named by its flag, not by the line of a
+		// temporary file that no longer exists.
+		{"init, a decimal size", []string{"recipe", "init", "--platform", "x", "--vram", "48GB"}, 2, "", "peerboot: recipe init: --vram: want a whole number with a binary unit (B, KiB, MiB, GiB, TiB), got \"48GB\"\n"},
+		{"init, a quote in the model", []string{"recipe", "init", "--platform", "x", "--gpu-model", `RTX "4090`}, 2, "", "peerboot: --gpu-model: want a model name such as \"RTX 4090\", got \"RTX \\\"4090\"\n"},
+		{"init, no NUMA node", []string{"recipe", "init", "--platform", "x", "--numa-nodes", "0"}, 2, "", "peerboot: recipe init: --numa-nodes: want 1..64, got 0\n"},
 		{"validate all", []string{"recipe", "validate"}, 0, "recipes/lab-8gpu.toml: ok (lab-8gpu, sha256:", ""},
 		{"validate by name", []string{"recipe", "validate", "lab-8gpu"}, 0, "recipes/lab-8gpu.toml: ok", ""},
 		{"plan the new recipe", []string{"plan", "lab-8gpu"}, 4, "files: (defaults) <- recipes/drivers/550.163.01-p2p.toml <- recipes/shared/pcie4-4090-thresholds.toml <- recipes/lab-8gpu.toml", "no lock file: run `peerboot lock recipes/lab-8gpu.toml`"},

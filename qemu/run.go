@@ -1,6 +1,7 @@
 package qemu
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -264,6 +265,10 @@ func diskAround(uki, disk string) error {
 	b, err := os.ReadFile(uki)
 	if err != nil {
 		return fmt.Errorf("--efi: %w", err)
+	}
+	// Anything else boots to the firmware's shell and waits out the timeout.
+	if !bytes.HasPrefix(b, []byte("MZ")) {
+		return fmt.Errorf("--efi %s: not an EFI executable (no MZ header): want a UKI such as out/default/peerboot.efi", uki)
 	}
 	d, err := image.StandardDisk("peerboot run --efi", image.MinDiskSize(int64(len(b))), 0, b)
 	if err != nil {

@@ -58,6 +58,17 @@ func TestRunRefusesBeforeBooting(t *testing.T) {
 	if _, err := Run(context.Background(), RunOptions{Mode: PXE}); !errors.Is(err, ErrOptions) {
 		t.Fatalf("nothing to boot: %v", err)
 	}
+	// A file that is no EFI executable would boot to the firmware's shell and wait
+	// out --timeout (3 minutes) before calling it a fail.
+	junk := filepath.Join(t.TempDir(), "notes.txt")
+	os.WriteFile(junk, []byte("hello\n"), 0o644)
+	_, err = Run(context.Background(), RunOptions{Mode: UEFI, EFI: junk, Timeout: time.Second})
+	if !errors.Is(err, ErrOptions) || err.Error() != "--efi "+junk+": not an EFI executable (no MZ header): want a UKI such as out/default/peerboot.efi" {
+		t.Fatalf("junk UKI: %v, want ErrOptions saying it is no EFI executable", err)
+	}
+	if _, err := os.Stat(junk + ".console-uefi.log"); err == nil {
+		t.Error("a console log was left beside the refused --efi file")
+	}
 }
 
 // A directory that lacks what the mode boots (not a build output, or one built

@@ -217,6 +217,9 @@ by default: what ` + "`make image`" + ` installs; --all: what ` + "`make test`" 
 		Args: maxArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out := cmd.OutOrStdout()
+			if all && cmd.Flags().Changed("for") {
+				return exitcode.Tag(exitcode.Usage, fmt.Errorf("doctor: --all checks every use: leave out --for %s, or --all", strings.Join(forUses, ",")))
+			}
 			uses := []use{}
 			for _, f := range forUses {
 				u := use(f)

@@ -212,6 +212,7 @@ func TestExitCodeClasses(t *testing.T) {
 		{"unknown shorthand: plan -x", []string{"plan", "-x"}, 2, `^peerboot: plan: unknown shorthand flag: 'x' in -x; run .peerboot plan --help.\n$`, nil},
 		{"typo: help biuld", []string{"help", "biuld"}, 2, `^peerboot: unknown command "biuld" for "peerboot" \(did you mean "build"\?\); run .peerboot --help.\n$`, nil},
 		{"typo: help store frob", []string{"help", "store", "frob"}, 2, `^peerboot: unknown command "frob" for "peerboot store"; run .peerboot store --help.\n$`, nil},
+		{"--all and --for: doctor", []string{"doctor", "--all", "--for", "run"}, 2, `^peerboot: doctor: --all checks every use: leave out --for run, or --all\n$`, nil},
 		{"bad --for: doctor", []string{"doctor", "--for", "bogus"}, 2, `^peerboot: --for: want build, sign, run or test, got "bogus"`, nil},
 	}
 	// Every class of the documented table has a case (130 is the interrupt below).

@@ -391,6 +391,15 @@ func TestIncludeErrors(t *testing.T) {
 			},
 			file: "main.toml", line: 4, key: "driver.version", msg: "want an NVIDIA version",
 		},
+		{
+			// The user never wrote outputs.efi_stub: "(defaults):47" is no file to open.
+			name: "a default that does not fit is reported in the recipe asked for",
+			files: map[string]string{
+				"main.toml": "name = \"x\"\n[kernel]\nsource = { url = \"https://example.com/linux.tar.xz\", sha256 = \"" + strings.Repeat("ab", 32) + "\" }\n" +
+					"[driver]\nversion = \"535.261.03\"\nsource = { url = \"https://example.com/nvidia.tar.xz\", sha256 = \"" + strings.Repeat("cd", 32) + "\" }\n",
+			},
+			file: "main.toml", line: 1, key: "outputs.efi_stub.deb", msg: "a Debian package source needs at least one [[repo]] (a default: set outputs.efi_stub in the recipe to change it)",
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -564,9 +564,19 @@ func (r *Resolved) locate(errs Errors) Errors {
 				}
 			}
 		}
+		if file == defaultsFile {
+			// A default the recipe does not fit: "(defaults):47" is no file the user
+			// can open, and the recipe is where it is changed.
+			set := e.Key
+			if p := parent(e.Key); p != "" {
+				set = p
+			}
+			file = r.Path
+			e.Msg += fmt.Sprintf(" (a default: set %s in the recipe to change it)", set)
+		}
 		e.File = file
 		e.Line = r.lines[file].line(e.Key)
-		if e.Line == 0 && file != defaultsFile {
+		if e.Line == 0 {
 			// A key no layer sets, in no table the file has: the top of the file, so
 			// the message still starts with file:line for editors.
 			e.Line = 1

@@ -269,6 +269,12 @@ by default: what ` + "`make image`" + ` installs; --all: what ` + "`make test`" 
 				}
 				return err
 			}
+			// Columns as wide as their longest entry: a fixed width let a long
+			// name ("binutils (objcopy, objdump)") push its row out of line.
+			whatW, pkgW := 0, 0
+			for _, n := range j.Needs {
+				whatW, pkgW = max(whatW, len(n.What)), max(pkgW, len(n.Package))
+			}
 			for _, n := range j.Needs {
 				state := "ok"
 				switch {
@@ -278,7 +284,7 @@ by default: what ` + "`make image`" + ` installs; --all: what ` + "`make test`" 
 				default:
 					state = "MISSING"
 				}
-				fmt.Fprintf(out, "%-8s %-26s %-22s (%s: %s)\n", state, n.What, n.Package, n.Use, n.For)
+				fmt.Fprintf(out, "%-8s %-*s %-*s (%s: %s)\n", state, whatW, n.What, pkgW, n.Package, n.Use, n.For)
 			}
 			fmt.Fprint(out, storeLines(j.Store))
 			if j.OK {

@@ -218,3 +218,33 @@ func TestDoctorStoreClones(t *testing.T) {
 		t.Errorf("doctor left its probe files: %v", left)
 	}
 }
+
+// doctor's table keeps its columns: every row's package starts at one offset,
+// whatever the longest tool name is.
+func TestDoctorColumnsAligned(t *testing.T) {
+	js, _, _ := run(t, "doctor", "--all", "--json")
+	var j doctorJSON
+	if err := json.Unmarshal([]byte(js), &j); err != nil {
+		t.Fatalf("doctor --json: %v\n%s", err, js)
+	}
+	text, _, _ := run(t, "doctor", "--all")
+	rows := strings.Split(text, "\n")
+	if len(rows) < len(j.Needs) {
+		t.Fatalf("doctor --all printed %d lines for %d needs:\n%s", len(rows), len(j.Needs), text)
+	}
+	col := -1
+	for i, n := range j.Needs {
+		row := rows[i]
+		head := strings.TrimRight(row[:max(strings.Index(row, " ("+n.Use+": "), 0)], " ")
+		if !strings.HasSuffix(head, " "+n.Package) {
+			t.Fatalf("row %d %q does not end its columns with the package %q", i, row, n.Package)
+		}
+		at := len(head) - len(n.Package)
+		if col == -1 {
+			col = at
+		}
+		if at != col {
+			t.Errorf("row %d: package %q at column %d, the first row's at %d:\n%s", i, n.Package, at, col, text)
+		}
+	}
+}

@@ -96,6 +96,11 @@ func TestInitTestKeys(t *testing.T) {
 	if _, err := InitTestKeys(testKeys); err == nil || !strings.Contains(err.Error(), "already exists") {
 		t.Errorf("second init over the same dir: %v, want a refusal", err)
 	}
+	file := filepath.Join(t.TempDir(), "keys")
+	os.WriteFile(file, []byte("x"), 0o600)
+	if _, err := InitTestKeys(file); err == nil || err.Error() != file+" is a file: keys init writes its key set into a directory (a new one, or one without keys)" {
+		t.Errorf("init over a file: %v, want it named as a file", err)
+	}
 	// An independent parser accepts what we wrote.
 	needTool(t, "openssl")
 	run(t, "openssl", "x509", "-in", filepath.Join(testKeys, ModuleCertFile), "-noout", "-text")

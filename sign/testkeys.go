@@ -48,8 +48,11 @@ firmware, trust module.crt on a real node or bind secrets to pcr.pub.
 // InitTestKeys writes a fresh test key set into dir (created 0700). It refuses to
 // overwrite existing files.
 func InitTestKeys(dir string) ([]string, error) {
+	if info, err := os.Stat(dir); err == nil && !info.IsDir() {
+		return nil, fmt.Errorf("%s is a file: keys init writes its key set into a directory (a new one, or one without keys)", dir)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("keys directory: %w", err)
 	}
 	names := []string{DBKeyFile, DBCertFile, ModuleKeyFile, ModuleCertFile, ArtifactKeyFile, ArtifactPubFile, Ed25519KeyFile, Ed25519PubFile, PCRKeyFile, PCRPubFile, TestKeysReadme}
 	for _, n := range names {

@@ -313,6 +313,9 @@ func (cfg *ServeConfig) banner(addr, db string, op opState, srv *Server, demo de
 		if b.HasISO() {
 			formats = append(formats, string(output.KindISO))
 		}
+		if len(formats) == 0 {
+			formats = append(formats, "no boot files") // the demo's stand-in when nothing is built
+		}
 		fmt.Fprintf(w, "  %-12s build %s (%s) from %s\n", b.Recipe, b.ID, strings.Join(formats, ", "), b.Dir)
 	}
 	fmt.Fprintf(w, "  fleet:      %s/\n", base)

@@ -99,7 +99,8 @@ func TestRunDemo(t *testing.T) {
 	banner := stdout.String()
 	db := regexp.MustCompile(`\(database (\S+)\)`).FindStringSubmatch(banner)[1]
 	tok := filepath.Join(filepath.Dir(db), "operator.token")
-	if !strings.Contains(banner, "operator:   "+tok+" (0600, created;") || !strings.Contains(banner, "nothing is built in "+filepath.Join(out, "default")) {
+	if !strings.Contains(banner, "operator:   "+tok+" (0600, created;") || !strings.Contains(banner, "nothing is built in "+filepath.Join(out, "default")) ||
+		!strings.Contains(banner, " (no boot files) from ") || strings.Contains(banner, "()") {
 		t.Errorf("banner:\n%s", banner)
 	}
 	if fi, err := os.Stat(tok); err != nil || fi.Mode().Perm() != 0o600 {

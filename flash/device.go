@@ -274,6 +274,16 @@ func (d *Device) inUse(env Env) []string {
 			why = append(why, fmt.Sprintf("/dev/%s is in use by %s (device-mapper, LVM, RAID or a crypt volume)", part, h.Name()))
 		}
 	}
+	// A loop device over the disk or a partition uses it without claiming
+	// it or showing in holders/, so O_EXCL lets flash in under whatever is
+	// mounted from the loop device.
+	loops, _ := filepath.Glob(filepath.Join(sys, "block", "loop*", "loop", "backing_file"))
+	for _, bf := range loops {
+		if part, ok := d.owns(readString(bf)); ok {
+			loop := filepath.Base(filepath.Dir(filepath.Dir(bf)))
+			why = append(why, fmt.Sprintf("/dev/%s backs the loop device /dev/%s (losetup -d /dev/%s first)", part, loop, loop))
+		}
+	}
 	return why
 }
 

@@ -530,3 +530,27 @@ func sameStart(t *testing.T, a, b string) bool {
 	}
 	return len(x) >= len(y) && bytes.Equal(x[:len(y)], y)
 }
+
+// A loop device attached over the stick (or one of its partitions) uses it
+// without claiming it, so O_EXCL does not stop flash: a filesystem mounted
+// from that loop device would be overwritten under its feet. Flash must
+// refuse it as it refuses a device-mapper holder.
+func TestRefusesDiskBackingALoopDevice(t *testing.T) {
+	needLoop(t)
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		testguard.Skip(t, "mkfs.ext4 not installed (e2fsprogs)")
+	}
+	img := testImage(t)
+	stick := loopDevice(t, 128<<20)
+	over := sh(t, "losetup", "-f", "--show", stick)
+	t.Cleanup(func() { exec.Command("losetup", "-d", over).Run() })
+	sh(t, "mkfs.ext4", "-q", "-F", over)
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", over, mnt).CombinedOutput(); err != nil {
+		testguard.Skipf(t, "cannot mount ext4 here: %v\n%s", err, out)
+	}
+	defer exec.Command("umount", mnt).Run()
+
+	_, err := Flash(context.Background(), img, stick, flashOpts())
+	refusedFor(t, err, over)
+}

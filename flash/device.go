@@ -50,6 +50,10 @@ type Device struct {
 	Transport    string // usb, nvme, loop, ... when sysfs tells
 	// Parts maps major:minor to the kernel name of the disk and each of its partitions.
 	Parts map[string]string
+
+	sysdev  string // its directory in sysfs
+	backing string // major:minor of a loop device's backing file when that is a block device
+	via     string // for a backing device: the loop device over it that flash would write
 }
 
 // String is the one line shown before asking for confirmation.
@@ -139,7 +143,8 @@ func inspect(f *os.File, path string, env Env) (*Device, error) {
 	if err != nil {
 		real = path
 	}
-	d := &Device{Path: real, Name: filepath.Base(sysdev), Dev: dev, Parts: map[string]string{dev: filepath.Base(sysdev)}}
+	d := sysDevice(sysdev, dev)
+	d.Path = real
 	sectors, err := readInt(filepath.Join(sysdev, "size"))
 	if err != nil {
 		return nil, fmt.Errorf("device %s: %w", path, err)
@@ -156,6 +161,10 @@ func inspect(f *os.File, path string, env Env) (*Device, error) {
 	if bf := readString(filepath.Join(sysdev, "loop/backing_file")); bf != "" {
 		d.Model = "loop device backed by " + bf
 		d.Transport = "loop"
+		var bst unix.Stat_t
+		if unix.Stat(bf, &bst) == nil && bst.Mode&unix.S_IFMT == unix.S_IFBLK {
+			d.backing = fmt.Sprintf("%d:%d", unix.Major(bst.Rdev), unix.Minor(bst.Rdev))
+		}
 	}
 	d.Serial = findSerial(sysdev)
 	if d.Transport == "" {
@@ -170,6 +179,13 @@ func inspect(f *os.File, path string, env Env) (*Device, error) {
 			}
 		}
 	}
+	return d, nil
+}
+
+// sysDevice is the block device at sysdev (major:minor dev) with its
+// partitions, as far as the in-use checks need it.
+func sysDevice(sysdev, dev string) *Device {
+	d := &Device{Name: filepath.Base(sysdev), Dev: dev, Parts: map[string]string{dev: filepath.Base(sysdev)}, sysdev: sysdev}
 	ents, _ := os.ReadDir(sysdev)
 	for _, e := range ents {
 		if !strings.HasPrefix(e.Name(), d.Name) {
@@ -179,7 +195,7 @@ func inspect(f *os.File, path string, env Env) (*Device, error) {
 			d.Parts[pd] = e.Name()
 		}
 	}
-	return d, nil
+	return d
 }
 
 // findSerial looks for a serial number on the disk and then up its parents:
@@ -210,6 +226,17 @@ func (d *Device) Check(imageSize int64, force bool, env Env) error {
 	var why []string
 	in := d.inUse(env)
 	why = append(why, in...)
+	// A loop device over a block device writes through to it, unclaimed:
+	// whatever uses that device is in the way just the same.
+	if d.backing != "" {
+		if sysdev, err := filepath.EvalSymlinks(filepath.Join(env.sys(), "dev/block", d.backing)); err == nil {
+			b := sysDevice(sysdev, d.backing)
+			b.via = d.Name
+			for _, r := range b.inUse(env) {
+				why = append(why, fmt.Sprintf("it is a loop device over /dev/%s, and %s", b.Name, r))
+			}
+		}
+	}
 	if d.ReadOnly {
 		why = append(why, "it is read-only (a write-protect switch?)")
 	}
@@ -265,7 +292,7 @@ func (d *Device) inUse(env Env) []string {
 	}
 	sys := env.sys()
 	for _, part := range d.Parts {
-		dir := filepath.Join(sys, "block", d.Name)
+		dir := d.sysdev
 		if part != d.Name {
 			dir = filepath.Join(dir, part)
 		}
@@ -281,6 +308,9 @@ func (d *Device) inUse(env Env) []string {
 	for _, bf := range loops {
 		if part, ok := d.owns(readString(bf)); ok {
 			loop := filepath.Base(filepath.Dir(filepath.Dir(bf)))
+			if loop == d.via {
+				continue
+			}
 			why = append(why, fmt.Sprintf("/dev/%s backs the loop device /dev/%s (losetup -d /dev/%s first)", part, loop, loop))
 		}
 	}

@@ -554,3 +554,27 @@ func TestRefusesDiskBackingALoopDevice(t *testing.T) {
 	_, err := Flash(context.Background(), img, stick, flashOpts())
 	refusedFor(t, err, over)
 }
+
+// The other way round: the disk named is a loop device over a disk (or a
+// partition) that is mounted. The loop device itself is unclaimed, so O_EXCL
+// lets flash open it, and --force (which a loop device, never removable,
+// needs) must not let it overwrite the mounted filesystem underneath.
+func TestRefusesLoopDeviceOverMountedDisk(t *testing.T) {
+	needLoop(t)
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		testguard.Skip(t, "mkfs.ext4 not installed (e2fsprogs)")
+	}
+	img := testImage(t)
+	under := loopDevice(t, 128<<20)
+	sh(t, "mkfs.ext4", "-q", "-F", under)
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", under, mnt).CombinedOutput(); err != nil {
+		testguard.Skipf(t, "cannot mount ext4 here: %v\n%s", err, out)
+	}
+	defer exec.Command("umount", mnt).Run()
+	over := sh(t, "losetup", "-f", "--show", under)
+	t.Cleanup(func() { exec.Command("losetup", "-d", over).Run() })
+
+	_, err := Flash(context.Background(), img, over, flashOpts())
+	refusedFor(t, err, "it is a loop device over "+under+", and "+under+" is mounted at "+mnt)
+}

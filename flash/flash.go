@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/peerboot/peerboot/internal/fsutil"
 	"github.com/peerboot/peerboot/output"
 	"github.com/peerboot/peerboot/progress"
 )
@@ -150,13 +149,18 @@ func Flash(ctx context.Context, image, device string, opt Options) (*Result, err
 	res.Write = time.Since(start)
 
 	// 3. Read back from the device itself, not the page cache, and compare
-	// with the image's hash, computed meanwhile on another core.
+	// with the image's hash, computed meanwhile on another core through the
+	// descriptor the write read (the path may name a newer build by now).
 	start = time.Now()
 	imgSum := make(chan error, 1)
 	go func() {
-		var err error
-		res.SHA256, err = fsutil.HashFile(image)
-		imgSum <- err
+		h := sha256.New()
+		if _, err := io.Copy(h, io.NewSectionReader(img, 0, size)); err != nil {
+			imgSum <- fmt.Errorf("hashing %s: %w", image, err)
+			return
+		}
+		res.SHA256 = hex.EncodeToString(h.Sum(nil))
+		imgSum <- nil
 	}()
 	got, err := readBack(ctx, dev, direct, d, size, bs, log, opt.readBack)
 	if herr := <-imgSum; herr != nil && err == nil {

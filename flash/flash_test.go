@@ -578,3 +578,33 @@ func TestRefusesLoopDeviceOverMountedDisk(t *testing.T) {
 	_, err := Flash(context.Background(), img, over, flashOpts())
 	refusedFor(t, err, "it is a loop device over "+under+", and "+under+" is mounted at "+mnt)
 }
+
+// The image flash opened is the image written and the one verified: a build
+// that renames a new disk.img into place while the prompt waits must not
+// turn a good write into "the stick may be failing" (the hash was taken of
+// the path again, the new file, while the stick holds the old one).
+func TestImageReplacedDuringPrompt(t *testing.T) {
+	needLoop(t)
+	img := testImage(t)
+	want := fileSHA(t, img)
+	dev := loopDevice(t, 128<<20)
+	opt := flashOpts()
+	opt.Yes = false
+	opt.Confirm = func(*Device) (bool, error) {
+		other := img + ".new"
+		if err := os.WriteFile(other, []byte("a newer build"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(other, img); err != nil {
+			t.Fatal(err)
+		}
+		return true, nil
+	}
+	res, err := Flash(context.Background(), img, dev, opt)
+	if err != nil {
+		t.Fatalf("Flash: %v", err)
+	}
+	if res.SHA256 != want {
+		t.Errorf("result sha256 %s, want %s (the image written)", res.SHA256, want)
+	}
+}

@@ -138,3 +138,34 @@ func TestFlashPromptOnLoopDevice(t *testing.T) {
 		t.Error("answer yes: no GPT on the device")
 	}
 }
+
+// report list --save into a directory that already holds a report of the
+// same name from another stick (two boxes whose clocks said the same second,
+// or were stuck at the epoch) keeps both: the earlier copy is not replaced.
+func TestReportSaveKeepsEarlierCopy(t *testing.T) {
+	pass, fail := diskWithReport(t, selftest.Pass), diskWithReport(t, selftest.Fail)
+	dir := t.TempDir()
+	if _, errs, code := run(t, "report", "list", pass, "--brief", "--save", dir); code != 0 {
+		t.Fatalf("saving the first stick: exit %d\n%s", code, errs)
+	}
+	first, err := os.ReadFile(filepath.Join(dir, "report-20250601T120000Z.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, errs, _ := run(t, "report", "list", fail, "--brief", "--save", dir)
+	if again, err := os.ReadFile(filepath.Join(dir, "report-20250601T120000Z.json")); err != nil || !bytes.Equal(again, first) {
+		t.Errorf("the first stick's saved report was replaced by the second's\n%s%s", out, errs)
+	}
+	second, err := os.ReadFile(filepath.Join(dir, "report-20250601T120000Z-1.json"))
+	if err != nil || !bytes.Contains(second, []byte(`"fail"`)) {
+		t.Errorf("the second stick's report is not saved beside it: %v\n%s%s", err, out, errs)
+	}
+	if !strings.Contains(out, "report-20250601T120000Z-1.json") {
+		t.Errorf("output does not say where the second copy went:\n%s", out)
+	}
+	// Saving the same stick again changes nothing.
+	run(t, "report", "list", pass, "--brief", "--save", dir)
+	if ents, _ := os.ReadDir(dir); len(ents) != 2 {
+		t.Errorf("after saving the first stick again: %d files, want 2", len(ents))
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -115,15 +116,21 @@ PEERBOOT partition; 2 bad command line. --json prints the list as JSON.`,
 				if err := os.MkdirAll(save, 0o755); err != nil {
 					return err
 				}
+				saved := 0
 				for _, f := range found {
 					if f.Raw == nil {
 						continue
 					}
-					if err := os.WriteFile(filepath.Join(save, path.Base(f.Path)), f.Raw, 0o644); err != nil {
+					name, err := saveReport(save, path.Base(f.Path), f.Raw)
+					if err != nil {
 						return fmt.Errorf("saving %s: %w", f.Path, err)
 					}
+					if name != path.Base(f.Path) {
+						fmt.Fprintf(w, "saved %s as %s: %s holds another report of that name\n", f.Path, name, save)
+					}
+					saved++
 				}
-				fmt.Fprintf(w, "saved %d file(s) to %s\n", len(found), save)
+				fmt.Fprintf(w, "saved %d file(s) to %s\n", saved, save)
 			}
 			if !brief {
 				for _, f := range found {
@@ -143,6 +150,39 @@ PEERBOOT partition; 2 bad command line. --json prints the list as JSON.`,
 	cmd.Flags().BoolVar(&brief, "brief", false, "list the reports without their summaries")
 	addJSONFlag(cmd, &asJSON)
 	return cmd
+}
+
+// saveReport writes a report into dir under name, or NAME-N.json when dir
+// holds a different file of that name (a report from another stick whose
+// clock said the same second): a saved report is never replaced. A file
+// with the same bytes is this report saved before. It returns the name used.
+func saveReport(dir, name string, raw []byte) (string, error) {
+	ext := path.Ext(name)
+	base := strings.TrimSuffix(name, ext)
+	for i := 0; i < 1000; i++ {
+		n := name
+		if i > 0 {
+			n = fmt.Sprintf("%s-%d%s", base, i, ext)
+		}
+		p := filepath.Join(dir, n)
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if errors.Is(err, fs.ErrExist) {
+			if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, raw) {
+				return n, nil
+			}
+			continue
+		}
+		if err != nil {
+			return "", err
+		}
+		if _, err := f.Write(raw); err != nil {
+			f.Close()
+			os.Remove(p)
+			return "", err
+		}
+		return n, f.Close()
+	}
+	return "", fmt.Errorf("%s holds 1000 other reports named %s*", dir, base)
 }
 
 func orDash(s string) string {

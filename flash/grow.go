@@ -15,6 +15,10 @@ import (
 	"github.com/peerboot/peerboot/progress"
 )
 
+// maxFATSectors is the most 512-byte sectors a FAT filesystem's boot sector
+// can count.
+const maxFATSectors = 0xFFFFFFFF
+
 // GrowResult says what GrowReports did.
 type GrowResult struct {
 	OldSize, NewSize int64
@@ -79,8 +83,11 @@ func growReports(f *os.File, path string, log io.Writer) (*GrowResult, error) {
 		}
 	}
 	sizeLBA := uint64(size / 512)
-	// End on a 1 MiB boundary, as the image's own partitions do.
+	// End on a 1 MiB boundary, as the image's own partitions do, and no
+	// further than a FAT32 can count (32-bit sectors: 2 TiB); the rest of a
+	// larger disk stays unpartitioned.
 	end := (image.LastUsableLBA(sizeLBA) + 1) / 2048 * 2048
+	end = min(end, (p.FirstLBA+maxFATSectors)/2048*2048)
 	newLast := end - 1
 	res := &GrowResult{OldSize: p.Size()}
 	if newLast <= p.LastLBA {

@@ -122,3 +122,38 @@ func sectionOf(f *os.File, p image.GPTPartition) *io.SectionReader {
 func offsetWriter(f *os.File, p image.GPTPartition) *io.OffsetWriter {
 	return io.NewOffsetWriter(f, p.Offset())
 }
+
+// A disk past 2 TiB (a USB SSD) cannot hold one FAT32 of its whole size (a
+// FAT counts sectors in 32 bits): the grow stops at the largest FAT32
+// rather than rewriting the table for a filesystem it then cannot write,
+// which left the stick's partition table grown, the command failed and the
+// reports said to be lost.
+func TestGrowReportsPast2TiB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes a 512 MiB FAT into a sparse 3 TiB file")
+	}
+	img := testImage(t)
+	if err := os.Truncate(img, 3<<40); err != nil {
+		t.Skipf("no sparse 3 TiB file here: %v", err)
+	}
+	res, err := GrowReports(img, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Type != fat.FAT32 || res.NewSize > 0xFFFFFFFF*512 || res.NewSize < 2<<40-2<<30 || res.Kept != 1 {
+		t.Errorf("grow: %+v", res)
+	}
+	if _, err := exec.LookPath("sgdisk"); err == nil {
+		out, _ := exec.Command("sgdisk", "-v", img).CombinedOutput()
+		if !strings.Contains(string(out), "No problems found") {
+			t.Errorf("sgdisk -v after growing:\n%s", out)
+		}
+	}
+	found, err := reportdisk.Read(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || found[0].Err != nil {
+		t.Errorf("reports after growing: %+v", found)
+	}
+}

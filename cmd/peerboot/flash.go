@@ -33,9 +33,10 @@ so the disk written is the disk shown, even if the path names another one by the
 time "yes" is typed.
 
 Before writing it refuses a device that is mounted (any partition), holds the
-running root filesystem or an active swap area, is held by device-mapper/LVM/RAID,
-is read-only, is a partition rather than a whole disk, or is smaller than the image;
-and a disk sysfs does not call removable unless --force. It shows the device's
+running root filesystem or an active swap area, is held by device-mapper/LVM/RAID
+or backs a loop device, is read-only, is a partition rather than a whole disk, or
+is smaller than the image; a loop device over a disk that is in use; and a disk
+sysfs does not call removable unless --force. It shows the device's
 model, serial and size and asks for "yes" unless --yes.
 
 It writes in 4 MiB blocks with O_DIRECT (aligned buffers; plain writes where the
@@ -44,7 +45,8 @@ is written, then fsyncs, reads the image's length back from the medium and
 compares sha256 hashes. Progress (bytes, rate, ETA) is redrawn on a terminal and
 printed as plain lines otherwise; the write and verify throughput are reported.
 
---grow-reports then grows the PEERBOOT report partition to the end of the device:
+--grow-reports then grows the PEERBOOT report partition to the end of the device
+(at most 2 TiB, the largest FAT32):
 the GPT (primary and backup) is rewritten for the device's size, and the report
 filesystem is re-created at the new size (FAT32 above 33 MiB) with the files it
 held copied over.

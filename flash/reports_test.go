@@ -1,7 +1,6 @@
 package flash
 
 import (
-	"github.com/peerboot/peerboot/internal/stickimage"
 	"io"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"github.com/peerboot/peerboot/image"
 	"github.com/peerboot/peerboot/image/fat"
 	"github.com/peerboot/peerboot/image/fatread"
+	"github.com/peerboot/peerboot/internal/stickimage"
+	"github.com/peerboot/peerboot/internal/testguard"
 	"github.com/peerboot/peerboot/reportdisk"
 	"github.com/peerboot/peerboot/selftest"
 )
@@ -134,7 +135,7 @@ func TestGrowReportsPast2TiB(t *testing.T) {
 	}
 	img := testImage(t)
 	if err := os.Truncate(img, 3<<40); err != nil {
-		t.Skipf("no sparse 3 TiB file here: %v", err)
+		testguard.Skipf(t, "no sparse 3 TiB file here: %v", err)
 	}
 	res, err := GrowReports(img, nil)
 	if err != nil {

@@ -11,13 +11,15 @@ import (
 // p2pModes judges the BAR1 P2P mode the patched driver logged for each GPU
 // (driver/patches/README.md, "The mode line"): a static GPU and a dynamic GPU never
 // talk BAR1 P2P to each other, so such a pair fails; a GPU the driver gave no BAR1
-// P2P (mode none) fails where the recipe wants P2P, naming the driver's reason.
+// P2P (mode none) fails where the recipe wants P2P and warns without a recipe, naming
+// the driver's reason: the line is the one finding that says why the GPU's peer copies
+// fail.
 func (j *judge) p2pModes() {
 	r := j.r
 	j.modeLinesMissing()
 	for i, g := range r.GPUs {
-		if g.P2PMode == selftest.P2PModeNone && j.p2pWanted() && len(r.GPUs) > 1 {
-			j.add(selftest.SevFail, "p2p.mode_none", fmt.Sprintf("GPU%d", i),
+		if g.P2PMode == selftest.P2PModeNone && (j.p2pWanted() || j.e == nil) && len(r.GPUs) > 1 {
+			j.add(j.p2pSeverity(), "p2p.mode_none", fmt.Sprintf("GPU%d", i),
 				fmt.Sprintf("%s: the driver set up no BAR1 P2P (mode none, %s)", j.gpuLabel(i), orDefault(field(g.P2PModeLine, "why"), "no reason given")),
 				g.P2PModeLine, noneHint(field(g.P2PModeLine, "why")))
 		}

@@ -424,6 +424,12 @@ var faultRows = []faultRow{
 	{name: "GPU without BAR1 P2P", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.GPUs[1].P2PMode, r.GPUs[1].P2PModeLine = selftest.P2PModeNone, "NVRM: peerboot-p2p: bar1-mode gpu=1 pci="+r.GPUs[1].BDF+" mode=none why=small-bar1"
 	}, id: "p2p.mode_none", status: selftest.SevFail, msg: "the driver set up no BAR1 P2P (mode none, small-bar1)", hint: "Resizable BAR"},
+	// Without a recipe the mode line is still the one finding that names why a GPU has
+	// no BAR1 P2P (its copies fail with "see p2p.status" only): it warns, as the other
+	// P2P rules do without a recipe.
+	{name: "GPU without BAR1 P2P without a recipe", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.GPUs[1].P2PMode, r.GPUs[1].P2PModeLine = selftest.P2PModeNone, "NVRM: peerboot-p2p: bar1-mode gpu=1 pci="+r.GPUs[1].BDF+" mode=none why=small-bar1"
+	}, id: "p2p.mode_none", status: selftest.SevWarn, msg: "the driver set up no BAR1 P2P (mode none, small-bar1)", hint: "Resizable BAR"},
 	// p2p.mode_missing: the image carries peerboot's 550 series (AD102 lines); the box ran
 	// a stock nvidia.ko of the same version (a DKMS build, say), which logs none.
 	{name: "stock driver on a patched image", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
@@ -552,7 +558,7 @@ func TestBoundaries(t *testing.T) {
 }
 
 // noRecipe marks rows judged without a recipe (e == nil).
-var noRecipeRows = map[string]bool{"BAR1 below VRAM without a recipe": true, "pairs CNS without a recipe": true, "display GPU from NVML without a recipe": true}
+var noRecipeRows = map[string]bool{"BAR1 below VRAM without a recipe": true, "pairs CNS without a recipe": true, "display GPU from NVML without a recipe": true, "GPU without BAR1 P2P without a recipe": true}
 
 func TestFaultCatalogue(t *testing.T) {
 	for _, tt := range faultRows {

@@ -21,7 +21,7 @@ func (j *judge) p2pModes() {
 		if g.P2PMode == selftest.P2PModeNone && (j.p2pWanted() || j.e == nil) && len(r.GPUs) > 1 {
 			j.add(j.p2pSeverity(), "p2p.mode_none", fmt.Sprintf("GPU%d", i),
 				fmt.Sprintf("%s: the driver set up no BAR1 P2P (mode none, %s)", j.gpuLabel(i), orDefault(field(g.P2PModeLine, "why"), "no reason given")),
-				g.P2PModeLine, noneHint(field(g.P2PModeLine, "why")))
+				g.P2PModeLine, j.noneHint(field(g.P2PModeLine, "why")))
 		}
 	}
 	for a := range r.GPUs {
@@ -95,13 +95,17 @@ func (j *judge) loadedDriver() string {
 	return strings.Join(parts, "; ")
 }
 
-func noneHint(why string) string {
+func (j *judge) noneHint(why string) string {
 	switch why {
 	case "small-bar1":
 		return "BAR1 is below 1 GiB: turn on Resizable BAR (and Above 4G decoding) in the BIOS for this slot"
 	case "type-off", "regkey-off":
 		return "a registry key turned BAR1 P2P off: check NVreg_RegistryDwords in modules[].parameters and the recipe's driver parameters"
 	case "bar1-below-fb":
+		if j.p2pMode() == P2PDynamicBAR1 {
+			// The image's driver has dynamic BAR1: a driver without it ran instead.
+			return "the recipe already says driver.p2p = \"dynamic-bar1\", but the nvidia.ko that ran has no dynamic BAR1 (the series' 0003-rm-dynamic-bar1-p2p.patch): boot the image built from this recipe, check driver.patches lists that patch, and that no other nvidia.ko (a static-BAR1 build, a distribution or DKMS package) loaded first"
+		}
 		return "BAR1 cannot hold the memory and the driver has no dynamic BAR1: use driver.p2p = \"dynamic-bar1\""
 	}
 	return "see the driver's line in kernel_log and driver/patches/README.md's decision table"

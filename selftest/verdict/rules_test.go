@@ -430,6 +430,11 @@ var faultRows = []faultRow{
 	{name: "GPU without BAR1 P2P without a recipe", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
 		r.GPUs[1].P2PMode, r.GPUs[1].P2PModeLine = selftest.P2PModeNone, "NVRM: peerboot-p2p: bar1-mode gpu=1 pci="+r.GPUs[1].BDF+" mode=none why=small-bar1"
 	}, id: "p2p.mode_none", status: selftest.SevWarn, msg: "the driver set up no BAR1 P2P (mode none, small-bar1)", hint: "Resizable BAR"},
+	// bar1-below-fb under an image that already has driver.p2p = "dynamic-bar1": the
+	// driver that ran has no dynamic BAR1 (patch 0003), so "use dynamic-bar1" is no step.
+	{name: "GPU without BAR1 P2P, bar1-below-fb on a dynamic-BAR1 image", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		r.GPUs[1].P2PMode, r.GPUs[1].P2PModeLine = selftest.P2PModeNone, "NVRM: peerboot-p2p: bar1-mode gpu=1 pci="+r.GPUs[1].BDF+" mode=none why=bar1-below-fb"
+	}, id: "p2p.mode_none", status: selftest.SevFail, msg: "(mode none, bar1-below-fb)", hint: "the nvidia.ko that ran has no dynamic BAR1"},
 	// p2p.mode_missing: the image carries peerboot's 550 series (AD102 lines); the box ran
 	// a stock nvidia.ko of the same version (a DKMS build, say), which logs none.
 	{name: "stock driver on a patched image", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {

@@ -244,7 +244,21 @@ func (j *judge) versions(gpus bool) {
 	}
 }
 
-// gpuIdentity checks the model and NUMA placement against the platform.
+// vramSlackDiv bounds how much less memory than platform.vram a GPU may report (one
+// part in vramSlackDiv) before gpus.vram warns: NVML's total moves a little with ECC
+// and the driver's reservations, while a 24 GB card among 48 GB ones or OverrideFbSize's
+// 30 GiB on a 48 GB card is a third or more below.
+const vramSlackDiv = 8
+
+// registryDwords is the running nvidia module's NVreg_RegistryDwords, "" when unread.
+func (j *judge) registryDwords() string {
+	if m := findModule(j.r.Modules, "nvidia"); m != nil {
+		return m.Parameters["NVreg_RegistryDwords"]
+	}
+	return ""
+}
+
+// gpuIdentity checks the model, memory size and NUMA placement against the platform.
 func (j *judge) gpuIdentity() {
 	if j.e == nil {
 		return
@@ -255,6 +269,16 @@ func (j *judge) gpuIdentity() {
 				j.add(selftest.SevWarn, "gpus.model", fmt.Sprintf("GPU%d", i), fmt.Sprintf("%s is %q, recipe platform.gpu_model = %q", j.gpuLabel(i), name, m),
 					name, "the image was built for other cards: check the recipe's platform against this box")
 			}
+		}
+		if vram, src := j.r.GPUVRAM(i); vram > 0 && j.e.VRAMBytes > 0 && vram < j.e.VRAMBytes-j.e.VRAMBytes/vramSlackDiv {
+			ev := fmt.Sprintf("%s %s, recipe platform.vram %s", src, selftest.HumanBytes(vram), selftest.HumanBytes(j.e.VRAMBytes))
+			hint := "the card has less memory than the recipe's platform: a card of another model or memory size (a 24 GB card among 48 GB ones), or a driver setting that hides memory; check the recipe against the box"
+			if dw := j.registryDwords(); strings.Contains(dw, "OverrideFbSize") {
+				ev += "; NVreg_RegistryDwords=" + dw
+				hint = "OverrideFbSize in NVreg_RegistryDwords hides the memory above it (a diagnostic so static BAR1 fits, never for production): remove it from driver.params and use driver.p2p = \"dynamic-bar1\" for cards whose BAR1 is smaller than VRAM"
+			}
+			j.add(selftest.SevWarn, "gpus.vram", fmt.Sprintf("GPU%d", i), fmt.Sprintf("%s has %s of memory (%s), recipe platform.vram = %s", j.gpuLabel(i), selftest.HumanBytes(vram), src, selftest.HumanBytes(j.e.VRAMBytes)),
+				ev, hint)
 		}
 		if i < len(j.e.GPUNUMA) {
 			want := j.e.GPUNUMA[i]

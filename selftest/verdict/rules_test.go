@@ -379,6 +379,17 @@ var faultRows = []faultRow{
 		id: "gpus.count", status: selftest.SevFail, msg: "found 4 NVIDIA GPU(s) in sysfs, recipe platform.gpus = 8"},
 	{name: "other GPU model", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.GPUs[1].NVML.Name = "NVIDIA GeForce RTX 3090" },
 		id: "gpus.model", status: selftest.SevWarn, msg: `GPU1 (0000:02:00.0) is "NVIDIA GeForce RTX 3090"`},
+	// A 24 GB RTX 4090 among the recipe's 48 GB cards: same NVML name, half the memory.
+	{name: "GPU memory below the recipe's", gpus: 2, mutate: func(r *selftest.Report, e *Expect) { r.GPUs[1].NVML.FBTotal = 24564 << 20 },
+		id: "gpus.vram", status: selftest.SevWarn, msg: "GPU1 (0000:02:00.0) has 24564MiB of memory (NVML), recipe platform.vram = 49140MiB", hint: "another model or memory size"},
+	// The diagnostic OverrideFbSize (DOMAIN.md: hides VRAM above ~30 GiB so static BAR1
+	// fits, never for production) left in the driver's registry dwords.
+	{name: "GPU memory hidden by OverrideFbSize", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
+		for i := range r.GPUs {
+			r.GPUs[i].NVML.FBTotal = 30720 << 20
+		}
+		r.Modules[0].Parameters = map[string]string{"NVreg_RegistryDwords": "RMForceStaticBar1=1;OverrideFbSize=30720"}
+	}, id: "gpus.vram", status: selftest.SevWarn, msg: "GPU1 (0000:02:00.0) has 30GiB of memory (NVML)", hint: "OverrideFbSize", ev: "OverrideFbSize=30720"},
 	{name: "GPU on another NUMA node", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { r.GPUs[3].NUMANode = 1 },
 		id: "gpus.numa", status: selftest.SevWarn, msg: "GPU3 (0000:42:00.0) is on NUMA node 1"},
 	{name: "IOMMU translated", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {

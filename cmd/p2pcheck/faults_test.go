@@ -611,6 +611,18 @@ func peerMemCases() []faultCase {
 			want: []string{"fail p2p.mode_none"}, msg: []string{"GPU1 (0000:21:00.0): the driver set up no BAR1 P2P (mode none, small-bar1)"},
 		},
 		{
+			// GPU3 is on the bus, but nvidia.ko never brought it up (a card the branch does
+			// not support, RmInitAdapter failed): the FAKE libcuda and NVML list three GPUs,
+			// and every phase passes on those three.
+			name: "gpu-not-brought-up", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
+				gone := s.NVML.GPUs[3].BDF
+				s.Box.GPUs, s.NVML.GPUs = s.Box.GPUs[:3], s.NVML.GPUs[:3]
+				s.NVML.Pairs = slices.DeleteFunc(s.NVML.Pairs, func(p gpufake.FakeNVMLPair) bool { return p.A == gone || p.B == gone })
+			},
+			want: []string{"fail gpus.down"}, msg: []string{"GPU3 (0000:61:00.0) is in sysfs (device "},
+		},
+		{
 			// The image carries peerboot's 550 series, the box ran a stock nvidia.ko of the
 			// same version: everything else answers as on a patched box (an NVML that says
 			// OK, peer copies that work: a box whose BIOS and board allow P2P), but no GPU

@@ -244,6 +244,49 @@ func (j *judge) versions(gpus bool) {
 	}
 }
 
+// gpusUp fails each GPU sysfs shows that neither CUDA nor NVML knows while they know
+// others: nvidia.ko loaded but did not bring this one up (a card the driver branch does
+// not support, such as an RTX 5090 under 550; RmInitAdapter failed; another driver
+// holds it). Every later phase runs over the GPUs CUDA knows, so without this such a box
+// passes on the cards that work. When neither knows any GPU, cuda.init and the stall
+// findings say why.
+func (j *judge) gpusUp(nvidia *selftest.Module) {
+	r := j.r
+	var down []int
+	nvml := 0
+	for i, g := range r.GPUs {
+		if g.NVML != nil {
+			nvml++
+		} else if r.DeviceOf(i) == nil {
+			down = append(down, i)
+		}
+	}
+	if len(down) == 0 || len(down) == len(r.GPUs) {
+		return
+	}
+	for _, i := range down {
+		g := &r.GPUs[i]
+		ev := fmt.Sprintf("sysfs %s device %s; CUDA lists %d device(s), NVML %d", g.BDF, g.Device, len(r.CUDA.Devices), nvml)
+		for _, l := range nvidia.KernelLog {
+			if bdfInLine(l, g.BDF) {
+				ev += "; " + l
+				break
+			}
+		}
+		j.add(selftest.SevFail, "gpus.down", fmt.Sprintf("GPU%d", i),
+			fmt.Sprintf("%s is in sysfs (device %s) but neither CUDA nor NVML knows it: nvidia.ko did not bring it up, and no test ran on it", j.gpuLabel(i), g.Device),
+			ev, "check that driver.version supports this card (an RTX 5090 needs 570 or later), that no other driver (vfio-pci, nouveau) holds it, and the kernel log for 'RmInitAdapter failed' or Xid on this GPU")
+	}
+}
+
+// bdfInLine says whether a kernel line names bdf (with or without its domain).
+func bdfInLine(line, bdf string) bool {
+	l := strings.ToLower(line)
+	b := strings.ToLower(bdf)
+	_, short, _ := strings.Cut(b, ":")
+	return b != "" && (strings.Contains(l, b) || short != "" && strings.Contains(l, short))
+}
+
 // vramSlackDiv bounds how much less memory than platform.vram a GPU may report (one
 // part in vramSlackDiv) before gpus.vram warns: NVML's total moves a little with ECC
 // and the driver's reservations, while a 24 GB card among 48 GB ones or OverrideFbSize's

@@ -390,6 +390,14 @@ var faultRows = []faultRow{
 		}
 		r.Modules[0].Parameters = map[string]string{"NVreg_RegistryDwords": "RMForceStaticBar1=1;OverrideFbSize=30720"}
 	}, id: "gpus.vram", status: selftest.SevWarn, msg: "GPU1 (0000:02:00.0) has 30GiB of memory (NVML)", hint: "OverrideFbSize", ev: "OverrideFbSize=30720"},
+	// GPU3 is in sysfs, but nvidia.ko did not bring it up (an RTX 5090 under a 550
+	// driver among RTX 4090s, RmInitAdapter failed, vfio-pci holds it): NVML and CUDA
+	// list three GPUs, and every phase ran on those three.
+	{name: "GPU the driver did not bring up", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
+		dropGPU(r, 3)
+		r.GPUs[3].Device = "0x2b85"
+		r.Modules[0].KernelLog = []string{"NVRM: The NVIDIA GPU 0000:42:00.0 (PCI ID: 10de:2b85) installed in this system is not supported by the NVIDIA 550.163.01 driver release."}
+	}, id: "gpus.down", status: selftest.SevFail, msg: "GPU3 (0000:42:00.0) is in sysfs (device 0x2b85) but neither CUDA nor NVML knows it", hint: "570 or later", ev: "not supported by the NVIDIA 550.163.01"},
 	{name: "GPU on another NUMA node", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { r.GPUs[3].NUMANode = 1 },
 		id: "gpus.numa", status: selftest.SevWarn, msg: "GPU3 (0000:42:00.0) is on NUMA node 1"},
 	{name: "IOMMU translated", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
@@ -816,3 +824,25 @@ func TestQuietWhenUnknownOrFine(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// dropGPU makes GPU i of a healthy report one the driver never brought up: sysfs has
+// it, NVML and CUDA do not, and no phase measured it.
+func dropGPU(r *selftest.Report, i int) {
+	r.GPUs[i].NVML, r.GPUs[i].CUDA = nil, nil
+	r.CUDA.Devices = slices.DeleteFunc(r.CUDA.Devices, func(d selftest.CUDADevice) bool { return d.Ordinal == i })
+	r.Copies = slices.DeleteFunc(r.Copies, func(c selftest.Copy) bool { return c.Src == i || c.Dst == i })
+	r.HighMem = slices.DeleteFunc(r.HighMem, func(h selftest.HighMem) bool { return h.GPU == i })
+	for k := range r.HighMem {
+		if r.HighMem[k].Peer == i {
+			r.HighMem[k].Peer = 0
+		}
+	}
+	r.BAR1 = slices.DeleteFunc(r.BAR1, func(u selftest.BAR1Usage) bool { return u.GPU == i })
+	for k := range r.Pairs {
+		if p := &r.Pairs[k]; p.A == i || p.B == i {
+			p.P2PRead, p.P2PWrite, p.CanAccessPeer, p.NVMLTopology = "", "", nil, ""
+		}
+	}
+	r.NCCL.Ranks--
+	r.NCCL.Transports = slices.DeleteFunc(r.NCCL.Transports, func(t selftest.Transport) bool { return t.From == i || t.To == i })
+}

@@ -80,6 +80,9 @@ func Rules(r *selftest.Report, e *Expect) []selftest.Finding {
 		}
 	}
 	j.versions(want > 0)
+	if want > 0 && nvidia != nil && nvidia.Result == selftest.ModLoaded {
+		j.gpusUp(nvidia)
+	}
 	j.gpuIdentity()
 	j.bar1()
 	j.bar1Leak()

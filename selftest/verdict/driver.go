@@ -103,7 +103,7 @@ func (j *judge) noGPUCUDA(c *selftest.CUDA) {
 	}
 	switch {
 	case c.CuInit == nil:
-		j.add(selftest.SevFail, "cuda.init", "cuInit", "cuInit was not called", "", "")
+		j.add(selftest.SevFail, "cuda.init", "cuInit", "cuInit was not called", "", notCalledHint(selftest.PhaseCUDA))
 	case c.CuInit.Code == selftest.CUDAErrorNoDevice:
 		j.add(selftest.SevInfo, "cuda.init", "cuInit", "cuInit: CUDA_ERROR_NO_DEVICE, as expected without GPUs", statusText(c.CuInit), "")
 	case c.CuInit.Code == selftest.CUDASuccess:
@@ -119,7 +119,7 @@ func (j *judge) gpuCUDA(c *selftest.CUDA) {
 	}
 	switch {
 	case c.CuInit == nil:
-		j.add(selftest.SevFail, "cuda.init", "cuInit", "cuInit was not called", "", "")
+		j.add(selftest.SevFail, "cuda.init", "cuInit", "cuInit was not called", "", notCalledHint(selftest.PhaseCUDA))
 	case c.CuInit.Code == selftest.CUDASuccess:
 		j.add(selftest.SevInfo, "cuda.init", "cuInit", "cuInit: CUDA_SUCCESS", statusText(c.CuInit), "")
 	default:
@@ -133,6 +133,12 @@ func (j *judge) cudaLoaded(c *selftest.CUDA) bool {
 	}
 	j.add(selftest.SevFail, "cuda.load", "libcuda", fmt.Sprintf("%s did not load: %s", orDefault(c.Library, "libcuda"), c.Error), c.Error, "the image needs libcuda1 of exactly the kernel module's version (userspace.packages) and its dependencies")
 	return false
+}
+
+// notCalledHint is the next step when a phase's library init was never called: the
+// phase child died first (p2pcheck.<phase>) or the report was cut short.
+func notCalledHint(phase string) string {
+	return "the " + phase + " phase ended before its init call: see the p2pcheck." + phase + " (or p2pcheck.self) finding and the console for its stderr; report it with this JSON"
 }
 
 func cudaHint(code int) string {
@@ -153,7 +159,7 @@ func (j *judge) noGPUNVML(n *selftest.NVML) {
 	}
 	switch {
 	case n.Init == nil:
-		j.add(selftest.SevFail, "nvml.init", "nvmlInit", "nvmlInit_v2 was not called", "", "")
+		j.add(selftest.SevFail, "nvml.init", "nvmlInit", "nvmlInit_v2 was not called", "", notCalledHint(selftest.PhaseNVML))
 	case n.Init.Code == selftest.NVMLSuccess || n.Init.Code == selftest.NVMLDriverNotLoaded:
 		j.add(selftest.SevInfo, "nvml.init", "nvmlInit", "nvmlInit_v2: "+n.Init.Name+", acceptable without GPUs", statusText(n.Init), "")
 	default:

@@ -51,6 +51,18 @@ var verdictCases = []struct {
 		r.Modules[0] = selftest.Module{Name: "nvidia", File: "nvidia.ko", Result: selftest.ModError, Errno: 129, Error: "key was rejected by service"}
 		return r
 	}, platform: vm, verdict: selftest.Fail, failing: []string{"driver.nvidia"}, hint: "signature"},
+	// A phase child that died (p2pcheck adds p2pcheck.<phase> with its own hint) leaves
+	// cuInit or nvmlInit uncalled: the finding still says where to look.
+	{name: "gpus cuInit not called", report: func() *selftest.Report {
+		r := gpuReport(4)
+		r.CUDA.CuInit = nil
+		return r
+	}, platform: four, verdict: selftest.Fail, failing: []string{"cuda.init"}, hint: "p2pcheck.cuda"},
+	{name: "vm nvmlInit not called", report: func() *selftest.Report {
+		r := vmReport()
+		r.NVML.Init = nil
+		return r
+	}, platform: vm, verdict: selftest.Fail, failing: []string{"nvml.init"}, hint: "p2pcheck.nvml"},
 	{name: "vm nvidia not attempted", report: func() *selftest.Report {
 		r := vmReport()
 		r.Modules = []selftest.Module{}

@@ -611,6 +611,16 @@ func peerMemCases() []faultCase {
 			want: []string{"fail p2p.mode_none"}, msg: []string{"GPU1 (0000:21:00.0): the driver set up no BAR1 P2P (mode none, small-bar1)"},
 		},
 		{
+			// A 24 GB RTX 4090 among the recipe's 48 GB cards: the same name and device id,
+			// half the memory (NVML and CUDA agree). It works, so it only warns.
+			name: "gpu-memory-below-recipe", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",
+			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
+				s.NVML.GPUs[1].FBTotal, s.Box.GPUs[1].MemBytes = 24564<<20, 24564<<20
+			},
+			want: []string{"warn gpus.vram"}, msg: []string{"GPU1 (0000:21:00.0) has 24564MiB of memory (NVML), recipe platform.vram = 49140MiB"},
+			pass: true,
+		},
+		{
 			// GPU3 is on the bus, but nvidia.ko never brought it up (a card the branch does
 			// not support, RmInitAdapter failed): the FAKE libcuda and NVML list three GPUs,
 			// and every phase passes on those three.

@@ -611,6 +611,16 @@ func peerMemCases() []faultCase {
 			want: []string{"fail p2p.mode_none"}, msg: []string{"GPU1 (0000:21:00.0): the driver set up no BAR1 P2P (mode none, small-bar1)"},
 		},
 		{
+			// The same line when p2pcheck runs by hand without --recipe: a warning that
+			// names the driver's reason (the FAKE's copies still work).
+			name: "mode-none-small-bar1-no-recipe", layout: pcietest.EPYC4GPU,
+			mutate: func(t *testing.T, s *gpufake.Scenario, pre *pcie.Result) {
+				s.Kmsg = modeLines(pre, "dynamic", "none", "dynamic", "dynamic")
+			},
+			want: []string{"warn p2p.mode_none"}, msg: []string{"GPU1 (0000:21:00.0): the driver set up no BAR1 P2P (mode none, small-bar1)"},
+			pass: true,
+		},
+		{
 			// A 24 GB RTX 4090 among the recipe's 48 GB cards: the same name and device id,
 			// half the memory (NVML and CUDA agree). It works, so it only warns.
 			name: "gpu-memory-below-recipe", layout: pcietest.EPYC4GPU, recipe: "epyc-dynamic.toml",

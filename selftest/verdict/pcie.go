@@ -285,7 +285,11 @@ func (j *judge) p2pStatus() {
 		if sev == selftest.SevInfo {
 			msg += "; P2P is off in this image (driver.p2p = \"off\"), so it is not expected"
 		}
-		j.add(sev, "p2p.status", "all pairs", msg, p2pEvidence(bad), "the stock driver reports CNS on GeForce: build the patched driver (driver.p2p = \"static-bar1\" or \"dynamic-bar1\", e.g. a patched platform recipe)")
+		hint := "the stock driver reports CNS on GeForce: build the patched driver (driver.p2p = \"static-bar1\" or \"dynamic-bar1\", e.g. a patched platform recipe)"
+		if m := j.p2pMode(); m == P2PStaticBAR1 || m == P2PDynamicBAR1 {
+			hint = fmt.Sprintf("the recipe already builds the patched driver (driver.p2p = %q), yet NVML answers as the stock driver does: the nvidia.ko that ran is not the image's (a distribution or DKMS nvidia package, an image built from another recipe) or its patches lack the P2P unlock; boot the image built from this recipe and compare modules[].ko_version and file with driver.version (p2p.mode_missing names the driver that ran where the series logs mode lines)", m)
+		}
+		j.add(sev, "p2p.status", "all pairs", msg, p2pEvidence(bad), hint)
 	default:
 		for _, p := range bad {
 			letter := p.P2PRead

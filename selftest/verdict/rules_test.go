@@ -151,6 +151,10 @@ var faultRows = []faultRow{
 	// p2p.status
 	{name: "all pairs CNS with a patched driver", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { setP2P(r, "CNS") },
 		id: "p2p.status", status: selftest.SevFail, msg: "unpatched driver: NVML reports CNS for every pair", hint: "driver.p2p"},
+	// The recipe already has the patched driver: "build the patched driver" is no step;
+	// the driver that ran is not the image's.
+	{name: "all pairs CNS: the patched image's driver did not run", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { setP2P(r, "CNS") },
+		id: "p2p.status", status: selftest.SevFail, msg: "unpatched driver: NVML reports CNS for every pair", hint: "the nvidia.ko that ran is not the image's"},
 	{name: "all pairs CNS with p2p off", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
 		setP2P(r, "CNS")
 		e.P2P, e.RequireP2P = P2POff, false

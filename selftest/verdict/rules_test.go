@@ -402,6 +402,13 @@ var faultRows = []faultRow{
 		r.GPUs[3].Device = "0x2b85"
 		r.Modules[0].KernelLog = []string{"NVRM: The NVIDIA GPU 0000:42:00.0 (PCI ID: 10de:2b85) installed in this system is not supported by the NVIDIA 550.163.01 driver release."}
 	}, id: "gpus.down", status: selftest.SevFail, msg: "GPU3 (0000:42:00.0) is in sysfs (device 0x2b85) but neither CUDA nor NVML knows it", hint: "570 or later", ev: "not supported by the NVIDIA 550.163.01"},
+	// The same, run by hand without a recipe: a container given one of its host's
+	// GPUs sees every GPU in sysfs, so a warning, not a FAIL.
+	{name: "GPU unknown to the libraries without a recipe", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
+		dropGPU(r, 3)
+		r.GPUs[3].BAR1Bytes = 64 << 30 // no bar1.size warning beside it
+	},
+		id: "gpus.down", status: selftest.SevWarn, msg: "GPU3 (0000:42:00.0) is in sysfs", hint: "container or CUDA_VISIBLE_DEVICES"},
 	{name: "GPU on another NUMA node", gpus: 4, mutate: func(r *selftest.Report, e *Expect) { r.GPUs[3].NUMANode = 1 },
 		id: "gpus.numa", status: selftest.SevWarn, msg: "GPU3 (0000:42:00.0) is on NUMA node 1"},
 	{name: "IOMMU translated", gpus: 2, mutate: func(r *selftest.Report, e *Expect) {
@@ -586,7 +593,7 @@ func TestBoundaries(t *testing.T) {
 }
 
 // noRecipe marks rows judged without a recipe (e == nil).
-var noRecipeRows = map[string]bool{"BAR1 below VRAM without a recipe": true, "pairs CNS without a recipe": true, "display GPU from NVML without a recipe": true, "GPU without BAR1 P2P without a recipe": true}
+var noRecipeRows = map[string]bool{"BAR1 below VRAM without a recipe": true, "pairs CNS without a recipe": true, "display GPU from NVML without a recipe": true, "GPU without BAR1 P2P without a recipe": true, "GPU unknown to the libraries without a recipe": true}
 
 func TestFaultCatalogue(t *testing.T) {
 	for _, tt := range faultRows {

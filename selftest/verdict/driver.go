@@ -325,7 +325,7 @@ func (j *judge) gpuIdentity() {
 					name, "the image was built for other cards: check the recipe's platform against this box")
 			}
 		}
-		if vram, src := j.r.GPUVRAM(i); vram > 0 && j.e.VRAMBytes > 0 && vram < j.e.VRAMBytes-j.e.VRAMBytes/vramSlackDiv {
+		if vram, src := j.r.GPUVRAM(i); vram > 0 && vram < j.e.VRAMBytes-j.e.VRAMBytes/vramSlackDiv { // no platform.vram: a bound of 0
 			ev := fmt.Sprintf("%s %s, recipe platform.vram %s", src, selftest.HumanBytes(vram), selftest.HumanBytes(j.e.VRAMBytes))
 			hint := "the card has less memory than the recipe's platform: a card of another model or memory size (a 24 GB card among 48 GB ones), or a driver setting that hides memory; check the recipe against the box"
 			if dw := j.registryDwords(); strings.Contains(dw, "OverrideFbSize") {

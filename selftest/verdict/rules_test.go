@@ -401,7 +401,7 @@ var faultRows = []faultRow{
 		dropGPU(r, 3)
 		r.GPUs[3].Device = "0x2b85"
 		r.Modules[0].KernelLog = []string{"NVRM: The NVIDIA GPU 0000:42:00.0 (PCI ID: 10de:2b85) installed in this system is not supported by the NVIDIA 550.163.01 driver release."}
-	}, id: "gpus.down", status: selftest.SevFail, msg: "GPU3 (0000:42:00.0) is in sysfs (device 0x2b85) but neither CUDA nor NVML knows it", hint: "570 or later", ev: "not supported by the NVIDIA 550.163.01"},
+	}, id: "gpus.down", status: selftest.SevFail, msg: "GPU3 (0000:42:00.0) is in sysfs (device 0x2b85) but neither CUDA nor NVML knows it", hint: "570 or later", ev: "sysfs 0000:42:00.0 device 0x2b85; CUDA lists 3 device(s), NVML 3; NVRM: The NVIDIA GPU 0000:42:00.0 (PCI ID: 10de:2b85) installed in this system is not supported by the NVIDIA 550.163.01"},
 	// The same, run by hand without a recipe: a container given one of its host's
 	// GPUs sees every GPU in sysfs, so a warning, not a FAIL.
 	{name: "GPU unknown to the libraries without a recipe", gpus: 4, mutate: func(r *selftest.Report, e *Expect) {
@@ -575,6 +575,12 @@ func TestBoundaries(t *testing.T) {
 				latencyOf(r, 0, 1).US = math.Nextafter(2, 3)
 			}
 		}, "latency.slow"},
+		{"vram", func(r *selftest.Report, e *Expect, past bool) {
+			r.GPUs[1].NVML.FBTotal = e.VRAMBytes - e.VRAMBytes/vramSlackDiv
+			if past {
+				r.GPUs[1].NVML.FBTotal--
+			}
+		}, "gpus.vram"},
 	} {
 		for _, past := range []bool{false, true} {
 			r := healthyReport(2)
@@ -821,6 +827,13 @@ func TestQuietWhenUnknownOrFine(t *testing.T) {
 		{"NVML link generation at its maximum", func(r *selftest.Report, e *Expect) {
 			r.GPUs[1].Link.CurrentSpeed = ""
 		}},
+		// No source tells GPU1's memory: gpus.vram has nothing to compare.
+		{"GPU memory not read", func(r *selftest.Report, e *Expect) {
+			r.GPUs[1].NVML.FBTotal, r.GPUs[1].VRAMBytes = 0, nil
+			if d := r.DeviceOf(1); d != nil {
+				d.MemBytes = 0
+			}
+		}},
 	} {
 		r := healthyReport(2)
 		e := FromRecipe(healthyRecipe(2))
@@ -856,4 +869,25 @@ func dropGPU(r *selftest.Report, i int) {
 	}
 	r.NCCL.Ranks--
 	r.NCCL.Transports = slices.DeleteFunc(r.NCCL.Transports, func(t selftest.Transport) bool { return t.From == i || t.To == i })
+}
+
+// bdfInLine finds a GPU's address in a kernel line written with or without the
+// PCI domain, and never another GPU's.
+func TestBDFInLine(t *testing.T) {
+	for _, c := range []struct {
+		line, bdf string
+		want      bool
+	}{
+		{"NVRM: GPU 0000:42:00.0: RmInitAdapter failed!", "0000:42:00.0", true},
+		{"NVRM: GPU at PCI:0000:42:00.0: GPU-uuid", "0000:42:00.0", true},
+		{"nvidia 42:00.0: probe failed", "0000:42:00.0", true},
+		{"NVRM: GPU 0000:41:00.0: RmInitAdapter failed!", "0000:42:00.0", false},
+		{"NVRM: loading NVIDIA UNIX Open Kernel Module", "0000:42:00.0", false},
+		{"NVRM: GPU 0000:42:00.0", "", false},
+		{"NVRM: GPU 0000:42:00.0 (PCI ID: 10de:2b85)", "0000:42:00.0", true},
+	} {
+		if got := bdfInLine(c.line, c.bdf); got != c.want {
+			t.Errorf("bdfInLine(%q, %q) = %v, want %v", c.line, c.bdf, got, c.want)
+		}
+	}
 }

@@ -80,7 +80,7 @@ func Rules(r *selftest.Report, e *Expect) []selftest.Finding {
 		}
 	}
 	j.versions(want > 0)
-	if want > 0 && nvidia != nil && nvidia.Result == selftest.ModLoaded {
+	if nvidia != nil && nvidia.Result == selftest.ModLoaded {
 		j.gpusUp(nvidia)
 	}
 	j.gpuIdentity()

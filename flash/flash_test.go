@@ -537,19 +537,11 @@ func sameStart(t *testing.T, a, b string) bool {
 // refuse it as it refuses a device-mapper holder.
 func TestRefusesDiskBackingALoopDevice(t *testing.T) {
 	needLoop(t)
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		testguard.Skip(t, "mkfs.ext4 not installed (e2fsprogs)")
-	}
 	img := testImage(t)
 	stick := loopDevice(t, 128<<20)
 	over := sh(t, "losetup", "-f", "--show", stick)
 	t.Cleanup(func() { exec.Command("losetup", "-d", over).Run() })
-	sh(t, "mkfs.ext4", "-q", "-F", over)
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", over, mnt).CombinedOutput(); err != nil {
-		testguard.Skipf(t, "cannot mount ext4 here: %v\n%s", err, out)
-	}
-	defer exec.Command("umount", mnt).Run()
+	mountExt4(t, over)
 
 	_, err := Flash(context.Background(), img, stick, flashOpts())
 	refusedFor(t, err, over)
@@ -561,22 +553,30 @@ func TestRefusesDiskBackingALoopDevice(t *testing.T) {
 // needs) must not let it overwrite the mounted filesystem underneath.
 func TestRefusesLoopDeviceOverMountedDisk(t *testing.T) {
 	needLoop(t)
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		testguard.Skip(t, "mkfs.ext4 not installed (e2fsprogs)")
-	}
 	img := testImage(t)
 	under := loopDevice(t, 128<<20)
-	sh(t, "mkfs.ext4", "-q", "-F", under)
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", under, mnt).CombinedOutput(); err != nil {
-		testguard.Skipf(t, "cannot mount ext4 here: %v\n%s", err, out)
-	}
-	defer exec.Command("umount", mnt).Run()
+	mnt := mountExt4(t, under)
 	over := sh(t, "losetup", "-f", "--show", under)
 	t.Cleanup(func() { exec.Command("losetup", "-d", over).Run() })
 
 	_, err := Flash(context.Background(), img, over, flashOpts())
 	refusedFor(t, err, "it is a loop device over "+under+", and "+under+" is mounted at "+mnt)
+}
+
+// mountExt4 makes an ext4 on dev and mounts it (unmounted at the test's end),
+// returning where.
+func mountExt4(t *testing.T, dev string) string {
+	t.Helper()
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		testguard.Skip(t, "mkfs.ext4 not installed (e2fsprogs)")
+	}
+	sh(t, "mkfs.ext4", "-q", "-F", dev)
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", dev, mnt).CombinedOutput(); err != nil {
+		testguard.Skipf(t, "cannot mount ext4 here: %v\n%s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	return mnt
 }
 
 // The image flash opened is the image written and the one verified: a build

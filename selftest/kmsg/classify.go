@@ -107,14 +107,14 @@ func Classify(line string) (selftest.KEvent, bool) {
 		if m := amdDevRe.FindStringSubmatch(msg); m != nil {
 			ev.BDF = bdf(m[1], m[2], m[3], m[4])
 		} else {
-			ev.BDF = findBDF(msg) // "nvidia 0000:41:00.0: AMD-Vi: Event logged [...]"
+			ev.BDF = FindBDF(msg) // "nvidia 0000:41:00.0: AMD-Vi: Event logged [...]"
 		}
 
 	case isFirmware(msg):
-		ev.Kind, ev.BDF = selftest.KEventFirmware, findBDF(msg)
+		ev.Kind, ev.BDF = selftest.KEventFirmware, FindBDF(msg)
 
 	case isNVRMError(msg):
-		ev.Kind, ev.BDF = selftest.KEventNVRM, findBDF(msg)
+		ev.Kind, ev.BDF = selftest.KEventNVRM, FindBDF(msg)
 
 	default:
 		return selftest.KEvent{}, false
@@ -233,9 +233,9 @@ func hasFailureWord(low string) bool {
 	return false
 }
 
-// findBDF returns the first full PCI address in msg, or NVRM's function-less
+// FindBDF returns the first full PCI address in msg, or NVRM's function-less
 // "PCI:dddd:bb:dd" form with function 0, or "".
-func findBDF(msg string) string {
+func FindBDF(msg string) string {
 	if m := bdfRe.FindStringSubmatch(msg); m != nil {
 		return bdf(m[1], m[2], m[3], m[4])
 	}

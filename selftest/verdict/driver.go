@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/peerboot/peerboot/selftest"
+	"github.com/peerboot/peerboot/selftest/kmsg"
 )
 
 // Errnos finit_module(2) returns that the rules tell apart (Linux x86-64 values; the
@@ -291,12 +292,10 @@ func (j *judge) gpusUp(nvidia *selftest.Module) {
 	}
 }
 
-// bdfInLine says whether a kernel line names bdf (with or without its domain).
+// bdfInLine says whether a kernel line names the GPU at bdf (sysfs's form), in
+// any of the forms the kernel and NVRM print it.
 func bdfInLine(line, bdf string) bool {
-	l := strings.ToLower(line)
-	b := strings.ToLower(bdf)
-	_, short, _ := strings.Cut(b, ":")
-	return b != "" && (strings.Contains(l, b) || short != "" && strings.Contains(l, short))
+	return bdf != "" && kmsg.FindBDF(line) == bdf
 }
 
 // vramSlackDiv bounds how much less memory than platform.vram a GPU may report (one

@@ -871,20 +871,20 @@ func dropGPU(r *selftest.Report, i int) {
 	r.NCCL.Transports = slices.DeleteFunc(r.NCCL.Transports, func(t selftest.Transport) bool { return t.From == i || t.To == i })
 }
 
-// bdfInLine finds a GPU's address in a kernel line written with or without the
-// PCI domain, and never another GPU's.
+// bdfInLine finds a GPU's address in a kernel line in the forms the kernel and
+// NVRM print it (kmsg's parser), and never another GPU's.
 func TestBDFInLine(t *testing.T) {
 	for _, c := range []struct {
 		line, bdf string
 		want      bool
 	}{
 		{"NVRM: GPU 0000:42:00.0: RmInitAdapter failed!", "0000:42:00.0", true},
-		{"NVRM: GPU at PCI:0000:42:00.0: GPU-uuid", "0000:42:00.0", true},
-		{"nvidia 42:00.0: probe failed", "0000:42:00.0", true},
+		{"NVRM: GPU at PCI:0000:42:00: GPU-uuid", "0000:42:00.0", true},
+		{"nvidia 0000:42:00.0: probe with driver nvidia failed with error -1", "0000:42:00.0", true},
 		{"NVRM: GPU 0000:41:00.0: RmInitAdapter failed!", "0000:42:00.0", false},
 		{"NVRM: loading NVIDIA UNIX Open Kernel Module", "0000:42:00.0", false},
-		{"NVRM: GPU 0000:42:00.0", "", false},
-		{"NVRM: GPU 0000:42:00.0 (PCI ID: 10de:2b85)", "0000:42:00.0", true},
+		{"NVRM: loading NVIDIA UNIX Open Kernel Module", "", false},
+		{"NVRM: The NVIDIA GPU 0000:42:00.0 (PCI ID: 10de:2b85)", "0000:42:00.0", true},
 	} {
 		if got := bdfInLine(c.line, c.bdf); got != c.want {
 			t.Errorf("bdfInLine(%q, %q) = %v, want %v", c.line, c.bdf, got, c.want)

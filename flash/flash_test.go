@@ -370,15 +370,7 @@ func TestRefusals(t *testing.T) {
 	refusedFor(t, err, "swap")
 
 	// A mounted filesystem on the whole disk.
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
-		testguard.Skip(t, "mkfs.ext4 not installed (e2fsprogs)")
-	}
-	sh(t, "mkfs.ext4", "-q", "-F", dev)
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", dev, mnt).CombinedOutput(); err != nil {
-		testguard.Skipf(t, "cannot mount ext4 here: %v\n%s", err, out)
-	}
-	defer exec.Command("umount", mnt).Run()
+	mnt := mountExt4(t, dev)
 	_, err = Flash(ctx, img, dev, flashOpts())
 	refusedFor(t, err, "mounted at "+mnt)
 }

@@ -130,9 +130,7 @@ func offsetWriter(f *os.File, p image.GPTPartition) *io.OffsetWriter {
 // which left the stick's partition table grown, the command failed and the
 // reports said to be lost.
 func TestGrowReportsPast2TiB(t *testing.T) {
-	if testing.Short() {
-		t.Skip("writes a 512 MiB FAT into a sparse 3 TiB file")
-	}
+	testguard.Short(t, "writes a 512 MiB FAT into a sparse 3 TiB file")
 	img := testImage(t)
 	if err := os.Truncate(img, 3<<40); err != nil {
 		testguard.Skipf(t, "no sparse 3 TiB file here: %v", err)
